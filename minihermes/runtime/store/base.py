@@ -1,0 +1,381 @@
+"""The storage contract: one Protocol per host primitive, implemented once per backend.
+
+Every method takes a ``Scope`` (tenant, namespace) as its first argument. Backends never infer a scope: the
+runtime's ``Host`` binds it from the request context, so an actor cannot name another tenant's scope. Two
+scopes share nothing: keys, tuples, blobs, streams, channels, locks, reminders and checkpoints of one scope
+are invisible to every call made with another.
+
+All methods are coroutines; a backend must not block the event loop. Values are JSON-compatible Python values
+(``None``, bool, int, float, str, list, dict) unless a signature says ``bytes``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+JSON = Any
+Scalar = str | int | float | bool | None
+Scope = tuple[str, str]
+"""(tenant, namespace). Both non-empty strings."""
+
+
+# --------------------------------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True, slots=True)
+class KVEntry:
+    value: JSON
+    version: int
+    """Starts at 1 on creation, +1 on every successful put/cas. A deleted-then-recreated key restarts at 1."""
+    expires_at: float | None
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class BlobInfo:
+    name: str
+    size: int
+    content_type: str
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    seq: int
+    """1-based, gap-free per (scope, stream) even across retention (trimmed entries keep their numbers)."""
+    ts: float
+    data: JSON
+    prev_hash: str
+    hash: str
+    """sha256 hex of prev_hash + canonical JSON of (seq, ts, data); the first entry's prev_hash is 64 zeros."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChainCheck:
+    ok: bool
+    checked: int
+    first_bad_seq: int | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelMessage:
+    msg_id: str
+    channel: str
+    msg_type: str
+    payload: JSON
+    deliveries: int
+    """How many times this message has been handed out, this delivery included."""
+    sent_at: float
+    receipt: str = ""
+    """Opaque holder tag given to receive(); ack/nack by an older receipt after redelivery are refused."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    msg_id: str
+    channel: str
+    msg_type: str
+    payload: JSON
+    deliveries: int
+    reason: str
+    sent_at: float
+    dead_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelDepth:
+    ready: int
+    in_flight: int
+    dead: int
+
+
+@dataclass(frozen=True, slots=True)
+class LockInfo:
+    name: str
+    holder: str
+    token: int
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    actor_id: str
+    state_version: int
+    data: bytes
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantinedRecord:
+    kind: str
+    scope: Scope
+    key: str
+    reason: str
+    data: bytes
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Reminder:
+    scope: Scope
+    target: str
+    """Actor address string the reminder is delivered to."""
+    name: str
+    op: str
+    payload: JSON
+    next_fire_at: float
+    period: float | None
+    """Seconds between fires; None for a one-shot reminder (deleted after it fires)."""
+    context: JSON = None
+    """Serialized request context the reminder fires with (principal etc.)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    doc_id: str
+    score: float
+    """Higher is better (backends convert their native ranking, e.g. negate FTS5 bm25())."""
+    snippet: str
+    meta: JSON = None
+
+
+@dataclass(slots=True)
+class RetentionRule:
+    """Delete what is older than ``max_age`` seconds and/or keep at most ``max_count`` newest entries.
+
+    kind is one of: "events" (selector = stream name or "*"), "dead_letters" (selector = channel or "*"),
+    "kv" (selector = key prefix), "blobs" (selector = name prefix), "tuples" (selector = first tuple element),
+    "quarantine" (selector ignored), "checkpoints" (selector = actor_id prefix; only rows not updated for
+    max_age). Applied across all scopes.
+    """
+
+    kind: str
+    selector: str = "*"
+    max_age: float | None = None
+    max_count: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionReport:
+    deleted: dict[str, int] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------------- protocols
+
+
+@runtime_checkable
+class KVStore(Protocol):
+    async def get(self, scope: Scope, key: str) -> JSON | None: ...
+    async def get_entry(self, scope: Scope, key: str) -> KVEntry | None: ...
+    async def put(self, scope: Scope, key: str, value: JSON, ttl: float | None = None) -> int:
+        """Store value; returns the new version. ttl in seconds (None = no expiry)."""
+        ...
+
+    async def cas(
+        self, scope: Scope, key: str, expected_version: int | None, value: JSON, ttl: float | None = None
+    ) -> int | None:
+        """Compare-and-set. expected_version None means "only if absent (or expired)". Returns the new
+        version on success, None on conflict."""
+        ...
+
+    async def delete(self, scope: Scope, key: str) -> bool: ...
+    async def list(self, scope: Scope, prefix: str = "", limit: int | None = None) -> list[tuple[str, JSON]]:
+        """Live (unexpired) entries whose key starts with prefix, ordered by key."""
+        ...
+
+
+@runtime_checkable
+class TupleSpace(Protocol):
+    """Tuples of scalars. A pattern matches tuples of the same arity; ``None`` in a pattern is a wildcard,
+    any other element must equal the tuple's element with the same type (1 != "1", True != 1).
+    Results are in insertion order."""
+
+    async def write(self, scope: Scope, tup: Sequence[Scalar]) -> None: ...
+    async def read(self, scope: Scope, pattern: Sequence[Scalar]) -> tuple[Scalar, ...] | None: ...
+    async def take(self, scope: Scope, pattern: Sequence[Scalar]) -> tuple[Scalar, ...] | None:
+        """Remove and return the oldest match, atomically (two concurrent takes never get the same tuple)."""
+        ...
+
+    async def read_all(
+        self, scope: Scope, pattern: Sequence[Scalar], limit: int | None = None
+    ) -> list[tuple[Scalar, ...]]: ...
+    async def take_all(self, scope: Scope, pattern: Sequence[Scalar]) -> int:
+        """Remove every match; returns how many."""
+        ...
+
+
+@runtime_checkable
+class BlobStore(Protocol):
+    async def put(
+        self, scope: Scope, name: str, data: bytes, content_type: str = "application/octet-stream"
+    ) -> None: ...
+    async def get(self, scope: Scope, name: str) -> bytes | None: ...
+    async def delete(self, scope: Scope, name: str) -> bool: ...
+    async def list(self, scope: Scope, prefix: str = "") -> list[BlobInfo]: ...
+
+
+@runtime_checkable
+class EventLog(Protocol):
+    """Append-only, hash-chained streams. There is no delete; only retention trims the oldest entries, and
+    verification continues across the trim from the retained anchor hash."""
+
+    async def append(self, scope: Scope, stream: str, data: JSON) -> EventRecord: ...
+    async def read(
+        self, scope: Scope, stream: str, after_seq: int = 0, limit: int = 100
+    ) -> list[EventRecord]: ...
+    async def last_seq(self, scope: Scope, stream: str) -> int: ...
+    async def verify(self, scope: Scope, stream: str) -> ChainCheck: ...
+    async def streams(self, scope: Scope) -> list[str]: ...
+
+
+@runtime_checkable
+class ChannelStore(Protocol):
+    """Durable at-least-once queues."""
+
+    async def declare(
+        self, scope: Scope, channel: str, *, max_deliveries: int = 5, visibility_timeout: float = 30.0
+    ) -> None:
+        """Set per-channel options (idempotent; later calls update them). Undeclared channels use defaults."""
+        ...
+
+    async def send(
+        self, scope: Scope, channel: str, msg_type: str, payload: JSON, *, dedup_key: str | None = None
+    ) -> str:
+        """Enqueue; returns msg_id. With dedup_key, a second send with the same key on the same channel
+        (while the first message exists, acked or not, within retention) returns the first msg_id and
+        enqueues nothing."""
+        ...
+
+    async def receive(
+        self,
+        scope: Scope,
+        channel: str,
+        *,
+        max_messages: int = 1,
+        visibility_timeout: float | None = None,
+        receipt: str = "",
+    ) -> list[ChannelMessage]:
+        """Non-blocking. Hands out up to max_messages ready messages (oldest first), makes them invisible
+        for the visibility timeout and increments their deliveries. A message whose deliveries already
+        reached max_deliveries is moved to the dead-letter queue instead of being handed out."""
+        ...
+
+    async def ack(self, scope: Scope, channel: str, msg_id: str, receipt: str | None = None) -> bool: ...
+    async def nack(
+        self,
+        scope: Scope,
+        channel: str,
+        msg_id: str,
+        *,
+        requeue: bool = True,
+        reason: str = "",
+        receipt: str | None = None,
+    ) -> bool:
+        """requeue=True makes it ready again at once (dead-lettered instead if max_deliveries is reached);
+        requeue=False dead-letters it with reason."""
+        ...
+
+    async def release_receipt(self, receipt: str) -> int:
+        """Make every in-flight message handed out under this receipt ready again now, in all scopes
+        (consumer crash or restart). Returns how many."""
+        ...
+
+    async def depth(self, scope: Scope, channel: str) -> ChannelDepth: ...
+    async def dead_letters(self, scope: Scope, channel: str, limit: int = 100) -> list[DeadLetter]: ...
+    async def redrive(self, scope: Scope, channel: str, msg_id: str) -> bool:
+        """Move one dead letter back to the ready queue with deliveries reset."""
+        ...
+
+
+@runtime_checkable
+class LockStore(Protocol):
+    async def try_acquire(self, scope: Scope, name: str, holder: str, ttl: float) -> int | None:
+        """Returns a fencing token (strictly increasing per (scope, name), never reused) or None if another
+        holder has an unexpired lease. The same holder re-acquiring an unexpired lease gets a new token."""
+        ...
+
+    async def renew(self, scope: Scope, name: str, holder: str, token: int, ttl: float) -> bool: ...
+    async def release(self, scope: Scope, name: str, holder: str, token: int) -> bool: ...
+    async def get(self, scope: Scope, name: str) -> LockInfo | None: ...
+    async def release_holder(self, holder: str) -> int:
+        """Release every lock held by holder, in all scopes (graceful stop). Returns how many."""
+        ...
+
+
+@runtime_checkable
+class CheckpointStore(Protocol):
+    async def save(self, scope: Scope, actor_id: str, state_version: int, data: bytes) -> None:
+        """Durable when the coroutine returns. Backends may group-commit concurrent saves."""
+        ...
+
+    async def load(self, scope: Scope, actor_id: str) -> Checkpoint | None: ...
+    async def delete(self, scope: Scope, actor_id: str) -> bool: ...
+    async def list(self, scope: Scope, prefix: str = "") -> list[str]: ...
+
+
+@runtime_checkable
+class ReminderStore(Protocol):
+    async def upsert(self, reminder: Reminder) -> None: ...
+    async def delete(self, scope: Scope, target: str, name: str) -> bool: ...
+    async def list(self, scope: Scope, target: str | None = None) -> list[Reminder]: ...
+    async def due(self, now: float, limit: int = 100) -> list[Reminder]:
+        """All scopes, next_fire_at <= now, earliest first."""
+        ...
+
+    async def next_fire_at(self) -> float | None: ...
+    async def advance(self, reminder: Reminder, fired_at: float) -> None:
+        """After a fire: one-shot reminders are deleted; periodic ones move next_fire_at to the first
+        multiple of period after fired_at (missed fires during downtime collapse into this one). Only if
+        the stored row still has reminder.next_fire_at (so two nodes cannot both advance one fire)."""
+        ...
+
+
+@runtime_checkable
+class TextIndex(Protocol):
+    """Full-text search (SQLite FTS5 / PostgreSQL tsvector). Documents are grouped in named indexes."""
+
+    async def upsert(
+        self, scope: Scope, index: str, doc_id: str, fields: dict[str, str], meta: JSON = None
+    ) -> None: ...
+    async def remove(self, scope: Scope, index: str, doc_id: str) -> bool: ...
+    async def search(
+        self, scope: Scope, index: str, query: str, limit: int = 10
+    ) -> list[SearchHit]:
+        """Free text query (user input: never a syntax error; punctuation is ignored); best first."""
+        ...
+
+
+@runtime_checkable
+class Quarantine(Protocol):
+    async def put(self, kind: str, scope: Scope, key: str, reason: str, data: bytes) -> None: ...
+    async def list(self, limit: int = 100) -> list[QuarantinedRecord]: ...
+
+
+class Store(Protocol):
+    """A backend: the primitives above plus lifecycle. Opened by ``open_store``."""
+
+    backend: str
+    kv: KVStore
+    tuples: TupleSpace
+    blobs: BlobStore
+    events: EventLog
+    channels: ChannelStore
+    locks: LockStore
+    checkpoints: CheckpointStore
+    reminders: ReminderStore
+    text: TextIndex
+    quarantine: Quarantine
+
+    async def open(self) -> None:
+        """Create or migrate the schema. Idempotent."""
+        ...
+
+    async def close(self) -> None:
+        """Flush pending group commits, then release resources."""
+        ...
+
+    async def schema_version(self) -> int: ...
+    async def apply_retention(self, rules: Sequence[RetentionRule], now: float) -> RetentionReport: ...
