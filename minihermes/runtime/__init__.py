@@ -1,0 +1,101 @@
+"""The MiniHermes actor runtime: supervised, durable, tenant-scoped actors.
+
+The runtime knows nothing about agents. Public names::
+
+    from minihermes.runtime import GenServer, call, cast, state, Node, ...
+"""
+
+from ._actor import Actor, state
+from ._actor import call as call
+from ._actor import cast as cast
+from ._app import build_node
+from ._behaviors import GenEvent, GenFSM, GenServer, in_states
+from ._cell import Deferred
+from ._clock import Clock, ManualClock, SystemClock
+from ._config import AppConfig, known_roles, parse_duration, register_actor_type
+from ._context import (
+    DEFAULT_NAMESPACE,
+    DEFAULT_TENANT,
+    SYSTEM_CONTEXT,
+    SYSTEM_TENANT,
+    RequestContext,
+    current_context,
+    reset_context,
+    set_context,
+)
+from ._errors import (
+    ActorCrashed,
+    ActorError,
+    ActorNotFound,
+    AskTimeout,
+    ConfigError,
+    Conflict,
+    InvalidArgument,
+    InvalidTransition,
+    NotFound,
+    Overloaded,
+    PermissionDenied,
+    ShuttingDown,
+    UnknownOp,
+    WorkflowCancelled,
+)
+from ._host import Host
+from ._links import LinkError, RedactSecrets, ServiceLink, ServiceLinks
+from ._metrics import Metrics
+from ._node import SYSTEM_SCOPE, Node, NodeOptions
+from ._spec import ActorSpec, SupervisorSpec
+from ._workflow import Workflow
+
+__all__ = [
+    "DEFAULT_NAMESPACE",
+    "DEFAULT_TENANT",
+    "SYSTEM_CONTEXT",
+    "SYSTEM_SCOPE",
+    "SYSTEM_TENANT",
+    "Actor",
+    "ActorCrashed",
+    "ActorError",
+    "ActorNotFound",
+    "ActorSpec",
+    "AppConfig",
+    "AskTimeout",
+    "Clock",
+    "ConfigError",
+    "Conflict",
+    "Deferred",
+    "GenEvent",
+    "GenFSM",
+    "GenServer",
+    "Host",
+    "InvalidArgument",
+    "InvalidTransition",
+    "LinkError",
+    "ManualClock",
+    "Metrics",
+    "Node",
+    "NodeOptions",
+    "NotFound",
+    "Overloaded",
+    "PermissionDenied",
+    "RedactSecrets",
+    "RequestContext",
+    "ServiceLink",
+    "ServiceLinks",
+    "ShuttingDown",
+    "SupervisorSpec",
+    "SystemClock",
+    "UnknownOp",
+    "Workflow",
+    "WorkflowCancelled",
+    "build_node",
+    "call",
+    "cast",
+    "current_context",
+    "in_states",
+    "known_roles",
+    "parse_duration",
+    "register_actor_type",
+    "reset_context",
+    "set_context",
+    "state",
+]

@@ -62,7 +62,8 @@ class _ManualTimer:
 
 
 class ManualClock:
-    """A clock that only moves when told to. ``advance`` fires due timers in time order."""
+    """A clock that only moves when told to. ``advance`` fires due timers in time order; a callback that
+    returns a task (async work it started) is awaited before time moves on."""
 
     def __init__(self, start: float = 1_800_000_000.0) -> None:
         self._now = start
@@ -98,7 +99,9 @@ class ManualClock:
                 continue
             self._now += when - self._mono
             self._mono = when
-            timer.callback(*timer.args)
+            result = timer.callback(*timer.args)
+            if isinstance(result, asyncio.Future):
+                await result  # a callback that started async work (e.g. firing reminders) finishes first
             await _settle()
         self._now += target - self._mono
         self._mono = target

@@ -11,6 +11,7 @@ All methods are coroutines; a backend must not block the event loop. Values are 
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -149,7 +150,8 @@ class RetentionRule:
     kind is one of: "events" (selector = stream name or "*"), "dead_letters" (selector = channel or "*"),
     "kv" (selector = key prefix), "blobs" (selector = name prefix), "tuples" (selector = first tuple element),
     "quarantine" (selector ignored), "checkpoints" (selector = actor_id prefix; only rows not updated for
-    max_age). Applied across all scopes.
+    max_age), "dedup" (selector = channel or "*": channel dedup keys, which otherwise outlive their acked
+    messages). Applied across all scopes.
     """
 
     kind: str
@@ -283,6 +285,11 @@ class ChannelStore(Protocol):
         (consumer crash or restart). Returns how many."""
         ...
 
+    async def release_receipt_prefix(self, prefix: str) -> int:
+        """Like release_receipt for every receipt starting with prefix (a node restarting releases what its
+        previous run left in flight: receipts are "<node_id>:<boot>:..."). Returns how many."""
+        ...
+
     async def depth(self, scope: Scope, channel: str) -> ChannelDepth: ...
     async def dead_letters(self, scope: Scope, channel: str, limit: int = 100) -> list[DeadLetter]: ...
     async def redrive(self, scope: Scope, channel: str, msg_id: str) -> bool:
@@ -321,15 +328,16 @@ class ReminderStore(Protocol):
     async def upsert(self, reminder: Reminder) -> None: ...
     async def delete(self, scope: Scope, target: str, name: str) -> bool: ...
     async def list(self, scope: Scope, target: str | None = None) -> list[Reminder]: ...
-    async def due(self, now: float, limit: int = 100) -> list[Reminder]:
+    async def due(self, now: float, limit: int = 100) -> builtins.list[Reminder]:
         """All scopes, next_fire_at <= now, earliest first."""
         ...
 
     async def next_fire_at(self) -> float | None: ...
-    async def advance(self, reminder: Reminder, fired_at: float) -> None:
+    async def advance(self, reminder: Reminder, fired_at: float) -> bool:
         """After a fire: one-shot reminders are deleted; periodic ones move next_fire_at to the first
         multiple of period after fired_at (missed fires during downtime collapse into this one). Only if
-        the stored row still has reminder.next_fire_at (so two nodes cannot both advance one fire)."""
+        the stored row still has reminder.next_fire_at (so two nodes cannot both advance one fire).
+        Returns True if this call advanced it (the caller then delivers the fire), False otherwise."""
         ...
 
 

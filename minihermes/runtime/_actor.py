@@ -1,0 +1,422 @@
+"""Actor classes: declared durable state, named handlers, and their argument checking.
+
+An actor is a class deriving from one of the behaviors (``GenServer``, ``GenEvent``, ``GenFSM``,
+``Workflow``). Durable fields are declared with ``state()``; handlers with ``@call`` (request-reply, reached by
+``ask``) and ``@cast`` (fire-and-forget, reached by ``send``)::
+
+    class Counter(GenServer):
+        count: int = state(default=0)
+
+        @call
+        def add(self, amount: int = 1) -> dict:
+            self.count += amount
+            return {"count": self.count}
+
+Handler parameters are the op's arguments: a parameter without a default is required, and every argument is
+checked against its annotation before the handler runs, so a handler never sees a missing or mistyped value.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import sys
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, overload
+
+from ._errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from ._host import Host
+
+F = TypeVar("F", bound=Callable[..., Any])
+_MISSING: Any = object()
+
+
+# ------------------------------------------------------------------------------------------------ state fields
+
+
+class StateField:
+    """Marks a class attribute as durable actor state (checkpointed and restored)."""
+
+    __slots__ = ("default", "default_factory", "name", "type")
+
+    def __init__(self, default: Any, default_factory: Callable[[], Any] | None) -> None:
+        self.default = default
+        self.default_factory = default_factory
+        self.name = ""
+        self.type: Any = Any
+
+    def make_default(self) -> Any:
+        if self.default_factory is not None:
+            return self.default_factory()
+        return self.default
+
+
+def state(default: Any = None, *, default_factory: Callable[[], Any] | None = None) -> Any:
+    """Declare a durable state field. Values must be JSON-serializable."""
+    if default_factory is None and isinstance(default, (list, dict, set)):
+        raise TypeError("mutable state defaults must use default_factory=")
+    return StateField(default, default_factory)
+
+
+# ------------------------------------------------------------------------------------------------ handlers
+
+
+Checker = Callable[[str, str, Any], Any]
+"""check(op, field, value) -> value (possibly converted); raises InvalidArgument."""
+
+
+@dataclass(slots=True)
+class Param:
+    name: str
+    required: bool
+    default: Any
+    check: Checker | None
+
+
+@dataclass(slots=True)
+class Handler:
+    op: str
+    kind: Literal["call", "cast"]
+    fn: Callable[..., Any]
+    is_async: bool
+    params: dict[str, Param]
+    var_kw: bool
+    internal: bool = False
+
+    def bind(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Check payload against the signature; returns the keyword arguments for the handler."""
+        if not isinstance(payload, dict):
+            raise InvalidArgument(f"{self.op}: arguments must be an object", op=self.op)
+        params = self.params
+        kwargs: dict[str, Any] = {}
+        for key, value in payload.items():
+            p = params.get(key)
+            if p is None:
+                if key == "op" or self.var_kw:
+                    if key != "op":
+                        kwargs[key] = value
+                    continue
+                raise InvalidArgument(
+                    f"{self.op}: unknown argument '{key}' (expected: {', '.join(params) or 'none'})",
+                    op=self.op,
+                    field=key,
+                )
+            kwargs[key] = value if p.check is None else p.check(self.op, key, value)
+        if len(kwargs) < len(params):
+            for p in params.values():
+                if p.required and p.name not in kwargs:
+                    raise InvalidArgument(
+                        f"{self.op}: missing required argument '{p.name}'", op=self.op, field=p.name
+                    )
+        return kwargs
+
+
+@overload
+def call(fn: F, /) -> F: ...
+@overload
+def call(*, name: str | None = None) -> Callable[[F], F]: ...
+def call(fn: Any = None, /, *, name: str | None = None) -> Any:
+    """Declare a request-reply handler (reached with ``ask``)."""
+    return _mark(fn, "call", name)
+
+
+@overload
+def cast(fn: F, /) -> F: ...
+@overload
+def cast(*, name: str | None = None) -> Callable[[F], F]: ...
+def cast(fn: Any = None, /, *, name: str | None = None) -> Any:
+    """Declare a fire-and-forget handler (reached with ``send``; ``ask`` gets ``{"status": "accepted"}``)."""
+    return _mark(fn, "cast", name)
+
+
+def _mark(fn: Any, kind: str, name: str | None) -> Any:
+    def deco(f: Any) -> Any:
+        f.__minihermes_handler__ = (kind, name or f.__name__)
+        return f
+
+    return deco(fn) if fn is not None else deco
+
+
+# ------------------------------------------------------------------------------------------------ checkers
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _bad(op: str, field: str, value: Any, expected: str) -> InvalidArgument:
+    got = "null" if value is None else type(value).__name__
+    return InvalidArgument(
+        f"{op}: argument '{field}' must be {expected}, got {got}", op=op, field=field, expected=expected
+    )
+
+
+def make_checker(tp: Any) -> Checker | None:
+    """A fast checker for an annotation; None means any value is accepted."""
+    if tp is Any or tp is inspect.Parameter.empty or tp is object:
+        return None
+    origin = typing.get_origin(tp)
+    if tp is str or tp is bytes:
+
+        def check_str(op: str, field: str, v: Any) -> Any:
+            if isinstance(v, tp):
+                return v
+            raise _bad(op, field, v, "a string")
+
+        return check_str
+    if tp is bool:
+
+        def check_bool(op: str, field: str, v: Any) -> Any:
+            if v is True or v is False:
+                return v
+            raise _bad(op, field, v, "a boolean")
+
+        return check_bool
+    if tp is int:
+
+        def check_int(op: str, field: str, v: Any) -> Any:
+            if type(v) is int:
+                return v
+            if type(v) is float and v.is_integer():
+                return int(v)
+            raise _bad(op, field, v, "an integer")
+
+        return check_int
+    if tp is float:
+
+        def check_float(op: str, field: str, v: Any) -> Any:
+            if type(v) is float or type(v) is int:
+                return v
+            raise _bad(op, field, v, "a number")
+
+        return check_float
+    if tp is dict or origin is dict:
+        return _container(dict, "an object", tp)
+    if tp is list or origin is list:
+        return _container(list, "a list", tp)
+    if tp is type(None):
+
+        def check_none(op: str, field: str, v: Any) -> Any:
+            if v is None:
+                return v
+            raise _bad(op, field, v, "null")
+
+        return check_none
+    if origin is typing.Union or origin is types.UnionType:
+        options = typing.get_args(tp)
+        inner = [make_checker(o) for o in options if o is not type(None)]
+        allow_none = type(None) in options
+        expected = " or ".join(_type_name(o) for o in options)
+        if len(inner) == 1 and inner[0] is not None:
+            only = inner[0]
+
+            def check_optional(op: str, field: str, v: Any) -> Any:
+                return v if v is None and allow_none else only(op, field, v)
+
+            return check_optional
+
+        def check_union(op: str, field: str, v: Any) -> Any:
+            if v is None and allow_none:
+                return v
+            for c in inner:
+                if c is None:
+                    return v
+                try:
+                    return c(op, field, v)
+                except InvalidArgument:
+                    continue
+            raise _bad(op, field, v, expected)
+
+        return check_union
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+
+        def check_literal(op: str, field: str, v: Any) -> Any:
+            if v in allowed and any(type(v) is type(a) for a in allowed):
+                return v
+            raise InvalidArgument(
+                f"{op}: argument '{field}' must be one of {list(allowed)}",
+                op=op,
+                field=field,
+                expected=list(allowed),
+            )
+
+        return check_literal
+    return _pydantic_checker(tp)
+
+
+def _container(kind: type, expected: str, tp: Any) -> Checker:
+    args = typing.get_args(tp)
+    item = make_checker(args[-1]) if args else None
+
+    def check(op: str, field: str, v: Any) -> Any:
+        if not isinstance(v, kind):
+            raise _bad(op, field, v, expected)
+        if item is not None:
+            values = v.values() if isinstance(v, dict) else v
+            for i, x in enumerate(values):
+                item(op, f"{field}[{i}]" if kind is list else field, x)
+        return v
+
+    return check
+
+
+def _pydantic_checker(tp: Any) -> Checker:
+    from pydantic import TypeAdapter, ValidationError
+
+    adapter = TypeAdapter(tp)
+
+    def check(op: str, field: str, v: Any) -> Any:
+        try:
+            return adapter.validate_python(v)
+        except ValidationError as e:
+            first = e.errors()[0]
+            loc = ".".join(str(p) for p in first.get("loc", ()))
+            where = f"{field}.{loc}" if loc else field
+            raise InvalidArgument(f"{op}: argument '{where}': {first.get('msg')}", op=op, field=where) from None
+
+    return check
+
+
+def build_handler(kind: str, op: str, fn: Callable[..., Any], hints: dict[str, Any]) -> Handler:
+    sig = inspect.signature(fn)
+    params: dict[str, Param] = {}
+    var_kw = False
+    for i, p in enumerate(sig.parameters.values()):
+        if i == 0:
+            continue  # self
+        if p.kind is p.VAR_KEYWORD:
+            var_kw = True
+            continue
+        if p.kind in (p.VAR_POSITIONAL, p.POSITIONAL_ONLY):
+            raise TypeError(f"handler {op}: only keyword-compatible parameters are supported")
+        required = p.default is inspect.Parameter.empty
+        params[p.name] = Param(
+            p.name, required, None if required else p.default, make_checker(hints.get(p.name, Any))
+        )
+    return Handler(
+        op=op,
+        kind=kind,  # type: ignore[arg-type]
+        fn=fn,
+        is_async=inspect.iscoroutinefunction(fn),
+        params=params,
+        var_kw=var_kw,
+        internal=op.startswith("__"),
+    )
+
+
+# ------------------------------------------------------------------------------------------------ the base
+
+
+class Actor:
+    """Base of every actor. Subclass a behavior rather than this class directly."""
+
+    behavior: ClassVar[str] = "Actor"
+    state_version: ClassVar[int] = 1
+    """Bump when the shape of the state changes, and teach ``migrate_state`` the old shape."""
+    checkpoint_interval: ClassVar[int] = 1
+    """Checkpoint every N messages. 1 (default): nothing confirmed to a caller is ever lost."""
+    mailbox_capacity: ClassVar[int] = 0
+    """0: use the node's default."""
+
+    _state_fields: ClassVar[dict[str, StateField]] = {}
+    _handlers: ClassVar[dict[str, Handler]] = {}
+
+    actor_id: str
+    host: Host
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        fields: dict[str, StateField] = {}
+        handlers: dict[str, Handler] = {}
+        for base in reversed(cls.__mro__[1:]):
+            fields.update(getattr(base, "_state_fields", {}))
+            handlers.update(getattr(base, "_handlers", {}))
+        for name, value in list(vars(cls).items()):
+            if isinstance(value, StateField):
+                value.name = name
+                value.type = _field_type(cls, name)
+                fields[name] = value
+        for name, value in list(vars(cls).items()):
+            mark = getattr(value, "__minihermes_handler__", None)
+            if mark is None:
+                continue
+            kind, op = mark
+            try:
+                fn_hints = typing.get_type_hints(value)
+            except Exception:
+                fn_hints = {}
+            handlers[op] = build_handler(kind, op, value, fn_hints)
+        cls._state_fields = fields
+        cls._handlers = handlers
+        cls._validate_class()
+
+    @classmethod
+    def _validate_class(cls) -> None:
+        """Behaviors add their own class-definition checks here."""
+
+    def __init__(self) -> None:
+        for name, f in self._state_fields.items():
+            setattr(self, name, f.make_default())
+
+    # -- hooks -------------------------------------------------------------------------------------------
+
+    async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
+        """Called on every activation (first start, restart, reactivation) after state is restored."""
+
+    async def on_stop(self, reason: str) -> None:
+        """Called when the actor stops normally or is deactivated (not on a crash)."""
+
+    @classmethod
+    def migrate_state(cls, from_version: int, data: dict[str, Any]) -> dict[str, Any]:
+        """Turn state saved by an older ``state_version`` into the current shape. Default: keep known
+        fields, drop unknown ones (missing ones take their defaults)."""
+        return data
+
+    # -- state (de)serialization -------------------------------------------------------------------------
+
+    def dump_state(self) -> bytes:
+        return json.dumps(
+            {n: getattr(self, n) for n in self._state_fields}, separators=(",", ":"), default=_json_default
+        ).encode()
+
+    def load_state(self, data: dict[str, Any]) -> None:
+        """Apply saved state; raises ValueError if a field's value does not fit its declared type."""
+        for name, f in self._state_fields.items():
+            if name not in data:
+                setattr(self, name, f.make_default())
+                continue
+            value = data[name]
+            check = make_checker(f.type)
+            if check is not None and value is not None:
+                try:
+                    value = check("restore", name, value)
+                except InvalidArgument as e:
+                    raise ValueError(e.message) from None
+            setattr(self, name, value)
+
+
+def _field_type(cls: type, name: str) -> Any:
+    """One field's annotation, resolved on its own (an unresolvable annotation elsewhere must not blind the
+    type checks of every field)."""
+    ann = cls.__dict__.get("__annotations__", {}).get(name, Any)
+    if isinstance(ann, str):
+        module = sys.modules.get(cls.__module__)
+        try:
+            ann = eval(ann, dict(vars(module)) if module else {}, dict(vars(cls)))  # noqa: S307 - our own source
+        except Exception:
+            return Any
+    return ann
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (set, frozenset, tuple)):
+        return list(o)
+    if hasattr(o, "model_dump"):
+        return o.model_dump(mode="json")
+    raise TypeError(f"state value of type {type(o).__name__} is not JSON-serializable")

@@ -1,0 +1,309 @@
+"""A cell: the durable home of one actor instance (its mailbox, links, monitors and checkpoint cursor).
+
+The cell outlives the instances that run in it: when the supervisor restarts a crashed actor, a new instance
+is restored from the last checkpoint into the same cell, so casts sent while it restarts reach it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import itertools
+import json
+import logging
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ._actor import Actor, Handler
+from ._clock import TimerHandle
+from ._context import RequestContext, reset_context, set_context
+from ._errors import ActorCrashed, ActorError, InvalidTransition, UnknownOp
+from ._mailbox import DEACTIVATE, STOP, Control, Envelope, Mailbox
+from ._spec import ActorSpec
+
+if TYPE_CHECKING:
+    from ._node import Node
+
+log = logging.getLogger("minihermes.runtime")
+
+Scope = tuple[str, str]
+CellKey = tuple[Scope, str, str]
+"""(scope, actor type name, key)."""
+
+current_cell: contextvars.ContextVar[Cell | None] = contextvars.ContextVar("minihermes_cell", default=None)
+_uids = itertools.count(1)
+
+
+class Owner(Protocol):
+    """The supervisor side of a cell."""
+
+    def cell_failed(self, cell: Cell, reason: str) -> None: ...
+    def cell_exited(self, cell: Cell, reason: str) -> None: ...
+
+
+class Deferred:
+    """Returned by a handler that replies later: the node replies with the awaitable's outcome while the
+    actor goes on handling its mailbox (used by Workflow.run)."""
+
+    __slots__ = ("awaitable",)
+
+    def __init__(self, awaitable: Awaitable[Any]) -> None:
+        self.awaitable = awaitable
+
+
+class _Exit(Exception):
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+class Cell:
+    def __init__(self, node: Node, spec: ActorSpec, scope: Scope, key: str, owner: Owner) -> None:
+        self.node = node
+        self.spec = spec
+        self.scope = scope
+        self.key = key
+        self.address = f"{spec.name}/{key}" if key else spec.name
+        self.ck: CellKey = (scope, spec.name, key)
+        self.uid = next(_uids)
+        self.owner = owner
+        self.mailbox = Mailbox()
+        self.capacity = spec.mailbox_capacity or spec.cls.mailbox_capacity or node.mailbox_capacity
+        self.interval = max(1, spec.checkpoint_interval or spec.cls.checkpoint_interval)
+        self.handlers: dict[str, Handler] = spec.cls._handlers
+        self.instance: Actor | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.status = "new"
+        self.incarnation = 0
+        self.monitors: dict[str, CellKey] = {}
+        self.watching: dict[str, CellKey] = {}
+        self.links: set[CellKey] = set()
+        self.trap_exit = False
+        self.timers: dict[str, TimerHandle] = {}
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.groups: set[tuple[Scope, str]] = set()
+        self.registered: set[Scope] = set()
+        self.last_bytes: bytes | None = None
+        self.since_checkpoint = 0
+        self.dirty = False
+        self.last_active = node.clock.monotonic()
+        self.current: Envelope | None = None
+        self.idle_timer: TimerHandle | None = None
+        self.kill_reason: tuple[str, bool] | None = None
+        self.removed = False
+
+    def __repr__(self) -> str:
+        return f"<Cell {self.scope[0]}:{self.scope[1]}:{self.address} {self.status}>"
+
+    @property
+    def receipt(self) -> str:
+        return f"{self.node.node_id}:{self.node.boot_id}:{self.uid}:{self.incarnation}"
+
+    @property
+    def init_context(self) -> RequestContext:
+        return self.node.system_context_for(self.scope)
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start a new incarnation on the same mailbox."""
+        if self.task is not None and not self.task.done():
+            raise RuntimeError(f"{self!r} is already running")
+        self.incarnation += 1
+        self.kill_reason = None
+        self.status = "starting"
+        self.task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"actor:{self.scope[0]}:{self.address}", context=contextvars.Context()
+        )
+
+    async def kill(self, reason: str, *, abnormal: bool = False) -> None:
+        """Stop the instance now (supervisor restarts, link propagation). abnormal=True reports a crash."""
+        task = self.task
+        if task is None or task.done():
+            return
+        self.kill_reason = (reason, abnormal)
+        task.cancel()
+        try:
+            await asyncio.shield(asyncio.wait({task}))
+        except asyncio.CancelledError:
+            raise
+
+    def request_stop(self) -> None:
+        self.mailbox.put(STOP)
+
+    # -- the loop -----------------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        reason = "normal"
+        abnormal = False
+        try:
+            await self._activate()
+            self.status = "running"
+            self.node._cell_started(self)
+            mailbox = self.mailbox
+            while True:
+                item = await mailbox.get()
+                if type(item) is Envelope:
+                    await self._handle(item)
+                else:
+                    await self._control(item)  # type: ignore[arg-type]
+        except _Exit as e:
+            reason = e.reason
+        except asyncio.CancelledError:
+            reason, abnormal = self.kill_reason or ("killed", False)
+        except Exception as exc:
+            reason = f"crash: {type(exc).__name__}: {exc}"
+            abnormal = True
+            log.error("actor %s crashed", self.address, exc_info=exc)
+        finally:
+            self._fail_current(reason)
+            self.instance = None
+            self.status = "crashed" if abnormal else "stopped"
+            self.node._cell_exited(self, reason, abnormal)
+
+    async def _activate(self) -> None:
+        spec = self.spec
+        cls = spec.cls
+        inst = cls()
+        inst.actor_id = self.address
+        from ._host import Host
+
+        inst.host = Host(self.node, self)
+        migrated = False
+        if cls._state_fields:
+            migrated = await self.node._restore(self, inst)
+            self.last_bytes = inst.dump_state()
+        self.instance = inst
+        self.since_checkpoint = 0
+        self.dirty = migrated  # a migrated state is saved in its new shape right away
+        ctx_token = set_context(self.init_context)
+        cell_token = current_cell.set(self)
+        try:
+            await inst.on_init(self.address, dict(spec.args))
+        finally:
+            current_cell.reset(cell_token)
+            reset_context(ctx_token)
+        if cls._state_fields:
+            await self._checkpoint_if_changed(force_interval=True)
+        self.node._arm_idle(self)
+
+    async def _control(self, item: Control) -> None:
+        if item is STOP:
+            await self._shutdown_instance("stopped")
+            raise _Exit("stopped")
+        if item is DEACTIVATE:
+            idle = self.spec.idle_timeout or 0.0
+            if len(self.mailbox) or self.node.clock.monotonic() - self.last_active < idle:
+                self.node._arm_idle(self)
+                return
+            await self._shutdown_instance("deactivated")
+            raise _Exit("deactivated")
+
+    async def _shutdown_instance(self, reason: str) -> None:
+        inst = self.instance
+        if inst is None:
+            return
+        for t in list(self.tasks):
+            t.cancel()
+        ctx_token = set_context(self.init_context)
+        cell_token = current_cell.set(self)
+        try:
+            await inst.on_stop(reason)
+        finally:
+            current_cell.reset(cell_token)
+            reset_context(ctx_token)
+        await self.flush()
+
+    async def _handle(self, env: Envelope) -> None:
+        inst = self.instance
+        assert inst is not None
+        self.current = env
+        ctx_token = set_context(env.ctx)
+        cell_token = current_cell.set(self)
+        try:
+            h = self.handlers.get(env.op)
+            if h is None:
+                if not env.op.startswith("__"):
+                    raise UnknownOp(f"{self.spec.name} has no op '{env.op}'", op=env.op)
+                return
+            states = getattr(h.fn, "__minihermes_states__", None)
+            if states is not None and getattr(inst, "fsm_state", None) not in states:
+                raise InvalidTransition(
+                    f"{env.op} is not allowed in state {getattr(inst, 'fsm_state', '')}",
+                    op=env.op,
+                    state=getattr(inst, "fsm_state", None),
+                )
+            result = h.fn(inst, **env.payload)
+            if h.is_async:
+                result = await result
+        except ActorError as e:
+            self._rollback()
+            self.current = None
+            if env.reply is not None and not env.reply.done():
+                env.reply.set_exception(e)
+            return
+        finally:
+            current_cell.reset(cell_token)
+            reset_context(ctx_token)
+            self.node._release(env)
+            self.last_active = self.node.clock.monotonic()
+        if inst._state_fields:
+            # still "current": if saving fails, the caller gets the crash instead of waiting forever
+            self.since_checkpoint += 1
+            await self._checkpoint_if_changed()
+        self.current = None
+        reply = env.reply
+        if reply is not None and not reply.done():
+            if type(result) is Deferred:
+                self.node._spawn_reply(self, result, reply)
+            else:
+                reply.set_result(result)
+        elif type(result) is Deferred:
+            self.node._spawn_reply(self, result, None)
+
+    def _fail_current(self, reason: str) -> None:
+        env = self.current
+        self.current = None
+        if env is not None:
+            self.node._release(env)
+            if env.reply is not None and not env.reply.done():
+                env.reply.set_exception(
+                    ActorCrashed(f"{self.address} crashed while handling '{env.op}'", actor=self.address)
+                    if reason.startswith("crash")
+                    else ActorCrashed(f"{self.address} stopped ({reason})", actor=self.address, reason=reason)
+                )
+
+    # -- durability ---------------------------------------------------------------------------------------
+
+    def _rollback(self) -> None:
+        inst = self.instance
+        if inst is not None and inst._state_fields and self.last_bytes is not None:
+            inst.load_state(json.loads(self.last_bytes))
+
+    async def _checkpoint_if_changed(self, force_interval: bool = False) -> None:
+        inst = self.instance
+        if inst is None:
+            return
+        data = inst.dump_state()
+        if data != self.last_bytes:
+            self.last_bytes = data
+            self.dirty = True
+        if self.dirty and (force_interval or self.since_checkpoint >= self.interval):
+            await self._save(data)
+
+    async def _save(self, data: bytes) -> None:
+        inst = self.instance
+        assert inst is not None
+        await self.node.store.checkpoints.save(self.scope, self.address, inst.state_version, data)
+        self.dirty = False
+        self.since_checkpoint = 0
+        self.node.metrics.incr("checkpoints_total")
+
+    async def flush(self) -> None:
+        """Save now if anything changed since the last checkpoint."""
+        inst = self.instance
+        if inst is None or not inst._state_fields:
+            return
+        data = inst.dump_state()
+        if data != self.last_bytes or self.dirty:
+            self.last_bytes = data
+            await self._save(data)

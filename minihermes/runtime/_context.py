@@ -1,0 +1,82 @@
+"""The request context that travels with every message: who is asking, on behalf of which tenant.
+
+The node sets it (a contextvar) before a handler runs, and every ask/send a handler makes carries it on, so a
+chain of actor hops stays inside one tenant without any actor passing it by hand.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._errors import InvalidArgument
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+
+SYSTEM_TENANT = "system"
+DEFAULT_TENANT = "default"
+DEFAULT_NAMESPACE = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """Tenant, namespace and principal of one request. Immutable; derive a new one with ``replace``."""
+
+    tenant: str = DEFAULT_TENANT
+    namespace: str = DEFAULT_NAMESPACE
+    principal: str = "local"
+    roles: frozenset[str] = field(default_factory=lambda: frozenset({"admin"}))
+    request_id: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("tenant", "namespace"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not _NAME.match(value):
+                raise InvalidArgument(
+                    f"{name} must be 1-64 characters of letters, digits, '_', '.', '-'", field=name
+                )
+
+    @property
+    def scope(self) -> tuple[str, str]:
+        return (self.tenant, self.namespace)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tenant": self.tenant,
+            "namespace": self.namespace,
+            "principal": self.principal,
+            "roles": sorted(self.roles),
+            "request_id": self.request_id,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RequestContext:
+        return cls(
+            tenant=str(data.get("tenant", DEFAULT_TENANT)),
+            namespace=str(data.get("namespace", DEFAULT_NAMESPACE)),
+            principal=str(data.get("principal", "local")),
+            roles=frozenset(data.get("roles", ())),
+            request_id=str(data.get("request_id", "")),
+        )
+
+
+SYSTEM_CONTEXT = RequestContext(tenant=SYSTEM_TENANT, principal="system", roles=frozenset({"system"}))
+
+_current: contextvars.ContextVar[RequestContext] = contextvars.ContextVar(
+    "minihermes_request_context", default=RequestContext()
+)
+
+
+def current_context() -> RequestContext:
+    """The context of the message being handled (the local owner outside any message)."""
+    return _current.get()
+
+
+def set_context(ctx: RequestContext) -> contextvars.Token[RequestContext]:
+    return _current.set(ctx)
+
+
+def reset_context(token: contextvars.Token[RequestContext]) -> None:
+    _current.reset(token)

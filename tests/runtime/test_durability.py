@@ -1,0 +1,151 @@
+"""Checkpoints: interval, restore across node restarts, rollback, corrupt rows, state migration."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from minihermes.runtime import ActorSpec, GenServer, call, state
+from minihermes.runtime.store import open_store
+
+from .actors import Counter
+from .conftest import tree
+
+
+async def test_state_survives_a_node_restart(make_node, tmp_path):
+    node = await make_node(tree(ActorSpec("counter", Counter)))
+    await node.ask("counter", "add", {"amount": 7})
+    await node.stop()
+    node2 = await make_node(tree(ActorSpec("counter", Counter)))
+    assert (await node2.ask("counter", "get"))["count"] == 7
+
+
+async def test_checkpoint_interval_n_saves_every_nth_message(make_node, tmp_path):
+    node = await make_node(tree(ActorSpec("c", Counter, checkpoint_interval=3)))
+    await node.ask("c", "get")  # activation done (its on_init change is saved at once)
+    base = node.metrics.counter("checkpoints_total")
+    for _ in range(7):
+        await node.ask("c", "add", {"amount": 1})
+    assert node.metrics.counter("checkpoints_total") - base == 2
+    cp = await node.store.checkpoints.load(("system", "default"), "c")
+    assert json.loads(cp.data)["count"] == 5  # get + 2 adds, then 3 adds; the 7th add is not saved yet
+
+
+async def test_default_interval_checkpoints_before_the_reply(make_node):
+    node = await make_node(tree(ActorSpec("c", Counter)))
+    await node.ask("c", "add", {"amount": 4})
+    cp = await node.store.checkpoints.load(("system", "default"), "c")
+    assert json.loads(cp.data)["count"] == 4
+
+
+async def test_read_only_messages_do_not_write(make_node):
+    node = await make_node(tree(ActorSpec("c", Counter)))
+    await node.ask("c", "get")
+    base = node.metrics.counter("checkpoints_total")
+    for _ in range(5):
+        await node.ask("c", "get")
+    assert node.metrics.counter("checkpoints_total") == base
+
+
+async def test_graceful_stop_flushes_interval_state(make_node):
+    node = await make_node(tree(ActorSpec("c", Counter, checkpoint_interval=100)))
+    for _ in range(3):
+        await node.ask("c", "add", {"amount": 1})
+    await node.stop()
+    node2 = await make_node(tree(ActorSpec("c", Counter, checkpoint_interval=100)))
+    assert (await node2.ask("c", "get"))["count"] == 3
+
+
+async def test_corrupt_checkpoint_is_quarantined_and_actor_starts_empty(make_node, tmp_path, clock):
+    store = open_store("sqlite", data_dir=str(tmp_path / "data"), clock=clock)
+    await store.open()
+    await store.checkpoints.save(("system", "default"), "c", 1, b"{not json")
+    await store.checkpoints.save(("system", "default"), "d", 1, json.dumps({"count": "seven"}).encode())
+    await store.close()
+    node = await make_node(tree(ActorSpec("c", Counter), ActorSpec("d", Counter)))
+    assert (await node.ask("c", "get"))["count"] == 0
+    assert (await node.ask("d", "get"))["count"] == 0
+    q = await node.store.quarantine.list()
+    assert {r.key for r in q} == {"c", "d"}
+    assert all("corrupt checkpoint" in r.reason for r in q)
+    incidents = await node.store.events.read(("system", "__runtime__"), "incidents")
+    assert len(incidents) == 2
+    assert node.metrics.counter("actor_restarts_total") == 0  # no restart loop
+    await node.ask("c", "add", {"amount": 2})
+    assert (await node.ask("c", "get"))["count"] == 2
+
+
+class CounterV1(GenServer):
+    total: int = state(default=0)
+
+    @call
+    def add(self, amount: int = 1) -> int:
+        self.total += amount
+        return self.total
+
+
+class CounterV2(GenServer):
+    state_version = 2
+    count: int = state(default=0)
+    history: list[int] = state(default_factory=list)
+
+    @classmethod
+    def migrate_state(cls, from_version: int, data: dict[str, Any]) -> dict[str, Any]:
+        if from_version == 1:
+            return {"count": data["total"], "history": []}
+        return data
+
+    @call
+    def get(self) -> dict[str, Any]:
+        return {"count": self.count, "history": self.history}
+
+
+async def test_saved_state_migrates_to_the_new_state_version(make_node):
+    node = await make_node(tree(ActorSpec("c", CounterV1)))
+    await node.ask("c", "add", {"amount": 9})
+    await node.stop()
+    node2 = await make_node(tree(ActorSpec("c", CounterV2)))
+    assert await node2.ask("c", "get") == {"count": 9, "history": []}
+    cp = await node2.store.checkpoints.load(("system", "default"), "c")
+    assert cp.state_version == 2
+
+
+async def test_state_from_a_newer_version_is_quarantined_not_misread(make_node):
+    node = await make_node(tree(ActorSpec("c", CounterV2)))
+    await node.store.checkpoints.save(("system", "default"), "x", 3, b'{"count": 1}')
+    await node.stop()
+    node2 = await make_node(tree(ActorSpec("x", CounterV2)))
+    assert (await node2.ask("x", "get"))["count"] == 0
+    assert any("newer" in r.reason for r in await node2.store.quarantine.list())
+
+
+async def test_node_opens_a_data_dir_written_in_an_older_storage_format(make_node, tmp_path):
+    from minihermes.runtime.store import sqlite_v1_fixture  # ships with the backend for such tests
+
+    data = tmp_path / "old"
+    await sqlite_v1_fixture(data, checkpoints={("system", "default", "c"): {"count": 11}})
+    node = await make_node(tree(ActorSpec("c", Counter)), data_dir=data)
+    assert (await node.ask("c", "get"))["count"] == 11
+    assert await node.store.schema_version() >= 2
+
+
+async def test_unserializable_state_crashes_the_message_not_the_node(make_node):
+    class Bad(GenServer):
+        v: Any = state(default=None)
+
+        @call
+        def set_obj(self) -> None:
+            self.v = object()
+
+        @call
+        def get(self) -> Any:
+            return self.v
+
+    from minihermes.runtime import ActorCrashed
+
+    node = await make_node(tree(ActorSpec("bad", Bad)))
+    with pytest.raises(ActorCrashed):
+        await node.ask("bad", "set_obj")
+    assert await node.ask("bad", "get") is None

@@ -1,0 +1,131 @@
+"""Workflows: steps, queries while running, cancel, failure, resume after an actor crash and after SIGKILL."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from minihermes.runtime import ActorSpec, Conflict, WorkflowCancelled
+
+from .actors import WF_CALLS, Steps
+from .conftest import tree
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def reset_calls():
+    WF_CALLS.clear()
+
+
+async def test_run_returns_the_result_and_steps_run_once(make_node):
+    node = await make_node(tree(ActorSpec("wf", Steps, virtual=True)))
+    got = await node.ask("wf/1", "run", {"items": ["a", "b"]})
+    assert got == {"status": "completed", "result": {"results": ["A", "B"]}, "workflow_id": "wf/1"}
+    assert await node.ask("wf/1", "run", {"items": ["a", "b"]}) == got  # finished: same outcome, no re-run
+    assert WF_CALLS == ["a", "b"]
+    with pytest.raises(Conflict):
+        await node.ask("wf/1", "start", {"items": ["a"]})
+
+
+async def test_query_answers_while_running_and_signal_continues(make_node):
+    node = await make_node(tree(ActorSpec("wf", Steps, virtual=True)))
+    run = asyncio.ensure_future(node.ask("wf/2", "run", {"items": ["a", "b"], "gate": True}))
+    while (await node.ask("wf/2", "query", {"name": "status"}))["completed_steps"] != ["a"]:
+        await asyncio.sleep(0)
+    status = await node.ask("wf/2", "query")
+    assert status["status"] == "running" and not run.done()
+    await node.ask("wf/2", "signal", {"name": "go"})
+    assert (await run)["result"] == {"results": ["A", "B"]}
+
+
+async def test_cancel_signal_reaches_a_running_workflow(make_node):
+    node = await make_node(tree(ActorSpec("wf", Steps, virtual=True)))
+    run = asyncio.ensure_future(node.ask("wf/3", "run", {"items": ["a", "b"], "gate": True}))
+    while (await node.ask("wf/3", "query"))["completed_steps"] != ["a"]:
+        await asyncio.sleep(0)
+    assert (await node.ask("wf/3", "signal", {"name": "cancel"}))["cancelled"] is True
+    with pytest.raises(WorkflowCancelled):
+        await run
+    assert (await node.ask("wf/3", "query"))["status"] == "cancelled"
+    assert WF_CALLS == ["a"]
+
+
+async def test_a_failing_step_fails_the_workflow_with_a_structured_error(make_node):
+    node = await make_node(tree(ActorSpec("wf", Steps, virtual=True)))
+    from minihermes.runtime import ActorError
+
+    with pytest.raises(ActorError) as ei:
+        await node.ask("wf/4", "run", {"items": ["a", "b", "c"], "fail_at": "b"})
+    err = ei.value.to_dict()["error"]
+    assert err["code"] == "step_failed" and err["step"] == "b" and "failed on b" in err["message"]
+    status = await node.ask("wf/4", "query")
+    assert status["status"] == "failed" and status["completed_steps"] == ["a"]
+
+
+async def test_bad_run_arguments_are_refused(make_node):
+    from minihermes.runtime import InvalidArgument
+
+    node = await make_node(tree(ActorSpec("wf", Steps, virtual=True)))
+    with pytest.raises(InvalidArgument) as ei:
+        await node.ask("wf/5", "run", {"items": "abc"})
+    assert ei.value.details["field"] == "items"
+    with pytest.raises(InvalidArgument):
+        await node.ask("wf/5", "run", {})
+    assert (await node.ask("wf/5", "query"))["status"] == "idle"
+
+
+async def test_resumes_after_the_actor_task_is_cancelled(make_node):
+    node = await make_node(tree(ActorSpec("wf", Steps, virtual=True)))
+    await node.ask("wf/6", "start", {"items": ["a", "b"], "gate": True})
+    while (await node.ask("wf/6", "query"))["completed_steps"] != ["a"]:
+        await asyncio.sleep(0)
+    cell = node.cells("wf")[0]
+    await cell.kill("test crash", abnormal=True)  # the real task, cancelled mid-run
+    await node.ask("wf/6", "signal", {"name": "go"})
+    while (await node.ask("wf/6", "query"))["status"] == "running":
+        await asyncio.sleep(0)
+    assert (await node.ask("wf/6", "result"))["result"] == {"results": ["A", "B"]}
+    assert WF_CALLS == ["a", "b"]
+
+
+async def _spawn(scenario: str, data_dir: Path) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.runtime.nodeproc", scenario, str(data_dir),
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+    )
+
+
+async def _line(proc: asyncio.subprocess.Process) -> str:
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 60)
+    assert line, "child exited early"
+    return line.decode().strip()
+
+
+@pytest.mark.slow
+async def test_workflow_resumes_at_the_next_step_after_sigkill(make_node, tmp_path):
+    data = tmp_path / "wfdata"
+    proc = await _spawn("workflow", data)
+    assert await _line(proc) == "A_DONE"
+    os.kill(proc.pid, signal.SIGKILL)
+    await proc.wait()
+    assert (data / "effects.log").read_text() == "a\n"
+
+    from minihermes.runtime import SystemClock
+
+    from .nodeproc import SideEffects
+
+    node = await make_node(tree(ActorSpec("wf", SideEffects, virtual=True)), data_dir=data, use_clock=SystemClock())
+    status = await node.ask("wf/job1", "query")
+    assert status["status"] == "running" and status["completed_steps"] == ["a"] and status["attempt"] == 2
+    await node.ask("wf/job1", "signal", {"name": "go"})
+    while (await node.ask("wf/job1", "query"))["status"] == "running":
+        await asyncio.sleep(0.01)
+    assert (await node.ask("wf/job1", "result"))["status"] == "completed"
+    assert (data / "effects.log").read_text() == "a\nb\nc\n"
