@@ -15,6 +15,11 @@ from minihermes.runtime import AppConfig, ConfigError, RedactSecrets, build_node
 app = typer.Typer(help="MiniHermes: a runtime for self-improving AI agents.", no_args_is_help=True)
 
 
+@app.callback()
+def _root() -> None:
+    """MiniHermes: a runtime for self-improving AI agents."""
+
+
 def _setup_logging(level: str, secrets: list[str]) -> None:
     logging.basicConfig(
         level=level.upper(),

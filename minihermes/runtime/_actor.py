@@ -258,7 +258,8 @@ def _container(kind: type, expected: str, tp: Any) -> Checker:
         if not isinstance(v, kind):
             raise _bad(op, field, v, expected)
         if item is not None:
-            values = v.values() if isinstance(v, dict) else v
+            seq: Any = v
+            values: list[Any] = list(seq.values()) if kind is dict else list(seq)
             for i, x in enumerate(values):
                 item(op, f"{field}[{i}]" if kind is list else field, x)
         return v
@@ -278,7 +279,9 @@ def _pydantic_checker(tp: Any) -> Checker:
             first = e.errors()[0]
             loc = ".".join(str(p) for p in first.get("loc", ()))
             where = f"{field}.{loc}" if loc else field
-            raise InvalidArgument(f"{op}: argument '{where}': {first.get('msg')}", op=op, field=where) from None
+            raise InvalidArgument(
+                f"{op}: argument '{where}': {first.get('msg')}", op=op, field=where
+            ) from None
 
     return check
 
@@ -342,7 +345,7 @@ class Actor:
                 value.name = name
                 value.type = _field_type(cls, name)
                 fields[name] = value
-        for name, value in list(vars(cls).items()):
+        for value in list(vars(cls).values()):
             mark = getattr(value, "__minihermes_handler__", None)
             if mark is None:
                 continue
@@ -404,11 +407,11 @@ class Actor:
 def _field_type(cls: type, name: str) -> Any:
     """One field's annotation, resolved on its own (an unresolvable annotation elsewhere must not blind the
     type checks of every field)."""
-    ann = cls.__dict__.get("__annotations__", {}).get(name, Any)
+    ann = inspect.get_annotations(cls).get(name, Any)
     if isinstance(ann, str):
         module = sys.modules.get(cls.__module__)
         try:
-            ann = eval(ann, dict(vars(module)) if module else {}, dict(vars(cls)))  # noqa: S307 - our own source
+            ann = eval(ann, dict(vars(module)) if module else {}, dict(vars(cls)))  # our own class source
         except Exception:
             return Any
     return ann

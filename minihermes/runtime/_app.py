@@ -16,4 +16,6 @@ def build_node(config: AppConfig, *, clock: Clock | None = None) -> Node:
     if n.backend == "sqlite":
         options.setdefault("data_dir", str(config.data_dir))
     store = open_store(n.backend, clock=clock, **options)
-    return Node(store, config.tree, options=config.node_options, clock=clock, links=ServiceLinks(config.links))
+    return Node(
+        store, config.tree, options=config.node_options, clock=clock, links=ServiceLinks(config.links)
+    )

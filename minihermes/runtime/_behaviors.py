@@ -79,7 +79,7 @@ class GenFSM(Actor):
             if bad:
                 raise TypeError(f"{cls.__name__}: transitions mention unknown states {sorted(bad)}")
         for h in cls._handlers.values():
-            allowed = getattr(h.fn, "__minihermes_states__", frozenset())
+            allowed: frozenset[str] = getattr(h.fn, "__minihermes_states__", frozenset())
             if allowed - known:
                 raise TypeError(f"{cls.__name__}.{h.op}: in_states names unknown states")
 

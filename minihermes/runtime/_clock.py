@@ -84,7 +84,7 @@ class ManualClock:
 
     async def sleep(self, delay: float) -> None:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.call_later(delay, lambda: fut.done() or fut.set_result(None))
+        self.call_later(delay, _resolve, fut)
         await fut
 
     def pending(self) -> int:
@@ -106,6 +106,11 @@ class ManualClock:
         self._now += target - self._mono
         self._mono = target
         await _settle()
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 async def _settle(rounds: int = 20) -> None:

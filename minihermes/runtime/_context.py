@@ -64,8 +64,9 @@ class RequestContext:
 
 SYSTEM_CONTEXT = RequestContext(tenant=SYSTEM_TENANT, principal="system", roles=frozenset({"system"}))
 
+_LOCAL_OWNER = RequestContext()
 _current: contextvars.ContextVar[RequestContext] = contextvars.ContextVar(
-    "minihermes_request_context", default=RequestContext()
+    "minihermes_request_context", default=_LOCAL_OWNER
 )
 
 

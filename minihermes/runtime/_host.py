@@ -59,7 +59,9 @@ class HostKV(_Scoped):
     async def put(self, key: str, value: JSON, ttl: float | None = None) -> int:
         return await self._store.kv.put(self._scope_fn(), key, value, ttl)
 
-    async def cas(self, key: str, expected_version: int | None, value: JSON, ttl: float | None = None) -> int | None:
+    async def cas(
+        self, key: str, expected_version: int | None, value: JSON, ttl: float | None = None
+    ) -> int | None:
         return await self._store.kv.cas(self._scope_fn(), key, expected_version, value, ttl)
 
     async def delete(self, key: str) -> bool:
@@ -125,7 +127,9 @@ class HostChannels(_Scoped):
         self._node = node
         self._cell = cell
 
-    async def declare(self, channel: str, *, max_deliveries: int = 5, visibility_timeout: float = 30.0) -> None:
+    async def declare(
+        self, channel: str, *, max_deliveries: int = 5, visibility_timeout: float = 30.0
+    ) -> None:
         await self._store.channels.declare(
             _scope(), channel, max_deliveries=max_deliveries, visibility_timeout=visibility_timeout
         )
@@ -264,13 +268,17 @@ class Host:
 
     # -- messaging ----------------------------------------------------------------------------------------
 
-    async def ask(self, target: str, op: str, payload: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
+    async def ask(
+        self, target: str, op: str, payload: dict[str, Any] | None = None, timeout: float | None = None
+    ) -> Any:
         return await self._node.ask(target, op, payload, timeout)
 
     def send(self, target: str, op: str, payload: dict[str, Any] | None = None) -> None:
         self._node.send(target, op, payload)
 
-    def send_after(self, delay: float, op: str, payload: dict[str, Any] | None = None, target: str | None = None) -> str:
+    def send_after(
+        self, delay: float, op: str, payload: dict[str, Any] | None = None, target: str | None = None
+    ) -> str:
         """A one-off timer message to this actor (or target) after delay seconds. Cancelled if this instance
         dies: a restarted actor re-arms its timers in on_init."""
         if delay < 0:
@@ -382,7 +390,9 @@ class Host:
     ) -> None:
         self._node.register(
             self._cell,
-            RegistryEntry(self._cell.address, object_type, category, list(capabilities), dict(metadata or {})),
+            RegistryEntry(
+                self._cell.address, object_type, category, list(capabilities), dict(metadata or {})
+            ),
             _scope(),
         )
 

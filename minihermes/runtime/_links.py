@@ -54,7 +54,9 @@ class ServiceLink:
 class ServiceLinks:
     """The node's declared links and one shared HTTP client."""
 
-    def __init__(self, links: dict[str, ServiceLink], transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self, links: dict[str, ServiceLink], transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
         self._links = links
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
@@ -79,7 +81,9 @@ class ServiceLinks:
             raise InvalidArgument("path must not contain '.' or '..' segments", field="path")
         url = urljoin(link.base_url, path.lstrip("/"))
         base, target = urlsplit(link.base_url), urlsplit(url)
-        if (target.scheme, target.netloc) != (base.scheme, base.netloc) or not target.path.startswith(base.path):
+        if (target.scheme, target.netloc) != (base.scheme, base.netloc) or not target.path.startswith(
+            base.path
+        ):
             raise InvalidArgument("path leaves the link's base URL", field="path")
         return link, url
 
@@ -108,7 +112,9 @@ class ServiceLinks:
         except httpx.TimeoutException:
             raise LinkError(f"link '{link_name}' timed out after {link.timeout:g}s", link=link_name) from None
         except httpx.HTTPError as e:
-            raise LinkError(f"link '{link_name}' failed: {self._scrub(type(e).__name__)}", link=link_name) from None
+            raise LinkError(
+                f"link '{link_name}' failed: {self._scrub(type(e).__name__)}", link=link_name
+            ) from None
         body_bytes = resp.content[: link.max_response_bytes]
         body: Any
         if "json" in resp.headers.get("content-type", ""):

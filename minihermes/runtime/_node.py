@@ -131,7 +131,9 @@ class Node:
         await self._resume_durable()
         await self._arm_reminders()
         if self.options.retention:
-            self._retention_timer = self.clock.call_later(self.options.retention_interval, self._retention_tick)
+            self._retention_timer = self.clock.call_later(
+                self.options.retention_interval, self._retention_tick
+            )
         log.info("node %s started (%d actor types)", self.node_id, len(self._specs))
 
     async def stop(self, deadline: float | None = None) -> None:
@@ -189,7 +191,7 @@ class Node:
         name, _, key = target.partition("/")
         spec = self.spec(name)
         handler = spec.cls._handlers.get(op)
-        if handler is None or handler.internal and not op.startswith("__"):
+        if handler is None:
             ops = [o for o in spec.cls._handlers if not o.startswith("__")]
             hint = difflib.get_close_matches(op, ops, n=1)
             extra = f"; did you mean '{hint[0]}'?" if hint else ""
@@ -294,7 +296,12 @@ class Node:
             timer.cancel()
 
     def send(
-        self, target: str, op: str, payload: dict[str, Any] | None = None, *, ctx: RequestContext | None = None
+        self,
+        target: str,
+        op: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        ctx: RequestContext | None = None,
     ) -> None:
         """Fire-and-forget. Bad target/op/arguments and overload raise at once; nothing is awaited."""
         ctx = ctx or current_context()
@@ -319,9 +326,7 @@ class Node:
         spec = self._specs.get(name)
         if spec is None or op not in spec.cls._handlers:
             return
-        self._deliver_system(
-            f"{name}/{key}" if key else name, op, payload, self.system_context_for(scope)
-        )
+        self._deliver_system(f"{name}/{key}" if key else name, op, payload, self.system_context_for(scope))
 
     @staticmethod
     def _sender() -> str:
@@ -402,10 +407,10 @@ class Node:
                 watcher, "__DOWN__", {"monitor_ref": ref, "down_from": cell.address, "down_reason": reason}
             )
         cell.monitors.clear()
-        for ref, target in list(cell.watching.items()):
-            t = self._cells.get(target)
-            if t is not None:
-                t.monitors.pop(ref, None)
+        for ref, target_ck in list(cell.watching.items()):
+            watched = self._cells.get(target_ck)
+            if watched is not None:
+                watched.monitors.pop(ref, None)
         cell.watching.clear()
         links, cell.links = cell.links, set()
         for other_ck in links:
@@ -545,7 +550,9 @@ class Node:
                 continue  # another node fired it
             ctx = RequestContext.from_dict(r.context) if isinstance(r.context, dict) else None
             self.metrics.incr("reminders_fired_total")
-            self._deliver_system(r.target, r.op, dict(r.payload or {}), ctx or self.system_context_for(r.scope))
+            self._deliver_system(
+                r.target, r.op, dict(r.payload or {}), ctx or self.system_context_for(r.scope)
+            )
         await self._arm_reminders()
 
     def _retention_tick(self) -> None:
@@ -572,7 +579,9 @@ class Node:
         key = f"resume:{cell.scope[0]}:{cell.scope[1]}:{cell.address}"
         if active:
             await self.store.kv.put(
-                RUNTIME_SCOPE, key, {"tenant": cell.scope[0], "namespace": cell.scope[1], "address": cell.address}
+                RUNTIME_SCOPE,
+                key,
+                {"tenant": cell.scope[0], "namespace": cell.scope[1], "address": cell.address},
             )
         else:
             await self.store.kv.delete(RUNTIME_SCOPE, key)

@@ -231,7 +231,9 @@ class Supervisor:
                 log.info("%s exited (%s); not restarted (%s)", child.name, reason, child.restart)
                 return
             if self.intensity.exceeded():
-                await self._give_up(f"restart intensity exceeded in {self.spec.name} ({child.name}: {reason})")
+                await self._give_up(
+                    f"restart intensity exceeded in {self.spec.name} ({child.name}: {reason})"
+                )
                 return
             log.warning("%s: restarting after %s (%s)", self.spec.name, child.name, reason)
             self.node.metrics.incr("actor_restarts_total", actor=child.name)

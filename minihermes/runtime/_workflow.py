@@ -13,7 +13,7 @@ import asyncio
 import inspect
 import typing
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._actor import Actor, Handler, build_handler, call, cast, state
 from ._cell import Deferred
@@ -59,8 +59,13 @@ class Workflow(Actor):
 
     # -- to override --------------------------------------------------------------------------------------
 
-    async def execute(self, **args: Any) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} must implement execute()")
+    if TYPE_CHECKING:
+        # Subclasses declare their own parameters (they become the run arguments, checked like a handler's).
+        execute: Callable[..., Awaitable[Any]]
+    else:
+
+        async def execute(self, **args: Any) -> Any:
+            raise NotImplementedError(f"{type(self).__name__} must implement execute()")
 
     async def on_signal(self, name: str, payload: Any) -> None:
         """Handle a custom signal (default: kept for ``wait_signal``)."""
@@ -143,7 +148,11 @@ class Workflow(Actor):
             return
         except Exception as e:
             self.wf_status = "failed"
-            self.wf_error = {"code": "step_failed", "message": f"{type(e).__name__}: {e}", "step": self.wf_current}
+            self.wf_error = {
+                "code": "step_failed",
+                "message": f"{type(e).__name__}: {e}",
+                "step": self.wf_current,
+            }
             self.host.log.warning("workflow %s failed in step %s: %s", self.actor_id, self.wf_current, e)
             await self._finish()
             return
@@ -184,7 +193,9 @@ class Workflow(Actor):
                 raise Conflict("workflow is already running with other arguments", workflow_id=self.actor_id)
             return
         if self.wf_status in TERMINAL:
-            raise Conflict(f"workflow already {self.wf_status}", workflow_id=self.actor_id, status=self.wf_status)
+            raise Conflict(
+                f"workflow already {self.wf_status}", workflow_id=self.actor_id, status=self.wf_status
+            )
         self.wf_status = "running"
         self.wf_args = kwargs
         self.wf_started_at = self.host.now()

@@ -36,8 +36,15 @@ class Counter(GenServer):
         raise RuntimeError(message)
 
     @call
-    def typed(self, name: str, n: int, ratio: float = 1.0, tags: list[str] | None = None,
-              mode: Literal["a", "b"] = "a", meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    def typed(
+        self,
+        name: str,
+        n: int,
+        ratio: float = 1.0,
+        tags: list[str] | None = None,
+        mode: Literal["a", "b"] = "a",
+        meta: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         return {"name": name, "n": n, "ratio": ratio, "tags": tags, "mode": mode, "meta": meta}
 
     @call
@@ -107,7 +114,9 @@ class Recorder(GenServer):
         return self.host.cancel_timer(timer_id)
 
     @call
-    async def remind(self, name: str, every: float | None = None, at: float | None = None, value: Any = None) -> None:
+    async def remind(
+        self, name: str, every: float | None = None, at: float | None = None, value: Any = None
+    ) -> None:
         await self.host.set_reminder(name, "note", {"value": value}, every=every, at=at)
 
 
@@ -167,7 +176,9 @@ GATES: dict[str, Any] = {}
 
 
 class Steps(Workflow):
-    async def execute(self, items: list[str], fail_at: str | None = None, gate: bool = False) -> dict[str, Any]:
+    async def execute(
+        self, items: list[str], fail_at: str | None = None, gate: bool = False
+    ) -> dict[str, Any]:
         out = []
         for item in items:
             out.append(await self.step(item, self._work, item, fail_at))

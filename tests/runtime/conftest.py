@@ -41,3 +41,14 @@ async def make_node(tmp_path: Path, clock: ManualClock) -> AsyncIterator[NodeFac
     yield factory
     for n in nodes:
         await n.stop(deadline=5)
+
+
+async def until(predicate: Callable[[], Any], limit: int = 100_000) -> None:
+    """Yield to the event loop until an async predicate holds (progress-driven, no wall-clock sleeps)."""
+    import asyncio
+
+    for _ in range(limit):
+        if await predicate():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("condition never became true")

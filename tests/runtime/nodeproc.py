@@ -1,6 +1,6 @@
 """A node in a child process, for crash tests that SIGKILL it. Prints one line per acknowledged fact.
 
-    python -m tests.runtime.nodeproc <scenario> <data_dir>
+python -m tests.runtime.nodeproc <scenario> <data_dir>
 """
 
 from __future__ import annotations
@@ -70,8 +70,8 @@ async def main(scenario: str, data_dir: str) -> None:
     if scenario == "workflow":
         log = str(Path(data_dir) / "effects.log")
         await node.ask("wf/job1", "start", {"log": log})
-        while (await node.ask("wf/job1", "query"))["completed_steps"] != ["a"]:
-            await asyncio.sleep(0.01)
+        while (await node.ask("wf/job1", "query"))["completed_steps"] != ["a"]:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)  # the child polls its own node; the parent waits on its output
         print("A_DONE", flush=True)
     elif scenario == "writes":
         for i in range(50):

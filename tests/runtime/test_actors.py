@@ -65,7 +65,9 @@ async def test_bad_arguments_get_structured_errors_naming_op_and_field(make_node
 
 async def test_good_arguments_pass_with_conversions(make_node):
     node = await make_node(tree(ActorSpec("counter", Counter)))
-    got = await node.ask("counter", "typed", {"op": "typed", "name": "a", "n": 2.0, "ratio": 3, "tags": ["x"]})
+    got = await node.ask(
+        "counter", "typed", {"op": "typed", "name": "a", "n": 2.0, "ratio": 3, "tags": ["x"]}
+    )
     assert got == {"name": "a", "n": 2, "ratio": 3, "tags": ["x"], "mode": "a", "meta": None}
 
 
@@ -99,7 +101,11 @@ async def test_fsm_rejects_invalid_transitions_and_keeps_state(make_node):
     with pytest.raises(InvalidTransition) as ei:
         await node.ask("door", "walk_through")
     assert ei.value.code == "invalid_transition"
-    assert await node.ask("door", "transition", {"to": "open"}) == {"status": "ok", "from": "closed", "to": "open"}
+    assert await node.ask("door", "transition", {"to": "open"}) == {
+        "status": "ok",
+        "from": "closed",
+        "to": "open",
+    }
     with pytest.raises(InvalidTransition) as ei2:
         await node.ask("door", "transition", {"to": "locked"})
     assert ei2.value.details == {"from_state": "open", "to": "locked"}
@@ -142,7 +148,10 @@ async def test_genevent_casts_and_subscribers(make_node):
     }
     node.send("audit", "log_event", {"event_type": "policy_changed"})
     assert (await node.ask("audit", "stats"))["count"] == 2
-    assert await node.ask("rec", "get") == [["note", ["tool_executed", "x"]], ["note", ["policy_changed", ""]]]
+    assert await node.ask("rec", "get") == [
+        ["note", ["tool_executed", "x"]],
+        ["note", ["policy_changed", ""]],
+    ]
     assert [e[0] for e in EVENTS] == ["tool_executed", "policy_changed"]
 
 
@@ -156,11 +165,11 @@ async def test_async_handler_can_ask_other_actors_and_errors_propagate(make_node
 
 
 async def test_ask_timeout_is_structured(make_node, clock: ManualClock):
+    import asyncio
+
     from minihermes.runtime import AskTimeout
 
     from .actors import GATES, Slow
-
-    import asyncio
 
     GATES.clear()
     GATES["gate"] = asyncio.Event()

@@ -9,10 +9,14 @@ import pytest
 from minihermes.runtime import ActorSpec, Overloaded, RequestContext
 
 from .actors import GATES, Slow
-from .conftest import tree
+from .conftest import tree, until
 
 A = RequestContext(tenant="acme")
 B = RequestContext(tenant="globex")
+
+
+async def entered() -> bool:
+    return bool(GATES.get("entered"))
 
 
 @pytest.fixture(autouse=True)
@@ -26,8 +30,7 @@ def gate():
 async def test_full_mailbox_answers_overloaded(make_node, gate):
     node = await make_node(tree(ActorSpec("slow", Slow, mailbox_capacity=3)))
     pending = [asyncio.ensure_future(node.ask("slow", "work", {"n": 0}))]
-    while not GATES.get("entered"):  # the actor has taken message 0 and is blocked in it
-        await asyncio.sleep(0)
+    await until(entered)  # the actor has taken message 0 and is blocked in it
     pending += [asyncio.ensure_future(node.ask("slow", "work", {"n": i})) for i in (1, 2, 3)]
     await asyncio.sleep(0)
     with pytest.raises(Overloaded) as ei:
@@ -41,7 +44,9 @@ async def test_full_mailbox_answers_overloaded(make_node, gate):
 
 
 async def test_a_flooding_tenant_cannot_starve_another(make_node, gate):
-    node = await make_node(tree(ActorSpec("slow", Slow, virtual=True, mailbox_capacity=1000)), max_inflight=100)
+    node = await make_node(
+        tree(ActorSpec("slow", Slow, virtual=True, mailbox_capacity=1000)), max_inflight=100
+    )
     flood = []
     refused = 0
     for i in range(200):

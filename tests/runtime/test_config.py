@@ -76,10 +76,15 @@ def test_good_config_builds_the_tree():
         (('idle_timeout = "10m"', 'idle_timeout = "soon"'), "supervisor.children[0].facets[0].config"),
         (('name = "fsm"', 'name = "agent"'), "supervisor.children[1].name"),
         (('kind = "events"', 'kind = "everything"'), "retention.rules[0].kind"),
-        (('base_url = "https://api.example.test/v1"', 'base_url = "ftp://x"'), "service_links.weather.base_url"),
+        (
+            ('base_url = "https://api.example.test/v1"', 'base_url = "ftp://x"'),
+            "service_links.weather.base_url",
+        ),
         (('id = "n1"', 'id = "n1"\nbogus = 1'), "node.bogus"),
-        (('role = "tests.runtime.actors:Steps"', 'role = "tests.runtime.actors:Nope"'),
-         "supervisor.children[2].supervisor.children[0].role"),
+        (
+            ('role = "tests.runtime.actors:Steps"', 'role = "tests.runtime.actors:Nope"'),
+            "supervisor.children[2].supervisor.children[0].role",
+        ),
     ],
 )
 def test_bad_config_names_the_field(patch, field):

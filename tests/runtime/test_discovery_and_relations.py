@@ -97,11 +97,15 @@ async def test_groups_and_registry_are_tenant_scoped(make_node):
 
 async def test_registry_discover_by_category_and_capability(make_node):
     node = await make_node(tree(ActorSpec("m", Member, virtual=True)))
-    await node.ask("m/s1", "register", {"category": "skill_store", "capabilities": ["match_skills", "lifecycle"]})
+    await node.ask(
+        "m/s1", "register", {"category": "skill_store", "capabilities": ["match_skills", "lifecycle"]}
+    )
     await node.ask("m/s2", "register", {"category": "skill_store", "capabilities": ["propose_skill"]})
     await node.ask("m/ag", "register", {"category": "agent", "capabilities": ["chat", "match_skills"]})
     assert await node.ask("m/q", "discover", {"category": "skill_store"}) == ["m/s1", "m/s2"]
-    assert await node.ask("m/q", "discover", {"category": "skill_store", "capability": "match_skills"}) == ["m/s1"]
+    assert await node.ask("m/q", "discover", {"category": "skill_store", "capability": "match_skills"}) == [
+        "m/s1"
+    ]
     assert await node.ask("m/q", "discover", {"capability": "match_skills"}) == ["m/s1", "m/ag"]
 
 

@@ -52,7 +52,9 @@ async def test_one_for_one_rest_for_one_one_for_all(make_node, tmp_path):
         ("one_for_all", {"a": 2, "b": 2, "c": 2}),
     ]:
         node = await make_node(
-            tree(ActorSpec("a", Counter), ActorSpec("b", Counter), ActorSpec("c", Counter), strategy=strategy),
+            tree(
+                ActorSpec("a", Counter), ActorSpec("b", Counter), ActorSpec("c", Counter), strategy=strategy
+            ),
             data_dir=tmp_path / strategy,
         )
         for n in "abc":
@@ -105,7 +107,7 @@ async def test_restart_intensity_escalates_to_the_parent(make_node):
         children=[ActorSpec("worker", Counter), ActorSpec("sibling", Counter)],
     )
     node = await make_node(tree(ActorSpec("outside", Counter), inner, max_restarts=5))
-    for i in range(3):
+    for _ in range(3):
         with pytest.raises(ActorCrashed):
             await node.ask("worker", "crash")
         await settle(node, "worker")
@@ -139,7 +141,11 @@ async def test_virtual_instance_crash_restarts_only_that_key(make_node):
 
 async def test_virtual_type_restart_intensity_escalates(make_node):
     node = await make_node(
-        tree(ActorSpec("nb", Counter, virtual=True, max_restarts=1), ActorSpec("other", Counter), max_restarts=5)
+        tree(
+            ActorSpec("nb", Counter, virtual=True, max_restarts=1),
+            ActorSpec("other", Counter),
+            max_restarts=5,
+        )
     )
     await node.ask("nb/k", "add", {"amount": 1})
     for _ in range(2):

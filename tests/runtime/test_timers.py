@@ -23,9 +23,9 @@ async def test_send_after_fires_and_can_be_cancelled(make_node, clock: ManualClo
 
 
 async def test_timers_die_with_the_instance(make_node, clock: ManualClock):
-    from minihermes.runtime import ActorCrashed
-
     import pytest
+
+    from minihermes.runtime import ActorCrashed
 
     node = await make_node(tree(ActorSpec("rec", Recorder)))
     await node.ask("rec", "timer", {"delay": 10, "value": "a"})
