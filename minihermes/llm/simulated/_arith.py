@@ -1,0 +1,185 @@
+"""Arithmetic for the simulated model: find an expression in a sentence, evaluate it safely, show it.
+
+"what is twelve plus 30" -> "12 + 30"; "calculate 42*17" -> "42 * 17"; "15% of 80" -> "15 / 100 * 80".
+The model sends the calculator the expression, not the answer; it evaluates only to answer when no
+calculator is offered, and to foresee a result it may pass on to a later step (see the planner).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+import re
+from collections.abc import Callable
+
+_UNITS = {
+    "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
+    "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15,
+    "sixteen": 16, "seventeen": 17, "eighteen": 18, "nineteen": 19,
+}  # fmt: skip
+_TENS = {
+    "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80,
+    "ninety": 90,
+}  # fmt: skip
+_SCALES = {"hundred": 100, "thousand": 1_000, "million": 1_000_000}
+_NUMBER_WORD = "|".join(sorted([*_UNITS, *_TENS, *_SCALES], key=len, reverse=True))
+_NUMBER_RUN = re.compile(rf"\b(?:{_NUMBER_WORD})(?:[\s-]+(?:and[\s-]+)?(?:{_NUMBER_WORD}))*\b", re.I)
+
+# Phrasings of binary operations; applied before the symbol scan, longest phrases first.
+_VERB_FORMS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"\b(?:add|sum(?: of)?)\s+(\S+)\s+(?:and|to|plus)\s+(\S+)", re.I), r"\1 + \2"),
+    (re.compile(r"\bsubtract\s+(\S+)\s+from\s+(\S+)", re.I), r"\2 - \1"),
+    (re.compile(r"\bmultiply\s+(\S+)\s+(?:by|and|with)\s+(\S+)", re.I), r"\1 * \2"),
+    (re.compile(r"\bdivide\s+(\S+)\s+by\s+(\S+)", re.I), r"\1 / \2"),
+    (re.compile(r"\b(?:the\s+)?product of\s+(\S+)\s+and\s+(\S+)", re.I), r"\1 * \2"),
+    (re.compile(r"\b(?:the\s+)?square root of\s+(\S+)", re.I), r"\1 ** 0.5"),
+]
+_WORD_OPS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"(\d(?:[\d.]*\d)?)\s*(?:%|percent)\s+of\b", re.I), r"\1 / 100 *"),
+    (re.compile(r"\bto the power of\b", re.I), " ** "),
+    (re.compile(r"\bmultiplied by\b", re.I), " * "),
+    (re.compile(r"\bdivided by\b", re.I), " / "),
+    (re.compile(r"\b(?:times)\b", re.I), " * "),
+    (re.compile(r"\b(?:plus)\b", re.I), " + "),
+    (re.compile(r"\b(?:minus)\b", re.I), " - "),
+    (re.compile(r"\b(?:over)\b", re.I), " / "),
+    (re.compile(r"\b(?:mod|modulo)\b", re.I), " % "),
+    (re.compile(r"\bsquared\b", re.I), " ** 2"),
+    (re.compile(r"\bcubed\b", re.I), " ** 3"),
+    (re.compile(r"(?<=\d)\s*[x\u00d7]\s*(?=[\d(])", re.I), " * "),
+    (re.compile("\u00f7"), " / "),
+    (re.compile(r"\^"), " ** "),
+]
+_CANDIDATE = re.compile(r"[\d.\s+\-*/%()]+")
+_TOKEN = re.compile(r"\d+(?:\.\d+)?|\*\*|[-+*/%()]")
+_BINARY_TOKENS = frozenset({"+", "-", "*", "/", "%", "**"})
+
+_BINARY: dict[type[ast.operator], Callable[[float, float], float]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+
+
+class ArithmeticError_(ValueError):
+    """The expression cannot be evaluated (division by zero, too large, not arithmetic)."""
+
+
+def words_to_numbers(text: str) -> str:
+    """Replace runs of English number words with digits: "forty two" -> "42"."""
+
+    def convert(match: re.Match[str]) -> str:
+        total, current = 0, 0
+        for word in re.split(r"[\s-]+", match.group(0).lower()):
+            if word == "and":
+                continue
+            if word in _UNITS:
+                current += _UNITS[word]
+            elif word in _TENS:
+                current += _TENS[word]
+            elif word == "hundred":
+                current = max(current, 1) * 100
+            else:
+                total += max(current, 1) * _SCALES[word]
+                current = 0
+        return str(total + current)
+
+    return _NUMBER_RUN.sub(convert, text)
+
+
+def find_expression(text: str) -> str | None:
+    """The longest arithmetic expression in ``text`` with at least one operator, normalized."""
+    rewritten = words_to_numbers(text)
+    for pattern, replacement in _VERB_FORMS:
+        rewritten = pattern.sub(replacement, rewritten)
+    for pattern, replacement in _WORD_OPS:
+        rewritten = pattern.sub(replacement, rewritten)
+    best: str | None = None
+    for match in _CANDIDATE.finditer(rewritten):
+        candidate = normalize(match.group(0))
+        if candidate and _is_expression(candidate) and (best is None or len(candidate) > len(best)):
+            best = candidate
+    return best
+
+
+def normalize(expression: str) -> str:
+    """Canonical spacing: binary operators spaced, unary signs and parentheses tight: "(2 + 3) * -4"."""
+    tokens = _TOKEN.findall(expression)
+    # A sentence's edges are not part of the sum: "is 2+2." or "= (" leave dangling tokens.
+    while tokens and tokens[-1] in _BINARY_TOKENS | {"("}:
+        tokens.pop()
+    while tokens and tokens[0] in (_BINARY_TOKENS - {"+", "-"}) | {")"}:
+        tokens.pop(0)
+    parts: list[str] = []
+    previous: str | None = None
+    for token in tokens:
+        after_operand = previous is not None and (previous == ")" or previous[0].isdigit())
+        if token in _BINARY_TOKENS and after_operand:
+            parts.append(f" {token} ")
+        elif after_operand and (token[0].isdigit() or token == "("):
+            # Two operands in a row ("12 30") is not arithmetic; keep the gap so parsing rejects it.
+            parts.append(f" {token}")
+        else:
+            parts.append(token)
+        previous = token
+    return "".join(parts).strip()
+
+
+def _is_expression(candidate: str) -> bool:
+    try:
+        tree = ast.parse(candidate, mode="eval")
+    except SyntaxError:
+        return False
+    return any(isinstance(node, ast.BinOp) for node in ast.walk(tree))
+
+
+def evaluate(expression: str) -> int | float:
+    """Evaluate an arithmetic expression without ``eval``: numbers, + - * / // % ** and parentheses."""
+    try:
+        tree = ast.parse(expression, mode="eval")
+    except SyntaxError:
+        raise ArithmeticError_(f"not an arithmetic expression: {expression!r}") from None
+    return _eval(tree.body)
+
+
+def _eval(node: ast.expr) -> int | float:
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, int | float)
+        and not isinstance(node.value, bool)
+    ):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        value = _eval(node.operand)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        left, right = _eval(node.left), _eval(node.right)
+        if isinstance(node.op, ast.Pow) and (abs(right) > 64 or abs(left) > 1e6):
+            raise ArithmeticError_("exponent too large")
+        try:
+            result = _BINARY[type(node.op)](left, right)
+        except ZeroDivisionError:
+            raise ArithmeticError_("division by zero") from None
+        if isinstance(result, complex) or (isinstance(result, float) and not math.isfinite(result)):
+            raise ArithmeticError_("result is not a finite real number")
+        return result
+    raise ArithmeticError_("only numbers and + - * / % ** are allowed")
+
+
+def format_number(value: int | float) -> str:
+    """714 -> "714"; 2.5 -> "2.5"; 0.1 + 0.2 -> "0.3" (ten significant digits)."""
+    if isinstance(value, float):
+        if value.is_integer() and abs(value) < 1e15:
+            return str(int(value))
+        return f"{value:.10g}"
+    return str(value)
+
+
+def pretty(expression: str) -> str:
+    """How the model writes an expression back to the user: "42 * 17" -> "42 x 17"."""
+    return expression.replace(" ** ", "^").replace("**", "^").replace(" * ", " x ")

@@ -1,0 +1,163 @@
+"""The simulated model's plan: tool steps it intends to take for the current request, and their outcomes."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from .._types import ToolCall
+from ._text import Toolbox, as_text
+
+_VALUE_KEYS = ("result", "value", "output", "content", "text", "answer", "data")
+
+
+@dataclass(frozen=True)
+class Ref:
+    """An argument filled from the result of the step with key ``step`` ("remember the result")."""
+
+    step: str
+
+
+@dataclass(frozen=True)
+class Step:
+    """One intended tool call.
+
+    ``intent`` names the ``Intent`` that made it and will describe its outcome; ``subject``/``owner`` are
+    what the step is about, for that description; ``prediction`` is the result the model can foresee
+    (arithmetic), which lets it pass the value on without waiting when a procedure says what comes next.
+    """
+
+    key: str
+    intent: str
+    tool: str
+    args: dict[str, Any]
+    subject: str = ""
+    owner: str = ""
+    prediction: str | None = None
+    produces: bool = False
+    """Whether later steps may refer to this step's result ("... and remember the result")."""
+    form: str = ""
+    """Intent-specific detail for the description (e.g. which phrasing a memory fact had)."""
+
+    def refs(self) -> list[Ref]:
+        return [value for value in self.args.values() if isinstance(value, Ref)]
+
+
+@dataclass(frozen=True)
+class Note:
+    """A sentence of the final answer that needs no tool (e.g. the requested tool is not offered).
+
+    ``value`` is what "the result" means if a later clause refers to this one.
+    """
+
+    text: str
+    value: str = ""
+
+
+Item = Step | Note
+
+
+@dataclass
+class Plan:
+    """The ordered steps and notes for one request. ``batch``: emit every ready step in one response."""
+
+    items: list[Item] = field(default_factory=list)
+    batch: bool = False
+    procedure: str | None = None
+    """The name of the procedure (skill) that shaped this plan, if any."""
+
+    @property
+    def steps(self) -> list[Step]:
+        return [item for item in self.items if isinstance(item, Step)]
+
+    def step(self, key: str) -> Step | None:
+        return next((s for s in self.steps if s.key == key), None)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A tool call the conversation already holds, with its result."""
+
+    call: ToolCall
+    content: str
+    error: str | None = None
+    data: Any = None
+
+    @classmethod
+    def of(cls, call: ToolCall, content: str | None, is_error: bool) -> Outcome:
+        if content is None:
+            return cls(call, "", error="the tool returned no result")
+        data = _json_or_text(content)
+        error = content if is_error else _error_in(data)
+        return cls(call, content, error=error or None, data=data)
+
+    @property
+    def value(self) -> str:
+        """The main value of the result: ``result``/``value``/... of a JSON object, or the text."""
+        data = self.data
+        if isinstance(data, dict):
+            for key in _VALUE_KEYS:
+                if data.get(key) is not None:
+                    return as_text(data[key])
+            return ""
+        return as_text(data) if data is not None else self.content
+
+
+def _json_or_text(content: str) -> Any:
+    try:
+        return json.loads(content)
+    except ValueError:
+        return content
+
+
+def _error_in(data: Any) -> str | None:
+    if isinstance(data, dict):
+        error = data.get("error")
+        if isinstance(error, dict):
+            error = error.get("message") or json.dumps(error)
+        if error:
+            return str(error)
+        if data.get("ok") is False or data.get("status") in ("error", "failed"):
+            return str(data.get("message") or data.get("detail") or "the tool reported a failure")
+    if isinstance(data, str):
+        text = data.strip()
+        # The agent's guardrail writes "[denied: tool]"; plain-text tools often start with "Error".
+        if text.lower().startswith(("[denied", "error:", "error -", "traceback")):
+            return text
+    return None
+
+
+@dataclass
+class ParseContext:
+    """What intents see while a request is parsed: the tools, and the items parsed so far."""
+
+    toolbox: Toolbox
+    items: list[Item] = field(default_factory=list)
+    _keys: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    def key(self) -> str:
+        return f"s{next(self._keys)}"
+
+    def last_result(self) -> Step | Note | None:
+        """The latest item whose result "the result" would mean."""
+        for item in reversed(self.items):
+            if (isinstance(item, Step) and item.produces) or (isinstance(item, Note) and item.value):
+                return item
+        return None
+
+
+class Intent(ABC):
+    """A kind of request the simulated model understands."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def parse(self, clause: str, ctx: ParseContext) -> list[Item] | None:
+        """Plan items for ``clause``, or None if the clause is not this kind of request."""
+
+    @abstractmethod
+    def describe(self, step: Step, outcome: Outcome) -> str:
+        """A sentence of the final answer for a step whose (successful) result is ``outcome``."""

@@ -1,0 +1,246 @@
+"""The simulated model's reasoning: plan the request, then take the next step the conversation lacks.
+
+Stateless by design: every call re-reads the conversation, re-plans the last user message, matches the
+tool calls already made in this turn to plan steps, and either emits the next step(s) or ends the turn
+with an answer composed from the actual tool results. A restarted or failed-over gateway therefore gets
+the same behaviour from the same history, and the model cannot loop: a plan is finite, an error ends
+the turn, and a round limit backs both up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .._types import CompletionRequest, Message, ToolCall
+from ._plan import Intent, Item, Note, Outcome, ParseContext, Plan, Ref, Step
+from ._text import Toolbox, as_text, clean_clause, split_clauses
+
+_GREETING = ("hi", "hello", "hey", "good morning", "good afternoon", "good evening", "greetings")
+_THANKS = ("thanks", "thank you", "cheers", "thx")
+
+
+@dataclass(frozen=True)
+class PlanningContext:
+    """What an advisor may consult: the request, its last user message, the tools and the intents."""
+
+    request: CompletionRequest
+    user_text: str
+    toolbox: Toolbox
+    intents: Sequence[Intent]
+
+
+class PlanAdvisor(Protocol):
+    """Reshapes a plan from context beyond the user's words, e.g. a learned procedure in the system prompt."""
+
+    def advise(self, plan: Plan, ctx: PlanningContext) -> Plan: ...
+
+
+@dataclass(frozen=True)
+class Turn:
+    """The current turn: the last user message and the tool calls (with results) made since."""
+
+    user_text: str
+    user_index: int
+    calls: list[Outcome] = field(default_factory=list)
+    rounds: int = 0
+    orphans: dict[str, Message] = field(default_factory=dict)
+    """Tool results whose call is missing from the history (an agent that dropped ``tool_calls``)."""
+
+    @property
+    def digest(self) -> str:
+        """Names this turn in the tool-call ids the model makes, so results find their step by id too."""
+        return hashlib.sha256(f"{self.user_index}|{self.user_text}".encode()).hexdigest()[:10]
+
+    @classmethod
+    def read(cls, request: CompletionRequest) -> Turn:
+        messages = request.messages
+        user_index = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
+        if user_index < 0:
+            return cls("", -1)
+        results = {m.tool_call_id: m for m in messages[user_index + 1 :] if m.role == "tool"}
+        calls: list[Outcome] = []
+        rounds = 0
+        for message in messages[user_index + 1 :]:
+            if message.role == "assistant" and message.tool_calls:
+                rounds += 1
+                for call in message.tool_calls:
+                    result = results.get(call.id)
+                    calls.append(
+                        Outcome.of(
+                            call, result.content if result else None, result.is_error if result else False
+                        )
+                    )
+        answered = {outcome.call.id for outcome in calls}
+        orphans = {key: m for key, m in results.items() if key is not None and key not in answered}
+        return cls(messages[user_index].content, user_index, calls, rounds, orphans)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the model says next: text, and tool calls if the turn goes on."""
+
+    content: str
+    tool_calls: list[ToolCall]
+
+
+class Planner:
+    """Turns a request into the next response. ``intents`` parse, ``advisors`` reshape the plan."""
+
+    def __init__(self, intents: Sequence[Intent], advisors: Sequence[PlanAdvisor] = ()) -> None:
+        self.intents = list(intents)
+        self.advisors = list(advisors)
+        self._by_name = {intent.name: intent for intent in self.intents}
+
+    def plan(self, request: CompletionRequest, user_text: str) -> Plan:
+        toolbox = Toolbox(request.tools)
+        ctx = ParseContext(toolbox)
+        for clause in split_clauses(user_text, lambda piece: self._parses(piece, toolbox)):
+            items = self._parse(clause, ctx)
+            ctx.items.extend(items or [])
+        plan = Plan(list(ctx.items))
+        planning = PlanningContext(request, user_text, toolbox, self.intents)
+        for advisor in self.advisors:
+            plan = advisor.advise(plan, planning)
+        return plan
+
+    def respond(self, request: CompletionRequest) -> Decision:
+        turn = Turn.read(request)
+        if turn.user_index < 0:
+            return Decision("How can I help?", [])
+        plan = self.plan(request, turn.user_text)
+        if not plan.items:
+            return Decision(_chat_reply(turn.user_text, Toolbox(request.tools)), [])
+        done = _match(plan, turn)
+        failed = next((step for step in plan.steps if step.key in done and done[step.key].error), None)
+        pending = [step for step in plan.steps if step.key not in done]
+        if failed is not None or not pending:
+            return Decision(self._compose(plan, done), [])
+        if turn.rounds >= len(plan.steps) + 2:
+            stopped = f"I stopped after {turn.rounds} rounds of tool calls without finishing."
+            return Decision(f"{self._compose(plan, done)} {stopped}".strip(), [])
+        calls = self._next_calls(plan, pending, done, turn)
+        if not calls:
+            return Decision(self._compose(plan, done), [])
+        names = list(dict.fromkeys(call.name for call in calls))
+        return Decision(f"Let me use {', '.join(names)}.", calls)
+
+    def _parses(self, piece: str, toolbox: Toolbox) -> bool:
+        return self._parse(clean_clause(piece), ParseContext(toolbox)) is not None
+
+    def _parse(self, clause: str, ctx: ParseContext) -> list[Item] | None:
+        for intent in self.intents:
+            items = intent.parse(clause, ctx)
+            if items is not None:
+                return items
+        return None
+
+    def _next_calls(
+        self, plan: Plan, pending: list[Step], done: dict[str, Outcome], turn: Turn
+    ) -> list[ToolCall]:
+        """The next step, or with ``plan.batch`` every step whose inputs are known or foreseeable."""
+        values = {key: outcome.value for key, outcome in done.items()}
+        calls = []
+        for step in pending:
+            args = _resolve(step.args, values)
+            if args is None:
+                if plan.batch:
+                    continue
+                break
+            calls.append(ToolCall(id=_call_id(turn, step), name=step.tool, input=args))
+            if not plan.batch:
+                break
+            if step.prediction is not None:
+                # Following a known procedure, the model passes on the value it foresees instead of
+                # waiting a round for the tool to confirm it.
+                values[step.key] = step.prediction
+        return calls
+
+    def _compose(self, plan: Plan, done: dict[str, Outcome]) -> str:
+        parts: list[str] = []
+        for item in plan.items:
+            if isinstance(item, Note):
+                parts.append(item.text)
+                continue
+            outcome = done.get(item.key)
+            if outcome is None:
+                continue
+            if outcome.error:
+                parts.append(
+                    f"The {item.tool} tool returned an error: {outcome.error.rstrip('.')}. "
+                    "I stopped there instead of retrying; please check the request and try again."
+                )
+                break
+            intent = self._by_name.get(item.intent)
+            parts.append(
+                intent.describe(item, outcome) if intent else f"{item.tool} returned {outcome.value}."
+            )
+            parts.extend(_foresight_mismatches(item, outcome, done))
+        return "\n".join(parts) if any("\n" in p for p in parts) else " ".join(parts)
+
+
+def _foresight_mismatches(step: Step, outcome: Outcome, done: dict[str, Outcome]) -> list[str]:
+    """Own up when a value passed on ahead of its tool's answer turned out different from that answer."""
+    notes = []
+    for name, value in step.args.items():
+        if not isinstance(value, Ref) or value.step not in done:
+            continue
+        sent, actual = as_text(outcome.call.input.get(name, "")), done[value.step].value
+        if sent != actual:
+            source = done[value.step].call.name
+            notes.append(f"Note: {step.tool} got {name} {sent!r} before {source} returned {actual!r}.")
+    return notes
+
+
+def _match(plan: Plan, turn: Turn) -> dict[str, Outcome]:
+    """Pair the turn's tool calls with plan steps, in order, by tool name; then results by our call ids."""
+    done: dict[str, Outcome] = {}
+    for outcome in turn.calls:
+        step = next((s for s in plan.steps if s.key not in done and s.tool == outcome.call.name), None)
+        if step is not None:
+            done[step.key] = outcome
+    for step in plan.steps:
+        call_id = _call_id(turn, step)
+        if step.key not in done and call_id in turn.orphans:
+            result = turn.orphans[call_id]
+            call = ToolCall(id=call_id, name=step.tool, input={})
+            done[step.key] = Outcome.of(call, result.content, result.is_error)
+    return done
+
+
+def _call_id(turn: Turn, step: Step) -> str:
+    return f"call_{turn.digest}_{step.key}"
+
+
+def _resolve(args: dict[str, Any], values: dict[str, str]) -> dict[str, Any] | None:
+    resolved = {}
+    for name, value in args.items():
+        if isinstance(value, Ref):
+            if value.step not in values:
+                return None
+            value = values[value.step]
+        resolved[name] = value
+    return resolved
+
+
+def _chat_reply(text: str, toolbox: Toolbox) -> str:
+    lowered = text.lower().strip()
+    tools = toolbox.names
+    offer = (
+        f"I can use these tools here: {', '.join(tools)}."
+        if tools
+        else "No tools are available in this chat."
+    )
+    if lowered.startswith(_GREETING):
+        return f"Hello! I'm MiniHermes. {offer} What would you like to do?"
+    if any(word in lowered for word in _THANKS):
+        return "You're welcome! Anything else?"
+    quoted = text.strip() if len(text) <= 200 else text.strip()[:200] + "..."
+    if lowered.endswith("?") or lowered.split(" ", 1)[0] in ("what", "who", "why", "how", "when", "where"):
+        return (
+            f'You asked: "{quoted}". I\'m the offline simulated model, so I can only answer what my tools '
+            f"can work out (calculations, memory, files). {offer}"
+        )
+    return f'You said: "{quoted}". {offer} Ask me to calculate, remember, recall or work with files.'

@@ -1,0 +1,163 @@
+"""Language helpers for the simulated model: clauses, memory keys, pronouns, and the offered tools."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .._types import ToolSpec
+
+# Between clauses: punctuation that ends a thought, or a conjunction. A "." only counts when followed by
+# whitespace, so "notes.txt" and "3.5" stay whole.
+_SEPARATOR = re.compile(
+    r"(\s*(?:[,;!\n]|\.(?=\s)|\?(?=\s))\s*(?:(?:and|then|also)\s+)*|\s+(?:and\s+then|and|then|also)\s+)",
+    re.I,
+)
+_POLITE = re.compile(
+    r"^(?:(?:please|kindly|now|also|ok(?:ay)?|so|hey|hi|and|then)\b[\s,]*"
+    r"|(?:can|could|would|will) you\b\s*(?:please\s*)?)+",
+    re.I,
+)
+_OWNERS = {"my": "your", "our": "your", "mine": "your", "your": "my", "the": "the", "a": "the", "an": "the"}
+_SWAP = {
+    "i": "you", "me": "you", "my": "your", "mine": "yours", "myself": "yourself", "am": "are",
+    "i'm": "you're", "we": "you", "our": "your", "us": "you", "i've": "you've", "i'd": "you'd",
+}  # fmt: skip
+
+# Names a tool for each role may go by. The first offered match wins.
+ROLE_NAMES: dict[str, tuple[str, ...]] = {
+    "calculator": ("calculator", "calc", "calculate", "math", "evaluate"),
+    "memory_store": (
+        "memory_store",
+        "store_memory",
+        "remember",
+        "save_memory",
+        "memory_save",
+        "memory_write",
+    ),
+    "memory_recall": ("memory_recall", "recall_memory", "recall", "memory_get", "memory_read"),
+    "memory_search": ("memory_search", "search_memory", "search_memories", "memory_query"),
+    "read_file": ("read_file", "file_read", "read", "cat"),
+    "write_file": ("write_file", "file_write", "write"),
+    "list_files": ("list_files", "list_dir", "list_directory", "ls", "file_list"),
+}
+
+
+def split_clauses(text: str, parses: Callable[[str], bool]) -> list[str]:
+    """Split a request into clauses, one intent each.
+
+    A piece that means nothing on its own ("blue" in "my favourite colours are red and blue") is glued
+    back to the clause before it, so conjunctions inside a value survive.
+    """
+    pieces = _SEPARATOR.split(text.strip())
+    clauses: list[str] = []
+    separator = ""
+    for i, piece in enumerate(pieces):
+        if i % 2 == 1:
+            separator = piece
+            continue
+        if not piece.strip():
+            continue
+        if clauses and not parses(piece):
+            clauses[-1] = clauses[-1] + separator + piece
+        else:
+            clauses.append(piece)
+    return [cleaned for clause in clauses if (cleaned := clean_clause(clause))]
+
+
+def clean_clause(clause: str) -> str:
+    """Drop politeness and trailing punctuation: "Please, could you read a.txt?" -> "read a.txt"."""
+    clause = _POLITE.sub("", clause.strip()).strip()
+    return clause.rstrip(" .!?,;:").strip()
+
+
+def strip_quotes(text: str) -> str:
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"`":
+        return text[1:-1]
+    return text
+
+
+def memory_key(phrase: str) -> tuple[str, str]:
+    """Split "my favourite colour" into (owner as the assistant says it, normalized key).
+
+    ("your", "favourite colour"); "the wifi password" -> ("the", "wifi password"). The key is what is
+    stored and recalled, so both directions must normalize the same way.
+    """
+    words = re.sub(r"[^\w\s'-]", " ", strip_quotes(phrase).lower()).split()
+    owner = "the"
+    if words and words[0] in _OWNERS:
+        owner = _OWNERS[words.pop(0)]
+    return owner, " ".join(words)
+
+
+def second_person(text: str) -> str:
+    """Echo the user's words back from the assistant's side: "I like tea" -> "you like tea"."""
+    return re.sub(
+        r"\b(?:i'm|i've|i'd|i|me|my|mine|myself|am|we|our|us)\b",
+        lambda m: _SWAP[m.group(0).lower()],
+        text,
+        flags=re.I,
+    )
+
+
+def as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+class Toolbox:
+    """The tools offered in this request, looked up by role and by parameter purpose."""
+
+    def __init__(self, tools: Iterable[ToolSpec]) -> None:
+        self.by_name = {tool.name: tool for tool in tools}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.by_name
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.by_name)
+
+    def find(self, role: str) -> ToolSpec | None:
+        """The offered tool that plays ``role`` ("calculator", "memory_store", ...), if any."""
+        for name in ROLE_NAMES.get(role, (role,)):
+            if name in self.by_name:
+                return self.by_name[name]
+        return None
+
+    def role_of(self, name: str) -> str | None:
+        for role, names in ROLE_NAMES.items():
+            if name in names:
+                return role
+        return None
+
+    @staticmethod
+    def properties(tool: ToolSpec) -> dict[str, Any]:
+        props = tool.input_schema.get("properties")
+        return props if isinstance(props, dict) else {}
+
+    @staticmethod
+    def required(tool: ToolSpec) -> list[str]:
+        required = tool.input_schema.get("required")
+        return [r for r in required if isinstance(r, str)] if isinstance(required, list) else []
+
+    def param(self, tool: ToolSpec, preferred: tuple[str, ...]) -> str:
+        """The input property to use for a purpose: a preferred name the schema has, else its first
+        required string property, else the first preferred name (schemas may be empty)."""
+        props = self.properties(tool)
+        for name in preferred:
+            if name in props:
+                return name
+        for name in self.required(tool):
+            spec = props.get(name)
+            if not isinstance(spec, dict) or spec.get("type") in (None, "string"):
+                return name
+        return preferred[0]
+
+    def has_param(self, tool: ToolSpec, preferred: tuple[str, ...]) -> str | None:
+        props = self.properties(tool)
+        return next((name for name in preferred if name in props), None)
