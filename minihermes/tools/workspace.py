@@ -1,0 +1,359 @@
+"""read_file / write_file / list_files confined to one session's workspace folder.
+
+These run in the server process (as root, possibly) on a tree the sandboxed programs write to, so the tree
+is hostile: it may hold symlinks to /etc/shadow, hard links, FIFOs, or change while we look at it. Paths
+are therefore never resolved by the kernel in one go: every component is opened relative to its parent's
+descriptor with O_NOFOLLOW, starting from the workspace root. A symlink anywhere on the way is refused, not
+followed (also ones pointing inside: telling them apart would need a second, racy resolution), ``..`` may
+not climb above the root, and there is no window between a check and the use of its result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+MAX_PATH_CHARS = 1024
+MAX_DEPTH = 64
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_BINARY_SNIFF = 8192
+
+
+class WorkspaceError(Exception):
+    """A refused or failed workspace operation.
+
+    Codes: invalid_path, path_escape (absolute path outside, ``..`` above the root, a symlink or hard link),
+    not_found, is_directory, not_a_directory, not_a_file (FIFO, socket, device), too_large, binary,
+    exists, io_error.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+    def to_dict(self) -> dict[str, Any]:
+        """The project's structured error shape."""
+        return {"error": {"code": self.code, "message": self.message}}
+
+
+@dataclass(frozen=True, slots=True)
+class FileEntry:
+    """One listed entry; ``path`` is relative to the workspace root, with ``/`` separators."""
+
+    path: str
+    type: Literal["file", "directory", "symlink", "other"]
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class FileContent:
+    """A text file read from the workspace; ``size`` in bytes."""
+
+    path: str
+    content: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    """``created`` is False when an existing file was replaced."""
+
+    path: str
+    size: int
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """A directory listing, sorted by path."""
+
+    entries: list[FileEntry]
+    truncated: bool
+    """More entries existed than ``max_list_entries``."""
+
+
+def _is_binary(data: bytes) -> bool:
+    if b"\0" in data[:_BINARY_SNIFF]:
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+class Workspace:
+    """File operations confined to ``root`` (an existing directory, trusted; everything below it is not)."""
+
+    def __init__(
+        self,
+        root: Path | str,
+        *,
+        max_read_bytes: int = 1024 * 1024,
+        max_write_bytes: int = 10 * 1024 * 1024,
+        max_list_entries: int = 1000,
+    ) -> None:
+        resolved = os.path.realpath(root)
+        if not os.path.isdir(resolved):
+            raise WorkspaceError("not_found", f"workspace root is not a directory: {root}")
+        self.root = resolved
+        self.max_read_bytes = max_read_bytes
+        self.max_write_bytes = max_write_bytes
+        self.max_list_entries = max_list_entries
+
+    # ------------------------------------------------------------------------------------------ paths
+
+    def _parts(self, path: str) -> list[str]:
+        """Lexically normalised components of ``path`` below the root. Lexical is exact here because no
+        symlink is ever followed."""
+        if not isinstance(path, str) or "\0" in path:
+            raise WorkspaceError("invalid_path", "path must be a string without NUL bytes")
+        if len(path) > MAX_PATH_CHARS:
+            raise WorkspaceError("invalid_path", f"path is longer than {MAX_PATH_CHARS} characters")
+        if os.path.isabs(path):
+            root = self.root.rstrip("/") + "/"
+            normal = os.path.normpath(path)
+            if normal != self.root and not normal.startswith(root):
+                raise WorkspaceError("path_escape", f"{path} is outside the workspace")
+            path = normal[len(root) :] if normal != self.root else ""
+        parts: list[str] = []
+        for part in path.split("/"):
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if not parts:
+                    raise WorkspaceError("path_escape", f"{path} climbs above the workspace root")
+                parts.pop()
+            elif len(part.encode()) > 255:
+                raise WorkspaceError("invalid_path", "a path component is longer than 255 bytes")
+            else:
+                parts.append(part)
+        if len(parts) > MAX_DEPTH:
+            raise WorkspaceError("invalid_path", f"path is deeper than {MAX_DEPTH} levels")
+        return parts
+
+    def _open_dir(self, parts: list[str], *, create: bool = False) -> int:
+        """An O_NOFOLLOW-walked descriptor for the directory ``parts`` (created on the way if asked)."""
+        fd = os.open(self.root, _DIR_FLAGS)
+        try:
+            for depth, part in enumerate(parts):
+                rel = "/".join(parts[: depth + 1])
+                try:
+                    next_fd = self._open_child_dir(fd, part, rel)
+                except FileNotFoundError:
+                    if not create:
+                        raise WorkspaceError("not_found", f"{rel} does not exist") from None
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(part, 0o755, dir_fd=fd)
+                    # Through O_NOFOLLOW again: the new directory may have been swapped for a link already.
+                    next_fd = self._open_child_dir(fd, part, rel)
+                    self._give_to_owner(next_fd)
+                os.close(fd)
+                fd = next_fd
+            return fd
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _open_child_dir(self, fd: int, name: str, rel: str) -> int:
+        """Open directory ``name`` below ``fd`` without following a link; FileNotFoundError passes through."""
+        try:
+            return os.open(name, _DIR_FLAGS, dir_fd=fd)
+        except FileNotFoundError:
+            raise
+        except OSError as e:
+            raise self._classify(e, rel, fd, name, want_dir=True) from None
+
+    def _classify(self, e: OSError, rel: str, dir_fd: int, name: str, *, want_dir: bool) -> WorkspaceError:
+        """Turn an open failure into a precise error (a symlink shows up as ELOOP or ENOTDIR)."""
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError:
+            st = None
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            return WorkspaceError("path_escape", f"{rel} is a symbolic link; links are not followed")
+        if e.errno == errno.ENOTDIR or (want_dir and st is not None and not stat.S_ISDIR(st.st_mode)):
+            return WorkspaceError("not_a_directory", f"{rel} is not a directory")
+        if e.errno == errno.EISDIR:
+            return WorkspaceError("is_directory", f"{rel} is a directory")
+        if e.errno in (errno.ENXIO, errno.ENODEV):
+            return WorkspaceError("not_a_file", f"{rel} is not a regular file")
+        return WorkspaceError("io_error", f"{rel}: {e.strerror}")
+
+    def _give_to_owner(self, fd: int) -> None:
+        # As root, files we create must stay usable by the sandbox uid that owns the workspace.
+        if os.geteuid() != 0:
+            return
+        owner = os.stat(self.root)
+        st = os.fstat(fd)
+        if (st.st_uid, st.st_gid) != (owner.st_uid, owner.st_gid):
+            os.fchown(fd, owner.st_uid, owner.st_gid)
+
+    # ------------------------------------------------------------------------------------------ read
+
+    def read_bytes(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        """The content of a regular file, refused over ``max_bytes`` (default ``max_read_bytes``)."""
+        limit = self.max_read_bytes if max_bytes is None else max_bytes
+        parts = self._parts(path)
+        if not parts:
+            raise WorkspaceError("is_directory", "the workspace root is a directory")
+        rel = "/".join(parts)
+        dir_fd = self._open_dir(parts[:-1])
+        try:
+            try:
+                # O_NONBLOCK: opening a FIFO planted by the program must not hang the server.
+                flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+                fd = os.open(parts[-1], flags, dir_fd=dir_fd)
+            except FileNotFoundError:
+                raise WorkspaceError("not_found", f"{rel} does not exist") from None
+            except OSError as e:
+                raise self._classify(e, rel, dir_fd, parts[-1], want_dir=False) from None
+        finally:
+            os.close(dir_fd)
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise WorkspaceError("is_directory", f"{rel} is a directory")
+            if not stat.S_ISREG(st.st_mode):
+                raise WorkspaceError("not_a_file", f"{rel} is not a regular file")
+            if st.st_nlink > 1:
+                # A hard link may alias a file outside the workspace; we cannot tell, so we refuse.
+                raise WorkspaceError("path_escape", f"{rel} is a hard link; refused")
+            if st.st_size > limit:
+                raise WorkspaceError("too_large", f"{rel} is {st.st_size} bytes, the limit is {limit}")
+            chunks: list[bytes] = []
+            size = 0
+            while size <= limit and (chunk := os.read(fd, min(1 << 20, limit + 1 - size))):
+                chunks.append(chunk)
+                size += len(chunk)
+            if size > limit:  # it grew while we read
+                raise WorkspaceError("too_large", f"{rel} is over {limit} bytes")
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    def read_file(self, path: str, *, max_bytes: int | None = None) -> FileContent:
+        """A text file's content (UTF-8). Binary files are refused with code ``binary``."""
+        data = self.read_bytes(path, max_bytes=max_bytes)
+        rel = "/".join(self._parts(path))
+        if _is_binary(data):
+            raise WorkspaceError("binary", f"{rel} is a binary file ({len(data)} bytes)")
+        return FileContent(rel, data.decode("utf-8"), len(data))
+
+    # ----------------------------------------------------------------------------------------- write
+
+    def write_file(
+        self, path: str, content: str | bytes, *, create_dirs: bool = True, overwrite: bool = True
+    ) -> WriteResult:
+        """Write ``content`` atomically (temp file + rename: readers never see half a file, and the rename
+        cannot be redirected through a symlink planted meanwhile). Refused over ``max_write_bytes``."""
+        data = content.encode("utf-8") if isinstance(content, str) else content
+        if not isinstance(data, bytes):
+            raise WorkspaceError("invalid_path", "content must be str or bytes")
+        parts = self._parts(path)
+        if not parts:
+            raise WorkspaceError("is_directory", "the workspace root is a directory")
+        rel = "/".join(parts)
+        if len(data) > self.max_write_bytes:
+            raise WorkspaceError("too_large", f"{len(data)} bytes, the write limit is {self.max_write_bytes}")
+        dir_fd = self._open_dir(parts[:-1], create=create_dirs)
+        name = parts[-1]
+        try:
+            try:
+                existing = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                existing = None
+            if existing is not None:
+                if stat.S_ISLNK(existing.st_mode):
+                    raise WorkspaceError("path_escape", f"{rel} is a symbolic link; links are not followed")
+                if stat.S_ISDIR(existing.st_mode):
+                    raise WorkspaceError("is_directory", f"{rel} is a directory")
+                if not overwrite:
+                    raise WorkspaceError("exists", f"{rel} already exists")
+            tmp = f".{name[:200]}.{secrets.token_hex(6)}.tmp"
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(tmp, flags, 0o644, dir_fd=dir_fd)
+            try:
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                    if existing is not None:
+                        os.fchmod(fd, stat.S_IMODE(existing.st_mode) & 0o777)  # keep e.g. a script's +x
+                    self._give_to_owner(fd)
+                finally:
+                    os.close(fd)
+                if overwrite:
+                    os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                else:
+                    os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+            except OSError as e:
+                if e.errno == errno.EEXIST:
+                    raise WorkspaceError("exists", f"{rel} already exists") from None
+                if e.errno in (errno.EISDIR, errno.ENOTEMPTY):
+                    raise WorkspaceError("is_directory", f"{rel} is a directory") from None
+                if e.errno == errno.EFBIG or e.errno == errno.ENOSPC:
+                    raise WorkspaceError("too_large", f"{rel}: {e.strerror}") from None
+                raise WorkspaceError("io_error", f"{rel}: {e.strerror}") from None
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp, dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
+        return WriteResult(rel, len(data), existing is None)
+
+    # ------------------------------------------------------------------------------------------ list
+
+    def list_files(self, path: str = ".", *, recursive: bool = False) -> Listing:
+        """Entries of a directory (recursively: of its subtree), sorted. Symlinks are listed, not entered."""
+        parts = self._parts(path)
+        fd = self._open_dir(parts)
+        entries: list[FileEntry] = []
+        truncated = False
+        try:
+            for entry in self._walk(fd, "/".join(parts), recursive, depth=len(parts)):
+                if len(entries) >= self.max_list_entries:
+                    truncated = True
+                    break
+                entries.append(entry)
+        finally:
+            os.close(fd)
+        entries.sort(key=lambda e: e.path)
+        return Listing(entries, truncated)
+
+    def _walk(self, fd: int, prefix: str, recursive: bool, depth: int) -> Iterator[FileEntry]:
+        with os.scandir(fd) as it:
+            items = sorted(it, key=lambda e: e.name)
+        for item in items:
+            rel = f"{prefix}/{item.name}" if prefix else item.name
+            try:
+                st = item.stat(follow_symlinks=False)
+            except OSError:
+                continue  # vanished meanwhile
+            kind: Literal["file", "directory", "symlink", "other"]
+            if stat.S_ISLNK(st.st_mode):
+                kind = "symlink"
+            elif stat.S_ISDIR(st.st_mode):
+                kind = "directory"
+            elif stat.S_ISREG(st.st_mode):
+                kind = "file"
+            else:
+                kind = "other"
+            yield FileEntry(rel, kind, st.st_size if kind == "file" else 0)
+            if recursive and kind == "directory" and depth < MAX_DEPTH:
+                try:
+                    child = os.open(item.name, _DIR_FLAGS, dir_fd=fd)
+                except OSError:
+                    continue  # swapped for a symlink or removed since scandir: skip it
+                try:
+                    yield from self._walk(child, rel, recursive, depth + 1)
+                finally:
+                    os.close(child)
