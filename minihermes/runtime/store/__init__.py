@@ -1,0 +1,87 @@
+"""Durable storage for the runtime: one Protocol per primitive (``base``), backends chosen by name.
+
+    from minihermes.runtime.store import open_store
+
+    store = open_store("sqlite", path="data/minihermes.db")   # validates options, no I/O yet
+    await store.open()                                          # creates or migrates the schema
+    version = await store.kv.put(("acme", "agents"), "greeting", {"text": "hi"})
+    await store.close()
+
+Backends: "sqlite" (embedded; ``minihermes.runtime.store.sqlite.SqliteStore``). Add one with
+``register_backend(name, factory)``; shared, dialect-independent rules live in ``_common`` and ``_chain``.
+``sqlite_v1_fixture`` writes a data dir in the oldest storage format, for migration tests.
+"""
+
+from ._errors import SchemaVersionError, StoreClosedError, StoreError
+from ._registry import BackendFactory, backend_names, get_backend, open_store, register_backend
+from .base import (
+    JSON,
+    BlobInfo,
+    BlobStore,
+    ChainCheck,
+    ChannelDepth,
+    ChannelMessage,
+    ChannelStore,
+    Checkpoint,
+    CheckpointStore,
+    DeadLetter,
+    EventLog,
+    EventRecord,
+    KVEntry,
+    KVStore,
+    LockInfo,
+    LockStore,
+    Quarantine,
+    QuarantinedRecord,
+    Reminder,
+    ReminderStore,
+    RetentionReport,
+    RetentionRule,
+    Scalar,
+    Scope,
+    SearchHit,
+    Store,
+    TextIndex,
+    TupleSpace,
+)
+from .testing import sqlite_v1_fixture
+
+__all__ = [
+    "JSON",
+    "BackendFactory",
+    "BlobInfo",
+    "BlobStore",
+    "ChainCheck",
+    "ChannelDepth",
+    "ChannelMessage",
+    "ChannelStore",
+    "Checkpoint",
+    "CheckpointStore",
+    "DeadLetter",
+    "EventLog",
+    "EventRecord",
+    "KVEntry",
+    "KVStore",
+    "LockInfo",
+    "LockStore",
+    "Quarantine",
+    "QuarantinedRecord",
+    "Reminder",
+    "ReminderStore",
+    "RetentionReport",
+    "RetentionRule",
+    "Scalar",
+    "SchemaVersionError",
+    "Scope",
+    "SearchHit",
+    "Store",
+    "StoreClosedError",
+    "StoreError",
+    "TextIndex",
+    "TupleSpace",
+    "backend_names",
+    "get_backend",
+    "open_store",
+    "register_backend",
+    "sqlite_v1_fixture",
+]

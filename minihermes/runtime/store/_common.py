@@ -1,0 +1,339 @@
+"""Backend-independent rules of the storage contract: argument validation, value encoding, tuple matching,
+prefix ranges, reminder arithmetic, search-term extraction and retention-rule parsing.
+
+Every backend calls these so that SQLite and PostgreSQL accept and refuse exactly the same inputs and agree
+on what a stored value means.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .base import JSON, RetentionRule, Scalar, Scope
+
+MAX_NAME_LENGTH = 4096
+_SCALAR_TYPES = (str, int, float, bool, type(None))
+
+
+# --------------------------------------------------------------------------------------------- validation
+
+
+_valid_scopes: set[tuple[str, str]] = set()
+
+
+def check_scope(scope: Scope) -> tuple[str, str]:
+    """Return (tenant, namespace) or raise: both must be non-empty strings."""
+    # A process sees few distinct scopes and a checked tuple of two str cannot change, so remember them.
+    if type(scope) is tuple:
+        try:
+            if scope in _valid_scopes:
+                return scope
+        except TypeError:  # unhashable elements: let the checks below explain
+            pass
+    if not isinstance(scope, tuple) or len(scope) != 2:
+        raise TypeError(f"scope must be a (tenant, namespace) tuple, got {scope!r}")
+    tenant, namespace = scope
+    check_name("tenant", tenant)
+    check_name("namespace", namespace)
+    if type(tenant) is str and type(namespace) is str:  # not subclasses, which could hash differently
+        if len(_valid_scopes) >= 10_000:
+            _valid_scopes.clear()
+        _valid_scopes.add((tenant, namespace))
+    return tenant, namespace
+
+
+def check_name(what: str, value: object) -> str:
+    """Keys and names: non-empty str, no NUL, valid Unicode (storable as UTF-8), bounded length."""
+    # Fast path for the common case (it runs several times per call on every primitive): plain ASCII.
+    if type(value) is str and value.isascii() and 0 < len(value) <= MAX_NAME_LENGTH and "\x00" not in value:
+        return value
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, got {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{what} must not be empty")
+    if len(value) > MAX_NAME_LENGTH:
+        raise ValueError(f"{what} is longer than {MAX_NAME_LENGTH} characters")
+    if "\x00" in value:
+        raise ValueError(f"{what} must not contain NUL characters")
+    _check_utf8(what, value)
+    return value
+
+
+def check_prefix(value: object) -> str:
+    """A list prefix: like a name but may be empty (meaning everything)."""
+    if value == "":
+        return ""
+    return check_name("prefix", value)
+
+
+def check_text(what: str, value: object) -> str:
+    """Free text (content types, reasons, search queries): any valid str, possibly empty."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, got {type(value).__name__}")
+    _check_utf8(what, value)
+    return value
+
+
+def _check_utf8(what: str, value: str) -> None:
+    if value.isascii():
+        return
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} contains an unpaired surrogate and cannot be stored") from None
+
+
+def check_number(what: str, value: object, *, positive: bool = True) -> float:
+    """A finite real number, strictly positive unless positive=False (then >= 0)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{what} must be a number, got {type(value).__name__}")
+    number = float(value)
+    if not math.isfinite(number) or number < 0 or (positive and number == 0):
+        raise ValueError(f"{what} must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}")
+    return number
+
+
+def check_ttl(ttl: object) -> float | None:
+    return None if ttl is None else check_number("ttl", ttl)
+
+
+def check_count(what: str, value: object, *, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{what} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_limit(limit: object) -> int | None:
+    return None if limit is None else check_count("limit", limit)
+
+
+def check_bytes(what: str, value: object) -> bytes:
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    if not isinstance(value, bytes):
+        raise TypeError(f"{what} must be bytes, got {type(value).__name__}")
+    return value
+
+
+class _IdSource:
+    """Ids that are unique across processes (a random 64-bit prefix per process) and increasing within a
+    process (a counter), so they land next to each other in a B-tree index instead of on random pages.
+
+    Not uuid4: random keys dirty one index page per insert, and uuid4 reads os.urandom on every call; the two
+    together were the largest cost of a channel send. Ids need to be unique, not unguessable: every call that
+    takes one is also filtered by scope."""
+
+    def __init__(self) -> None:
+        self.reset()
+        os.register_at_fork(after_in_child=self.reset)  # a forked child must not repeat its parent's ids
+
+    def reset(self) -> None:
+        self.prefix = f"{random.SystemRandom().getrandbits(64):016x}"
+        self.counter = itertools.count()
+
+    def next(self) -> str:
+        return f"{self.prefix}{next(self.counter):016x}"
+
+
+_ids = _IdSource()
+
+
+def new_id() -> str:
+    """A 32-hex-digit id for messages and receipts, unique across processes and scopes."""
+    return _ids.next()
+
+
+# ------------------------------------------------------------------------------------------------ JSON
+
+
+def dumps_json(what: str, value: JSON) -> str:
+    """Storage encoding of a JSON value; a clear TypeError/ValueError names what could not be stored."""
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    except TypeError as exc:
+        raise TypeError(f"{what} is not JSON-serializable: {exc}") from None
+    except ValueError as exc:  # NaN/inf, circular references
+        raise ValueError(f"{what} is not valid JSON: {exc}") from None
+    _check_utf8(what, text)
+    return text
+
+
+def loads_json(raw: object) -> JSON:
+    """Decode a stored JSON value. Raises ValueError for anything that is not JSON text (corruption)."""
+    if not isinstance(raw, str):
+        raise ValueError(f"stored value is {type(raw).__name__}, not JSON text")
+    return json.loads(raw)
+
+
+def canonical_json(value: JSON) -> str:
+    """The hashing form: sorted keys, no whitespace, ASCII only. Must never change (it is in every hash)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def raw_bytes(raw: object) -> bytes:
+    """Best-effort bytes of a stored column value, for quarantine records."""
+    if isinstance(raw, bytes):
+        return raw
+    if isinstance(raw, str):
+        return raw.encode("utf-8", "backslashreplace")
+    return repr(raw).encode("utf-8")
+
+
+# ---------------------------------------------------------------------------------------------- tuples
+
+
+def check_tuple(tup: object, *, pattern: bool = False) -> tuple[Scalar, ...]:
+    """Validate a tuple (or pattern): a non-empty sequence of str/int/float/bool/None, finite floats."""
+    what = "pattern" if pattern else "tuple"
+    if isinstance(tup, str | bytes) or not isinstance(tup, Sequence):
+        raise TypeError(f"{what} must be a sequence of scalars, got {type(tup).__name__}")
+    if not tup:
+        raise ValueError(f"{what} must have at least one element")
+    for i, element in enumerate(tup):
+        # Exact types: a subclass (IntEnum, a str subclass) would not survive the round trip as itself.
+        if type(element) not in _SCALAR_TYPES:
+            raise TypeError(
+                f"{what} element {i} must be str, int, float, bool or None, got {type(element).__name__}"
+            )
+        if isinstance(element, float) and not math.isfinite(element):
+            raise ValueError(f"{what} element {i} must be a finite float, got {element!r}")
+        if isinstance(element, str):
+            _check_utf8(f"{what} element {i}", element)
+    return tuple(tup)
+
+
+def encode_element(element: Scalar) -> str:
+    """Typed text form of one element, used for the indexed first column: 1 -> '1', 1.0 -> '1.0',
+    True -> 'true', "1" -> '"1"', None -> 'null'. Distinct types never share an encoding."""
+    if isinstance(element, float) and element == 0.0:
+        element = 0.0  # -0.0 == 0.0 in Python, so they must index the same
+    return json.dumps(element)
+
+
+def encode_tuple(tup: tuple[Scalar, ...]) -> str:
+    return json.dumps(list(tup), allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+
+
+def decode_tuple(raw: object, arity: object) -> tuple[Scalar, ...]:
+    """Decode a stored tuple body; ValueError if it is not a well-formed tuple of the stored arity."""
+    value = loads_json(raw)
+    if not isinstance(value, list) or len(value) != arity:
+        raise ValueError(f"stored tuple is not a list of {arity} elements")
+    if any(type(element) not in _SCALAR_TYPES for element in value):
+        raise ValueError("stored tuple has a non-scalar element")
+    return tuple(value)
+
+
+def tuple_matches(pattern: tuple[Scalar, ...], tup: tuple[Scalar, ...]) -> bool:
+    """Same arity; None in the pattern is a wildcard; other elements must be equal with the same type."""
+    if len(pattern) != len(tup):
+        return False
+    for want, have in zip(pattern, tup, strict=True):
+        if want is None:
+            continue
+        if type(want) is not type(have) or want != have:
+            return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------- ranges
+
+
+def prefix_upper_bound(prefix: str) -> str | None:
+    """Smallest string greater than every string starting with prefix (code point order, which is also
+    UTF-8 byte order), or None if there is none. ``key >= prefix AND key < bound`` is then an exact,
+    index-friendly prefix match (LIKE would treat ``_``/``%`` as wildcards and fold ASCII case)."""
+    chars = list(prefix)
+    while chars:
+        code = ord(chars[-1])
+        if code < 0x10FFFF:
+            code += 1
+            if 0xD800 <= code <= 0xDFFF:  # surrogates are not storable; skip over them
+                code = 0xE000
+            chars[-1] = chr(code)
+            return "".join(chars)
+        chars.pop()
+    return None
+
+
+# ------------------------------------------------------------------------------------------- reminders
+
+
+def next_periodic_fire(scheduled: float, period: float, fired_at: float) -> float:
+    """First ``scheduled + k * period`` (k >= 1) strictly after fired_at: missed fires collapse into one."""
+    steps = max(1, math.floor((fired_at - scheduled) / period) + 1)
+    nxt = scheduled + steps * period
+    while nxt <= fired_at:  # guard against float rounding in the division
+        nxt += period
+    return nxt
+
+
+# ---------------------------------------------------------------------------------------------- search
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+MAX_SEARCH_TERMS = 32
+
+
+def search_terms(query: str) -> list[str]:
+    """Words of an untrusted query, lower-cased, de-duplicated, bounded. Operators and punctuation are
+    dropped so that no user text can form query syntax in any backend."""
+    seen: dict[str, None] = {}
+    for word in _WORD.findall(query):
+        seen.setdefault(word.lower()[:128], None)
+        if len(seen) >= MAX_SEARCH_TERMS:
+            break
+    return list(seen)
+
+
+# ------------------------------------------------------------------------------------------- retention
+
+RETENTION_KINDS = ("events", "dead_letters", "dedup", "kv", "blobs", "tuples", "quarantine", "checkpoints")
+"""Rule kinds. ``max_count`` keeps the newest N per scope and, for events / dead_letters / dedup, per stream
+or channel; quarantine has no scope and counts globally."""
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedRule:
+    """A validated RetentionRule, as backends apply it."""
+
+    kind: str
+    selector: str | None
+    """None means "everything" (selector "*" or ""); otherwise a name, prefix or first tuple element."""
+    max_age: float | None
+    max_count: int | None
+
+    def cutoff(self, now: float) -> float | None:
+        """Entries with a timestamp strictly before this are too old."""
+        return None if self.max_age is None else now - self.max_age
+
+
+def parse_rules(rules: Sequence[RetentionRule]) -> list[ParsedRule]:
+    """Validate every rule before any is applied, so a typo cannot half-apply a retention run."""
+    parsed = []
+    for rule in rules:
+        if not isinstance(rule, RetentionRule):
+            raise TypeError(f"expected RetentionRule, got {type(rule).__name__}")
+        if rule.kind not in RETENTION_KINDS:
+            raise ValueError(
+                f"unknown retention kind {rule.kind!r}; known kinds: {', '.join(RETENTION_KINDS)}"
+            )
+        selector = check_text("retention selector", rule.selector)
+        max_age = None if rule.max_age is None else check_number("max_age", rule.max_age, positive=False)
+        max_count = None if rule.max_count is None else check_count("max_count", rule.max_count)
+        if max_age is None and max_count is None:
+            raise ValueError(f"retention rule for {rule.kind!r} needs max_age and/or max_count")
+        parsed.append(ParsedRule(rule.kind, None if selector in ("*", "") else selector, max_age, max_count))
+    return parsed
+
+
+def merge_counts(into: dict[str, int], kind: str, count: int) -> None:
+    into[kind] = into.get(kind, 0) + count

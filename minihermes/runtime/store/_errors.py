@@ -1,0 +1,15 @@
+"""Exceptions raised by store backends (bad input raises plain ``ValueError`` / ``TypeError``)."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base class for store failures that are not caused by bad arguments."""
+
+
+class StoreClosedError(StoreError):
+    """The store was used before ``open()`` or after ``close()``."""
+
+
+class SchemaVersionError(StoreError):
+    """The database was written by a newer MiniHermes (or is not a MiniHermes database)."""

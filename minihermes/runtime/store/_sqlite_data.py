@@ -1,0 +1,265 @@
+"""SQLite KV, blobs, checkpoints and quarantine: keyed records in one scope."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from ._common import (
+    check_bytes,
+    check_count,
+    check_limit,
+    check_name,
+    check_prefix,
+    check_scope,
+    check_text,
+    check_ttl,
+    dumps_json,
+    loads_json,
+)
+from ._sqlite_common import Corrupt, Part, insert_quarantine, prefix_clause
+from .base import JSON, BlobInfo, Checkpoint, KVEntry, QuarantinedRecord, Scope
+
+_LIVE = "(expires_at IS NULL OR expires_at > ?)"
+
+_KV_PUT = """
+INSERT INTO kv (tenant, ns, key, value, version, expires_at, updated_at) VALUES (?, ?, ?, ?, 1, ?, ?)
+ON CONFLICT (tenant, ns, key) DO UPDATE SET
+    version = CASE WHEN kv.expires_at IS NULL OR kv.expires_at > excluded.updated_at
+                   THEN kv.version + 1 ELSE 1 END,
+    value = excluded.value, expires_at = excluded.expires_at, updated_at = excluded.updated_at
+RETURNING version"""
+
+_KV_CREATE = """
+INSERT INTO kv (tenant, ns, key, value, version, expires_at, updated_at) VALUES (?, ?, ?, ?, 1, ?, ?)
+ON CONFLICT (tenant, ns, key) DO UPDATE SET
+    version = 1, value = excluded.value, expires_at = excluded.expires_at, updated_at = excluded.updated_at
+WHERE kv.expires_at IS NOT NULL AND kv.expires_at <= excluded.updated_at
+RETURNING version"""
+
+_KV_SWAP = f"""
+UPDATE kv SET value = ?, version = version + 1, expires_at = ?, updated_at = ?
+WHERE tenant = ? AND ns = ? AND key = ? AND version = ? AND {_LIVE}
+RETURNING version"""
+
+_KV_DELETE_EXACT = "DELETE FROM kv WHERE tenant = ? AND ns = ? AND key = ? AND version IS ? AND value IS ?"
+
+
+class SqliteKV(Part):
+    """KV with versions and TTL. Expired rows are invisible at once and purged by apply_retention."""
+
+    async def get(self, scope: Scope, key: str) -> JSON | None:
+        entry = await self.get_entry(scope, key)
+        return None if entry is None else entry.value
+
+    async def get_entry(self, scope: Scope, key: str) -> KVEntry | None:
+        tenant, ns = check_scope(scope)
+        check_name("key", key)
+        now = self._now()
+        sql = f"SELECT value, version, expires_at, updated_at FROM kv WHERE tenant = ? AND ns = ? AND key = ? AND {_LIVE}"
+        row = await self._db.read(lambda c: c.execute(sql, (tenant, ns, key, now)).fetchone())
+        if row is None:
+            return None
+        raw, version, expires_at, updated_at = row
+        try:
+            return KVEntry(_decode_kv(raw, version), version, expires_at, updated_at)
+        except ValueError as exc:
+            await self._quarantine([_corrupt_kv(tenant, ns, key, raw, version, str(exc))])
+            return None
+
+    async def put(self, scope: Scope, key: str, value: JSON, ttl: float | None = None) -> int:
+        tenant, ns = check_scope(scope)
+        check_name("key", key)
+        text = dumps_json(f"value for key {key!r}", value)
+        ttl = check_ttl(ttl)
+        now = self._now()
+        expires_at = None if ttl is None else now + ttl
+        params = (tenant, ns, key, text, expires_at, now)
+        version: int = await self._db.write(lambda c: c.execute(_KV_PUT, params).fetchone()[0])
+        return version
+
+    async def cas(
+        self, scope: Scope, key: str, expected_version: int | None, value: JSON, ttl: float | None = None
+    ) -> int | None:
+        tenant, ns = check_scope(scope)
+        check_name("key", key)
+        if expected_version is not None:
+            check_count("expected_version", expected_version, minimum=1)
+        text = dumps_json(f"value for key {key!r}", value)
+        ttl = check_ttl(ttl)
+        now = self._now()
+        expires_at = None if ttl is None else now + ttl
+        params: tuple[object, ...]
+        if expected_version is None:
+            sql, params = _KV_CREATE, (tenant, ns, key, text, expires_at, now)
+        else:
+            sql, params = _KV_SWAP, (text, expires_at, now, tenant, ns, key, expected_version, now)
+
+        def op(conn: sqlite3.Connection) -> int | None:
+            row = conn.execute(sql, params).fetchone()
+            return None if row is None else int(row[0])
+
+        return await self._db.write(op)
+
+    async def delete(self, scope: Scope, key: str) -> bool:
+        tenant, ns = check_scope(scope)
+        check_name("key", key)
+        now = self._now()
+        sql = f"DELETE FROM kv WHERE tenant = ? AND ns = ? AND key = ? AND {_LIVE}"
+        count: int = await self._db.write(lambda c: c.execute(sql, (tenant, ns, key, now)).rowcount)
+        return count > 0
+
+    async def list(self, scope: Scope, prefix: str = "", limit: int | None = None) -> list[tuple[str, JSON]]:
+        tenant, ns = check_scope(scope)
+        check_prefix(prefix)
+        limit = check_limit(limit)
+        if limit == 0:
+            return []
+        where, bounds = prefix_clause("key", prefix)
+        sql = f"SELECT key, value, version FROM kv WHERE tenant = ? AND ns = ?{where} AND {_LIVE} ORDER BY key LIMIT ?"
+        now = self._now()
+        params = (tenant, ns, *bounds, now, -1 if limit is None else limit)  # LIMIT -1: no limit
+        while True:  # repeat only if corrupt rows were removed from under the LIMIT
+            rows = await self._db.read(lambda c: c.execute(sql, params).fetchall())
+            out: list[tuple[str, JSON]] = []
+            corrupt: list[Corrupt] = []
+            for key, raw, version in rows:
+                try:
+                    out.append((key, _decode_kv(raw, version)))
+                except ValueError as exc:
+                    corrupt.append(_corrupt_kv(tenant, ns, key, raw, version, str(exc)))
+            if not corrupt:
+                return out
+            await self._quarantine(corrupt)
+
+
+def _decode_kv(raw: object, version: object) -> JSON:
+    if type(version) is not int:
+        raise ValueError(f"stored version is {type(version).__name__}, not int")
+    return loads_json(raw)
+
+
+def _corrupt_kv(tenant: str, ns: str, key: str, raw: object, version: object, reason: str) -> Corrupt:
+    return Corrupt("kv", tenant, ns, key, reason, raw, _KV_DELETE_EXACT, (tenant, ns, key, version, raw))
+
+
+class SqliteBlobs(Part):
+    """Binary objects with a content type. Stored inline: suited to the KB-to-MB sizes actors keep."""
+
+    async def put(
+        self, scope: Scope, name: str, data: bytes, content_type: str = "application/octet-stream"
+    ) -> None:
+        tenant, ns = check_scope(scope)
+        check_name("blob name", name)
+        data = check_bytes("blob data", data)
+        check_text("content_type", content_type)
+        params = (tenant, ns, name, data, len(data), content_type, self._now())
+        sql = """
+            INSERT INTO blobs (tenant, ns, name, data, size, content_type, updated_at)
+            VALUES (?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT (tenant, ns, name) DO UPDATE SET data = excluded.data, size = excluded.size,
+                content_type = excluded.content_type, updated_at = excluded.updated_at"""
+        await self._db.write(lambda c: c.execute(sql, params))
+
+    async def get(self, scope: Scope, name: str) -> bytes | None:
+        tenant, ns = check_scope(scope)
+        check_name("blob name", name)
+        sql = "SELECT data FROM blobs WHERE tenant = ? AND ns = ? AND name = ?"
+        row = await self._db.read(lambda c: c.execute(sql, (tenant, ns, name)).fetchone())
+        if row is None:
+            return None
+        data = row[0]
+        return data if isinstance(data, bytes) else str(data).encode("utf-8")
+
+    async def delete(self, scope: Scope, name: str) -> bool:
+        tenant, ns = check_scope(scope)
+        check_name("blob name", name)
+        sql = "DELETE FROM blobs WHERE tenant = ? AND ns = ? AND name = ?"
+        count: int = await self._db.write(lambda c: c.execute(sql, (tenant, ns, name)).rowcount)
+        return count > 0
+
+    async def list(self, scope: Scope, prefix: str = "") -> list[BlobInfo]:
+        tenant, ns = check_scope(scope)
+        check_prefix(prefix)
+        where, bounds = prefix_clause("name", prefix)
+        sql = f"SELECT name, size, content_type, updated_at FROM blobs WHERE tenant = ? AND ns = ?{where} ORDER BY name"
+        rows = await self._db.read(lambda c: c.execute(sql, (tenant, ns, *bounds)).fetchall())
+        return [
+            BlobInfo(name, size, content_type, updated_at) for name, size, content_type, updated_at in rows
+        ]
+
+
+_CKPT_DELETE_EXACT = """
+DELETE FROM checkpoints WHERE tenant = ? AND ns = ? AND actor_id = ? AND state_version IS ? AND data IS ?"""
+
+
+class SqliteCheckpoints(Part):
+    """Actor state snapshots. Concurrent saves share one commit; several saves of one actor in the same
+    batch collapse into the last (each caller still returns only once it is durable)."""
+
+    async def save(self, scope: Scope, actor_id: str, state_version: int, data: bytes) -> None:
+        tenant, ns = check_scope(scope)
+        check_name("actor_id", actor_id)
+        if isinstance(state_version, bool) or not isinstance(state_version, int):
+            raise TypeError(f"state_version must be an int, got {type(state_version).__name__}")
+        data = check_bytes("checkpoint data", data)
+        params = (tenant, ns, actor_id, state_version, data, self._now())
+        sql = """
+            INSERT INTO checkpoints (tenant, ns, actor_id, state_version, data, updated_at)
+            VALUES (?, ?, ?, ?, ?, ?)
+            ON CONFLICT (tenant, ns, actor_id) DO UPDATE SET state_version = excluded.state_version,
+                data = excluded.data, updated_at = excluded.updated_at"""
+        await self._db.write(lambda c: c.execute(sql, params), coalesce=("checkpoint", tenant, ns, actor_id))
+
+    async def load(self, scope: Scope, actor_id: str) -> Checkpoint | None:
+        tenant, ns = check_scope(scope)
+        check_name("actor_id", actor_id)
+        sql = "SELECT state_version, data, updated_at FROM checkpoints WHERE tenant = ? AND ns = ? AND actor_id = ?"
+        row = await self._db.read(lambda c: c.execute(sql, (tenant, ns, actor_id)).fetchone())
+        if row is None:
+            return None
+        state_version, data, updated_at = row
+        if type(state_version) is int and isinstance(data, bytes):
+            return Checkpoint(actor_id, state_version, data, updated_at)
+        reason = "stored checkpoint has a non-integer state_version or non-binary data"
+        params = (tenant, ns, actor_id, state_version, data)
+        await self._quarantine(
+            [Corrupt("checkpoint", tenant, ns, actor_id, reason, data, _CKPT_DELETE_EXACT, params)]
+        )
+        return None
+
+    async def delete(self, scope: Scope, actor_id: str) -> bool:
+        tenant, ns = check_scope(scope)
+        check_name("actor_id", actor_id)
+        sql = "DELETE FROM checkpoints WHERE tenant = ? AND ns = ? AND actor_id = ?"
+        count: int = await self._db.write(lambda c: c.execute(sql, (tenant, ns, actor_id)).rowcount)
+        return count > 0
+
+    async def list(self, scope: Scope, prefix: str = "") -> list[str]:
+        tenant, ns = check_scope(scope)
+        check_prefix(prefix)
+        where, bounds = prefix_clause("actor_id", prefix)
+        sql = f"SELECT actor_id FROM checkpoints WHERE tenant = ? AND ns = ?{where} ORDER BY actor_id"
+        rows = await self._db.read(lambda c: c.execute(sql, (tenant, ns, *bounds)).fetchall())
+        return [row[0] for row in rows]
+
+
+class SqliteQuarantine(Part):
+    """Rows that could not be decoded, kept for an operator; listed newest first, across all scopes."""
+
+    async def put(self, kind: str, scope: Scope, key: str, reason: str, data: bytes) -> None:
+        check_name("kind", kind)
+        tenant, ns = check_scope(scope)
+        check_text("key", key)
+        check_text("reason", reason)
+        data = check_bytes("data", data)
+        at = self._now()
+        await self._db.write(lambda c: insert_quarantine(c, kind, tenant, ns, key, reason, data, at))
+
+    async def list(self, limit: int = 100) -> list[QuarantinedRecord]:
+        check_count("limit", limit)
+        sql = "SELECT kind, tenant, ns, key, reason, data, at FROM quarantine ORDER BY id DESC LIMIT ?"
+        rows = await self._db.read(lambda c: c.execute(sql, (limit,)).fetchall())
+        return [
+            QuarantinedRecord(kind, (tenant, ns), key, reason, bytes(data), at)
+            for kind, tenant, ns, key, reason, data, at in rows
+        ]

@@ -1,0 +1,347 @@
+"""Threads that keep SQLite off the event loop: one group-committing writer and a pool of WAL readers.
+
+Writes: callers enqueue a function of the write connection and await a future. The writer thread blocks for
+the first queued op, drains whatever else is queued, runs the batch in one ``BEGIN IMMEDIATE`` transaction,
+commits once, and then resolves every future of the batch with a single ``call_soon_threadsafe`` per event
+loop. Under load this turns N commits into one without adding latency when idle.
+
+A failing op must fail only its own caller. The batch first runs without savepoints (each SAVEPOINT/RELEASE
+pair is two more statements per op, on the hot path); if an op raises, that attempt is rolled back and the
+batch is replayed with a savepoint around each op. Ops are pure functions of the connection and of values
+captured when they were submitted, so replaying them is safe.
+
+Reads: a few reader threads, each with its own connection, draining one shared queue in the same batched way
+(one loop wake-up per batch). In WAL mode each read statement sees the latest commit, so a read issued after
+a write's future resolved sees that write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable, Hashable, Iterator
+from concurrent.futures import Future as ThreadFuture
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ._errors import StoreClosedError
+
+T = TypeVar("T")
+logger = logging.getLogger("minihermes.runtime.store.sqlite")
+
+MAX_WRITE_BATCH = 512
+"""Ops per transaction at most, so one batch cannot hold the write lock (which other processes wait for)
+for long."""
+MAX_READ_BATCH = 64
+
+
+@dataclass(slots=True)
+class _Op:
+    fn: Callable[[sqlite3.Connection], Any]
+    future: asyncio.Future[Any]
+    loop: asyncio.AbstractEventLoop
+    coalesce: Hashable | None = None
+    transactional: bool = True
+    result: Any = None
+    error: BaseException | None = None
+    winner: _Op | None = field(default=None, repr=False)
+
+
+class _Stop:
+    """Queue sentinel: finish what was queued before it, then exit."""
+
+
+_STOP = _Stop()
+_Item = _Op | _Stop
+
+
+def connect(path: Path, *, busy_timeout: float, check_same_thread: bool = True) -> sqlite3.Connection:
+    """A connection in autocommit mode (we issue BEGIN/COMMIT ourselves) with the per-connection pragmas."""
+    conn = sqlite3.connect(
+        path,
+        timeout=busy_timeout,
+        isolation_level=None,
+        check_same_thread=check_same_thread,
+        cached_statements=256,
+    )
+    conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    return conn
+
+
+@contextlib.contextmanager
+def snapshot(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """A read transaction: several statements see one consistent state of the database."""
+    conn.execute("BEGIN")
+    try:
+        yield conn
+    finally:
+        conn.execute("COMMIT")
+
+
+def _drain(q: queue.SimpleQueue[_Item], first: _Item, limit: int) -> tuple[list[_Op], int]:
+    """The first item plus whatever else is queued (up to limit ops); also how many stop sentinels."""
+    batch: list[_Op] = []
+    stops = 0
+    item = first
+    while True:
+        if isinstance(item, _Stop):
+            stops += 1
+        else:
+            batch.append(item)
+        if len(batch) >= limit:
+            return batch, stops
+        try:
+            item = q.get_nowait()
+        except queue.Empty:
+            return batch, stops
+
+
+def _settle_all(batch: list[_Op]) -> None:
+    """Hand results back to each caller's loop: one thread-safe call per loop per batch."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Op]] = {}
+    for op in batch:
+        by_loop.setdefault(op.loop, []).append(op)
+    for loop, ops in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_settle, ops)
+        except RuntimeError:  # the caller's loop is closed; nobody is waiting any more
+            pass
+
+
+def _settle(ops: list[_Op]) -> None:
+    for op in ops:
+        if op.future.cancelled():
+            continue
+        if op.error is not None:
+            op.future.set_exception(op.error)
+        else:
+            op.future.set_result(op.result)
+
+
+class SqliteEngine:
+    """Owns the writer thread, the reader threads and their connections for one database file."""
+
+    def __init__(self, path: Path, *, busy_timeout: float, readers: int) -> None:
+        self.path = path
+        self._busy_timeout = busy_timeout
+        self._reader_count = readers
+        self._writes: queue.SimpleQueue[_Item] = queue.SimpleQueue()
+        self._reads: queue.SimpleQueue[_Item] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._exited: list[ThreadFuture[None]] = []
+        self._state = "new"  # new -> open -> closed
+
+    @property
+    def is_open(self) -> bool:
+        return self._state == "open"
+
+    # ---------------------------------------------------------------------------------------- lifecycle
+
+    async def start(self, setup: Callable[[sqlite3.Connection], None]) -> None:
+        """Start the writer, which opens the write connection and runs setup (pragmas, migrations) on it,
+        then the readers."""
+        if self._state == "closed":
+            raise StoreClosedError("the store is closed; open a new one")
+        if self._state == "open":
+            return
+        started: ThreadFuture[None] = ThreadFuture()
+        self._spawn("writer", self._writer_main, setup, started)
+        try:
+            await asyncio.wrap_future(started)
+        except BaseException:
+            self._threads.clear()
+            self._exited.clear()
+            raise
+        for i in range(self._reader_count):
+            self._spawn(f"reader-{i}", self._reader_main)
+        self._state = "open"
+
+    def _spawn(self, role: str, target: Callable[..., None], *args: Any) -> None:
+        exited: ThreadFuture[None] = ThreadFuture()
+
+        def run() -> None:
+            try:
+                target(*args)
+            finally:
+                exited.set_result(None)
+
+        thread = threading.Thread(target=run, name=f"minihermes-sqlite-{role}:{self.path.name}")
+        thread.daemon = True  # a forgotten close() must not hang interpreter exit
+        thread.start()
+        self._threads.append(thread)
+        self._exited.append(exited)
+
+    async def stop(self) -> None:
+        """Run every op queued so far (writes are committed), then stop the threads; idempotent."""
+        if self._state != "open":
+            self._state = "closed"
+            return
+        self._state = "closed"  # refuse new ops from here on; those already queued still run
+        self._writes.put(_STOP)
+        for _ in range(self._reader_count):
+            self._reads.put(_STOP)
+        await asyncio.gather(*(asyncio.wrap_future(f) for f in self._exited))
+
+    def _check_open(self) -> None:
+        if self._state == "new":
+            raise StoreClosedError("the store is not open; await store.open() first")
+        if self._state == "closed":
+            raise StoreClosedError("the store is closed")
+
+    # -------------------------------------------------------------------------------------------- calls
+
+    async def write(
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        *,
+        coalesce: Hashable | None = None,
+        transactional: bool = True,
+    ) -> T:
+        """Run fn on the write connection inside the next group commit; returns after the commit.
+
+        coalesce: ops with the same key in one batch are replaced by the last one (it overwrites them
+        anyway); every caller still resolves only after the commit, with the winner's outcome.
+        transactional=False runs fn after the batch commits, outside any transaction (incremental_vacuum).
+        """
+        if self._state != "open":
+            self._check_open()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._writes.put(_Op(fn, future, loop, coalesce, transactional))
+        return await future
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run fn on a reader thread's own connection (no write lock, never waits for the writer)."""
+        if self._state != "open":
+            self._check_open()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._reads.put(_Op(fn, future, loop))
+        return await future
+
+    # ------------------------------------------------------------------------------------------ readers
+
+    def _reader_main(self) -> None:
+        conn: sqlite3.Connection | None = None
+        try:
+            while True:
+                batch, stops = _drain(self._reads, self._reads.get(), MAX_READ_BATCH)
+                for op in batch:
+                    try:
+                        if conn is None:  # opened lazily so that a failure is reported to a caller
+                            conn = connect(self.path, busy_timeout=self._busy_timeout)
+                            conn.execute("PRAGMA query_only = ON")
+                        op.result = op.fn(conn)
+                    except Exception as exc:
+                        op.error = exc
+                    if conn is not None and conn.in_transaction:
+                        conn.execute("ROLLBACK")  # a failed snapshot read must not pin an old WAL snapshot
+                _settle_all(batch)
+                if stops:
+                    for _ in range(stops - 1):  # sentinels drained here belong to the other readers
+                        self._reads.put(_STOP)
+                    return
+        finally:
+            if conn is not None:
+                conn.close()
+
+    # ------------------------------------------------------------------------------------------- writer
+
+    def _writer_main(self, setup: Callable[[sqlite3.Connection], None], started: ThreadFuture[None]) -> None:
+        try:
+            conn = connect(self.path, busy_timeout=self._busy_timeout)
+        except BaseException as exc:
+            started.set_exception(exc)
+            return
+        try:
+            setup(conn)
+        except BaseException as exc:
+            conn.close()
+            started.set_exception(exc)
+            return
+        started.set_result(None)
+        try:
+            while True:
+                batch, stops = _drain(self._writes, self._writes.get(), MAX_WRITE_BATCH)
+                if batch:
+                    self._run_batch(conn, batch)
+                if stops:
+                    return
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("PRAGMA optimize")
+            conn.close()
+
+    def _run_batch(self, conn: sqlite3.Connection, batch: list[_Op]) -> None:
+        tx_ops = [op for op in batch if op.transactional]
+        if tx_ops:
+            self._run_transaction(conn, tx_ops)
+        for op in batch:
+            if not op.transactional:
+                try:
+                    op.result = op.fn(conn)
+                except Exception as exc:
+                    op.error = exc
+        _settle_all(batch)
+
+    def _run_transaction(self, conn: sqlite3.Connection, ops: list[_Op]) -> None:
+        last: dict[Hashable, _Op] = {}
+        for op in ops:
+            if op.coalesce is not None:
+                last[op.coalesce] = op
+        runnable = []
+        for op in ops:
+            if op.coalesce is not None and last[op.coalesce] is not op:
+                op.winner = last[op.coalesce]
+            else:
+                runnable.append(op)
+        try:
+            if self._attempt(conn, runnable, isolate=False):
+                conn.execute("ROLLBACK")
+                if len(runnable) > 1:
+                    self._attempt(conn, runnable, isolate=True)
+                    conn.execute("COMMIT")
+            else:
+                conn.execute("COMMIT")
+        except Exception as exc:
+            logger.error("sqlite write batch of %d ops failed: %r", len(runnable), exc)
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            for op in runnable:
+                op.result, op.error = None, exc
+        for op in ops:
+            if op.winner is not None:
+                op.result, op.error = op.winner.result, op.winner.error
+
+    @staticmethod
+    def _attempt(conn: sqlite3.Connection, ops: list[_Op], *, isolate: bool) -> bool:
+        """Run ops in a new transaction (left open). Without isolation, stop at the first failing op and
+        return True; with a savepoint per op, undo only failing ops and carry on."""
+        conn.execute("BEGIN IMMEDIATE")
+        for op in ops:
+            op.result, op.error = None, None
+            if isolate:
+                conn.execute("SAVEPOINT op")
+            try:
+                op.result = op.fn(conn)
+            except Exception as exc:
+                op.error = exc
+                if not conn.in_transaction:
+                    # SQLite rolled back the whole transaction itself (disk full, I/O error): every op of
+                    # the batch is lost, so the batch fails as a whole.
+                    raise
+                if not isolate:
+                    return True
+                conn.execute("ROLLBACK TO op")
+                conn.execute("RELEASE op")
+            else:
+                if isolate:
+                    conn.execute("RELEASE op")
+        return False

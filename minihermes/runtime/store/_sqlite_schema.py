@@ -1,0 +1,195 @@
+"""SQLite schema: the frozen v1 baseline plus ordered migrations; ``prepare`` opens or upgrades a file.
+
+A fresh database is built exactly like an old one is upgraded (baseline DDL, then every migration), so a
+migrated file and a new file cannot drift apart. Never edit V1_DDL or an existing migration: add one.
+
+Every table carries (tenant, ns) as the leading columns of its key or index, and every query filters by both.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+from ._errors import SchemaVersionError, StoreError
+
+MIN_SQLITE = (3, 35, 0)
+DB_FILENAME = "minihermes.db"
+"""The file a store opened with ``data_dir=`` uses."""
+
+V1_DDL: tuple[str, ...] = (
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+    # kv ---------------------------------------------------------------------------------------------
+    """CREATE TABLE kv (
+        tenant TEXT NOT NULL, ns TEXT NOT NULL, key TEXT NOT NULL,
+        value TEXT NOT NULL, version INTEGER NOT NULL, expires_at REAL, updated_at REAL NOT NULL,
+        PRIMARY KEY (tenant, ns, key)) WITHOUT ROWID""",
+    "CREATE INDEX kv_expiry ON kv (expires_at) WHERE expires_at IS NOT NULL",
+    # tuples: id gives insertion order; e0 is the typed encoding of the first element ----------------
+    """CREATE TABLE tuples (
+        id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, ns TEXT NOT NULL,
+        arity INTEGER NOT NULL, e0 TEXT NOT NULL, body TEXT NOT NULL, created_at REAL NOT NULL)""",
+    "CREATE INDEX tuples_first ON tuples (tenant, ns, arity, e0, id)",
+    "CREATE INDEX tuples_arity ON tuples (tenant, ns, arity, id)",
+    # blobs ------------------------------------------------------------------------------------------
+    """CREATE TABLE blobs (
+        id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, ns TEXT NOT NULL, name TEXT NOT NULL,
+        data BLOB NOT NULL, size INTEGER NOT NULL, content_type TEXT NOT NULL, updated_at REAL NOT NULL,
+        UNIQUE (tenant, ns, name))""",
+    # events -----------------------------------------------------------------------------------------
+    """CREATE TABLE event_streams (
+        tenant TEXT NOT NULL, ns TEXT NOT NULL, stream TEXT NOT NULL,
+        last_seq INTEGER NOT NULL, last_hash TEXT NOT NULL,
+        anchor_seq INTEGER NOT NULL, anchor_hash TEXT NOT NULL,
+        PRIMARY KEY (tenant, ns, stream)) WITHOUT ROWID""",
+    """CREATE TABLE events (
+        tenant TEXT NOT NULL, ns TEXT NOT NULL, stream TEXT NOT NULL, seq INTEGER NOT NULL,
+        ts REAL NOT NULL, data TEXT NOT NULL, prev_hash TEXT NOT NULL, hash TEXT NOT NULL,
+        PRIMARY KEY (tenant, ns, stream, seq),
+        FOREIGN KEY (tenant, ns, stream) REFERENCES event_streams (tenant, ns, stream))""",
+    # channels ---------------------------------------------------------------------------------------
+    """CREATE TABLE channels (
+        tenant TEXT NOT NULL, ns TEXT NOT NULL, channel TEXT NOT NULL,
+        max_deliveries INTEGER NOT NULL, visibility_timeout REAL NOT NULL,
+        PRIMARY KEY (tenant, ns, channel)) WITHOUT ROWID""",
+    """CREATE TABLE channel_messages (
+        id INTEGER PRIMARY KEY, msg_id TEXT NOT NULL UNIQUE,
+        tenant TEXT NOT NULL, ns TEXT NOT NULL, channel TEXT NOT NULL,
+        msg_type TEXT NOT NULL, payload TEXT NOT NULL, dedup_key TEXT,
+        deliveries INTEGER NOT NULL, sent_at REAL NOT NULL, visible_at REAL NOT NULL)""",
+    "CREATE INDEX channel_messages_queue ON channel_messages (tenant, ns, channel, id)",
+    """CREATE TABLE channel_dedup (
+        tenant TEXT NOT NULL, ns TEXT NOT NULL, channel TEXT NOT NULL, dedup_key TEXT NOT NULL,
+        msg_id TEXT NOT NULL, created_at REAL NOT NULL,
+        PRIMARY KEY (tenant, ns, channel, dedup_key)) WITHOUT ROWID""",
+    """CREATE TABLE channel_dead (
+        id INTEGER PRIMARY KEY, msg_id TEXT NOT NULL UNIQUE,
+        tenant TEXT NOT NULL, ns TEXT NOT NULL, channel TEXT NOT NULL,
+        msg_type TEXT NOT NULL, payload TEXT NOT NULL, dedup_key TEXT, deliveries INTEGER NOT NULL,
+        reason TEXT NOT NULL, sent_at REAL NOT NULL, dead_at REAL NOT NULL)""",
+    "CREATE INDEX channel_dead_queue ON channel_dead (tenant, ns, channel, id)",
+    # locks: the row outlives the lease so the fencing token never goes back ------------------------
+    """CREATE TABLE locks (
+        tenant TEXT NOT NULL, ns TEXT NOT NULL, name TEXT NOT NULL,
+        holder TEXT, token INTEGER NOT NULL, expires_at REAL,
+        PRIMARY KEY (tenant, ns, name)) WITHOUT ROWID""",
+    "CREATE INDEX locks_holder ON locks (holder) WHERE holder IS NOT NULL",
+    # checkpoints ------------------------------------------------------------------------------------
+    """CREATE TABLE checkpoints (
+        id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, ns TEXT NOT NULL, actor_id TEXT NOT NULL,
+        state_version INTEGER NOT NULL, data BLOB NOT NULL, updated_at REAL NOT NULL,
+        UNIQUE (tenant, ns, actor_id))""",
+    # reminders --------------------------------------------------------------------------------------
+    """CREATE TABLE reminders (
+        tenant TEXT NOT NULL, ns TEXT NOT NULL, target TEXT NOT NULL, name TEXT NOT NULL,
+        op TEXT NOT NULL, payload TEXT NOT NULL, next_fire_at REAL NOT NULL, period REAL,
+        context TEXT NOT NULL,
+        PRIMARY KEY (tenant, ns, target, name)) WITHOUT ROWID""",
+    "CREATE INDEX reminders_due ON reminders (next_fire_at)",
+    # text search: text_docs owns identity and scope; text_fts (rowid = text_docs.id) owns the words --
+    """CREATE TABLE text_docs (
+        id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, ns TEXT NOT NULL, idx TEXT NOT NULL,
+        doc_id TEXT NOT NULL, meta TEXT NOT NULL, updated_at REAL NOT NULL,
+        UNIQUE (tenant, ns, idx, doc_id))""",
+    "CREATE VIRTUAL TABLE text_fts USING fts5 (body, tokenize = 'unicode61 remove_diacritics 2')",
+    # quarantine -------------------------------------------------------------------------------------
+    """CREATE TABLE quarantine (
+        id INTEGER PRIMARY KEY, kind TEXT NOT NULL, tenant TEXT NOT NULL, ns TEXT NOT NULL,
+        key TEXT NOT NULL, reason TEXT NOT NULL, data BLOB NOT NULL, at REAL NOT NULL)""",
+)
+
+
+def _v1_to_v2(conn: sqlite3.Connection) -> None:
+    """v2: channel receipts. v1 could not tell deliveries apart, so a consumer whose lease had expired could
+    still ack a message redelivered to someone else, and a crashed consumer's messages stayed stuck until
+    their visibility timeout. It also found ready messages by scanning past every in-flight one.
+
+    A message is now ready when it has no receipt (never delivered, nacked, released, redriven) or its
+    lease expired; two partial indexes keep the two cases apart so a receive never walks in-flight rows.
+    Messages v1 had delivered get a placeholder receipt: they keep their lease until visible_at, and can
+    still be acked without a receipt.
+    """
+    conn.execute("ALTER TABLE channel_messages ADD COLUMN receipt TEXT")
+    conn.execute("UPDATE channel_messages SET receipt = 'v1-lease' WHERE deliveries > 0")
+    conn.execute("DROP INDEX channel_messages_queue")
+    conn.execute(
+        "CREATE INDEX channel_messages_ready ON channel_messages (tenant, ns, channel, id) WHERE receipt IS NULL"
+    )
+    conn.execute(
+        "CREATE INDEX channel_messages_leased ON channel_messages (tenant, ns, channel, visible_at)"
+        " WHERE receipt IS NOT NULL"
+    )
+    conn.execute(
+        "CREATE INDEX channel_messages_receipt ON channel_messages (receipt) WHERE receipt IS NOT NULL"
+    )
+
+
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {2: _v1_to_v2}
+"""target version -> step from the previous version. Steps run inside the caller's transaction."""
+
+LATEST_VERSION = max(MIGRATIONS)
+
+
+def read_version(conn: sqlite3.Connection) -> int | None:
+    """The stored schema version, or None for an empty database. Raises for a foreign database."""
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not tables:
+        return None
+    if "meta" not in tables:
+        raise SchemaVersionError("not a MiniHermes database: it has tables but no 'meta' table")
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    if row is None:
+        raise SchemaVersionError("not a MiniHermes database: meta has no schema_version")
+    return int(row[0])
+
+
+def create_baseline(conn: sqlite3.Connection) -> None:
+    """The v1 schema, as the first release created it (used for fresh files and for test fixtures)."""
+    for statement in V1_DDL:
+        conn.execute(statement)
+    conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', '1')")
+
+
+def migrate(conn: sqlite3.Connection) -> tuple[int | None, int]:
+    """Bring the schema to LATEST_VERSION inside one write transaction; returns (before, after).
+
+    BEGIN IMMEDIATE takes the write lock first, so two processes opening the same new file do not both
+    create tables: the second waits and then finds the finished schema.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        before = read_version(conn)
+        if before is not None and before > LATEST_VERSION:
+            raise SchemaVersionError(
+                f"database schema version {before} is newer than this MiniHermes supports "
+                f"({LATEST_VERSION}); upgrade MiniHermes or restore an older backup"
+            )
+        if before is None:
+            create_baseline(conn)
+        current = before or 1
+        while current < LATEST_VERSION:
+            current += 1
+            MIGRATIONS[current](conn)
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(current),))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return before, current
+
+
+def prepare(conn: sqlite3.Connection, *, synchronous: str) -> None:
+    """File-level settings, then schema creation or migration. Runs on the writer's connection."""
+    if sqlite3.sqlite_version_info < MIN_SQLITE:
+        raise StoreError(
+            f"SQLite {sqlite3.sqlite_version} is too old: the store needs >= {'.'.join(map(str, MIN_SQLITE))}"
+            " (UPSERT ... RETURNING, FTS5)"
+        )
+    # auto_vacuum only takes effect before the first table exists, so it precedes everything else; on an
+    # existing file it is a harmless no-op.
+    conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    if str(mode).lower() != "wal":
+        raise sqlite3.OperationalError(f"could not enable WAL journal mode (got {mode!r})")
+    conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+    migrate(conn)

@@ -1,0 +1,139 @@
+"""The embedded SQLite backend: one database file, WAL, a group-committing writer thread and reader threads.
+
+    store = open_store("sqlite", path="data/minihermes.db")      # or data_dir="data"
+    await store.open()
+    ...
+    await store.close()
+
+Several processes may open the same file: every state change runs in a ``BEGIN IMMEDIATE`` transaction
+(waiting up to ``busy_timeout`` for the write lock) and nothing another process could change is cached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
+from types import TracebackType
+
+from .._clock import Clock, SystemClock
+from ._common import check_number, parse_rules
+from ._sqlite_channels import SqliteChannels
+from ._sqlite_coord import SqliteLocks, SqliteReminders
+from ._sqlite_data import SqliteBlobs, SqliteCheckpoints, SqliteKV, SqliteQuarantine
+from ._sqlite_engine import SqliteEngine
+from ._sqlite_events import SqliteEvents
+from ._sqlite_retention import apply_rules, incremental_vacuum
+from ._sqlite_schema import DB_FILENAME, LATEST_VERSION, prepare, read_version
+from ._sqlite_text import SqliteText
+from ._sqlite_tuples import SqliteTuples
+from .base import (
+    BlobStore,
+    ChannelStore,
+    CheckpointStore,
+    EventLog,
+    KVStore,
+    LockStore,
+    Quarantine,
+    ReminderStore,
+    RetentionReport,
+    RetentionRule,
+    TextIndex,
+    TupleSpace,
+)
+
+_SYNCHRONOUS = ("normal", "full")
+
+
+class SqliteStore:
+    """All primitives on one SQLite file. Construct, then ``await store.open()`` (or use ``open_store``).
+
+    Options:
+        path: the database file. ``data_dir`` instead means ``<data_dir>/minihermes.db`` (created if needed).
+        synchronous: "normal" (default): a commit survives a process crash; the last commits before a power
+            loss or OS crash may be lost. "full": fsync on every commit (group commit amortizes it).
+        clock: every timestamp, TTL and timeout reads ``clock.time()`` (a ManualClock in tests).
+        readers: reader threads (each with its own connection).
+        busy_timeout: seconds to wait for another process's write lock before failing.
+    """
+
+    backend = "sqlite"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        data_dir: str | os.PathLike[str] | None = None,
+        synchronous: str = "normal",
+        clock: Clock | None = None,
+        readers: int = 4,
+        busy_timeout: float = 5.0,
+    ) -> None:
+        if (path is None) == (data_dir is None):
+            raise ValueError("sqlite store: pass exactly one of path= or data_dir=")
+        if path is not None and str(path) in ("", ":memory:"):
+            raise ValueError("sqlite store needs a file path (reader and writer threads share it by name)")
+        if not isinstance(synchronous, str) or synchronous.lower() not in _SYNCHRONOUS:
+            raise ValueError(f"synchronous must be one of {_SYNCHRONOUS}, got {synchronous!r}")
+        if isinstance(readers, bool) or not isinstance(readers, int) or readers < 1:
+            raise ValueError(f"readers must be a positive int, got {readers!r}")
+        self._data_dir = None if data_dir is None else Path(data_dir)
+        self.path = Path(path) if path is not None else Path(data_dir or ".") / DB_FILENAME
+        self._synchronous = synchronous.lower()
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self._engine = SqliteEngine(
+            self.path, busy_timeout=check_number("busy_timeout", busy_timeout), readers=readers
+        )
+        self._opening = asyncio.Lock()
+        engine, clk = self._engine, self.clock
+        self.kv: KVStore = SqliteKV(engine, clk)
+        self.tuples: TupleSpace = SqliteTuples(engine, clk)
+        self.blobs: BlobStore = SqliteBlobs(engine, clk)
+        self.events: EventLog = SqliteEvents(engine, clk)
+        self.channels: ChannelStore = SqliteChannels(engine, clk)
+        self.locks: LockStore = SqliteLocks(engine, clk)
+        self.checkpoints: CheckpointStore = SqliteCheckpoints(engine, clk)
+        self.reminders: ReminderStore = SqliteReminders(engine, clk)
+        self.text: TextIndex = SqliteText(engine, clk)
+        self.quarantine: Quarantine = SqliteQuarantine(engine, clk)
+
+    def __repr__(self) -> str:
+        return f"SqliteStore({str(self.path)!r})"
+
+    async def open(self) -> None:
+        """Create the file at the latest schema, or migrate an older one (refusing a newer one). Idempotent."""
+        async with self._opening:  # two concurrent open() calls must not start two writers
+            if self._engine.is_open:
+                return
+            if self._data_dir is not None:
+                await asyncio.to_thread(self._data_dir.mkdir, parents=True, exist_ok=True)
+            await self._engine.start(partial(prepare, synchronous=self._synchronous))
+
+    async def close(self) -> None:
+        """Run and commit every queued write, then stop the threads. Later calls raise StoreClosedError."""
+        await self._engine.stop()
+
+    async def __aenter__(self) -> SqliteStore:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def schema_version(self) -> int:
+        version = await self._engine.read(read_version)
+        return LATEST_VERSION if version is None else version
+
+    async def apply_retention(self, rules: Sequence[RetentionRule], now: float) -> RetentionReport:
+        """Apply every rule across all scopes in one transaction and purge expired KV rows, then return free
+        pages to the file system (incremental_vacuum). The report counts deleted rows per rule kind, plus
+        "kv_expired"."""
+        parsed = parse_rules(rules)
+        now = check_number("now", now, positive=False)
+        counts = await self._engine.write(lambda conn: apply_rules(conn, parsed, now))
+        await self._engine.write(incremental_vacuum, transactional=False)
+        return RetentionReport(counts)

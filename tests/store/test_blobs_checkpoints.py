@@ -1,0 +1,90 @@
+"""BlobStore and CheckpointStore contracts."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from minihermes.runtime._clock import ManualClock
+from minihermes.runtime.store import BlobInfo, Checkpoint, Store
+
+from .conftest import A
+
+
+async def test_blob_roundtrip_and_overwrite(store: Store, clock: ManualClock) -> None:
+    data = bytes(range(256)) * 100
+    await store.blobs.put(A, "files/a.bin", data)
+    assert await store.blobs.get(A, "files/a.bin") == data
+    await clock.advance(5)
+    await store.blobs.put(A, "files/a.bin", b"{}", content_type="application/json")
+    assert await store.blobs.get(A, "files/a.bin") == b"{}"
+    assert await store.blobs.list(A) == [BlobInfo("files/a.bin", 2, "application/json", clock.time())]
+
+
+async def test_blob_empty_bytes_and_bytearray(store: Store) -> None:
+    await store.blobs.put(A, "empty", b"")
+    assert await store.blobs.get(A, "empty") == b""
+    await store.blobs.put(A, "ba", bytearray(b"xy"))  # type: ignore[arg-type]
+    assert await store.blobs.get(A, "ba") == b"xy"
+
+
+async def test_blob_delete_and_list_prefix(store: Store) -> None:
+    for name in ["img/2.png", "img/1.png", "doc/a", "img_x", "img"]:
+        await store.blobs.put(A, name, name.encode(), "text/plain")
+    assert [b.name for b in await store.blobs.list(A, "img/")] == ["img/1.png", "img/2.png"]
+    assert [b.name for b in await store.blobs.list(A, "img")] == ["img", "img/1.png", "img/2.png", "img_x"]
+    assert [b.size for b in await store.blobs.list(A, "doc")] == [5]
+    assert await store.blobs.delete(A, "img/1.png") is True
+    assert await store.blobs.delete(A, "img/1.png") is False
+    assert await store.blobs.get(A, "img/1.png") is None
+    assert len(await store.blobs.list(A)) == 4
+
+
+async def test_blob_bad_input(store: Store) -> None:
+    with pytest.raises(TypeError, match="blob data must be bytes"):
+        await store.blobs.put(A, "x", "text")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="blob name must not be empty"):
+        await store.blobs.put(A, "", b"")
+    with pytest.raises(TypeError, match="content_type"):
+        await store.blobs.put(A, "x", b"", content_type=None)  # type: ignore[arg-type]
+
+
+async def test_checkpoint_save_load_overwrite_delete(store: Store, clock: ManualClock) -> None:
+    assert await store.checkpoints.load(A, "agent/1") is None
+    await store.checkpoints.save(A, "agent/1", 1, b"one")
+    await clock.advance(1)
+    await store.checkpoints.save(A, "agent/1", 2, b"two")
+    assert await store.checkpoints.load(A, "agent/1") == Checkpoint("agent/1", 2, b"two", clock.time())
+    assert await store.checkpoints.delete(A, "agent/1") is True
+    assert await store.checkpoints.delete(A, "agent/1") is False
+    assert await store.checkpoints.load(A, "agent/1") is None
+
+
+async def test_checkpoint_list_prefix(store: Store) -> None:
+    for actor in ["agent/2", "agent/1", "agent_x", "cron"]:
+        await store.checkpoints.save(A, actor, 1, b"")
+    assert await store.checkpoints.list(A) == ["agent/1", "agent/2", "agent_x", "cron"]
+    assert await store.checkpoints.list(A, "agent/") == ["agent/1", "agent/2"]
+
+
+async def test_concurrent_checkpoint_saves_of_one_actor_last_wins(store: Store) -> None:
+    # Issued in order on one loop: every save returns after commit and the final state is the last one.
+    await asyncio.gather(*(store.checkpoints.save(A, "hot", v, str(v).encode()) for v in range(1, 101)))
+    checkpoint = await store.checkpoints.load(A, "hot")
+    assert checkpoint is not None and (checkpoint.state_version, checkpoint.data) == (100, b"100")
+
+
+async def test_concurrent_saves_of_many_actors_are_all_durable(store: Store) -> None:
+    await asyncio.gather(*(store.checkpoints.save(A, f"a{i}", i, b"x" * i) for i in range(200)))
+    loaded = await asyncio.gather(*(store.checkpoints.load(A, f"a{i}") for i in range(200)))
+    assert [(c.state_version, len(c.data)) for c in loaded if c] == [(i, i) for i in range(200)]
+
+
+async def test_checkpoint_bad_input(store: Store) -> None:
+    with pytest.raises(TypeError, match="state_version"):
+        await store.checkpoints.save(A, "a", "1", b"")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="checkpoint data must be bytes"):
+        await store.checkpoints.save(A, "a", 1, {"state": 1})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="actor_id must not be empty"):
+        await store.checkpoints.load(A, "")

@@ -1,0 +1,121 @@
+"""TupleSpace contract: typed matching, wildcards, arity, insertion order, atomic take."""
+
+from __future__ import annotations
+
+import pytest
+
+from minihermes.runtime.store import Scalar, Store
+
+from .conftest import A
+
+
+async def test_write_read_take(store: Store) -> None:
+    await store.tuples.write(A, ["job", 1, "queued"])
+    assert await store.tuples.read(A, ["job", None, None]) == ("job", 1, "queued")
+    assert await store.tuples.read(A, ["job", None, None]) == ("job", 1, "queued")  # read does not remove
+    assert await store.tuples.take(A, ["job", 1, None]) == ("job", 1, "queued")
+    assert await store.tuples.take(A, ["job", None, None]) is None
+    assert await store.tuples.read(A, ["job", None, None]) is None
+
+
+async def test_typed_equality(store: Store) -> None:
+    elements: list[Scalar] = [1, "1", True, 1.0, None]
+    for element in elements:
+        await store.tuples.write(A, ["t", element])
+    assert await store.tuples.read_all(A, ["t", 1]) == [("t", 1)]
+    assert await store.tuples.read_all(A, ["t", "1"]) == [("t", "1")]
+    assert await store.tuples.read_all(A, ["t", True]) == [("t", True)]
+    assert await store.tuples.read_all(A, ["t", 1.0]) == [("t", 1.0)]
+    assert await store.tuples.read_all(A, ["t", False]) == []
+    # None in a pattern is a wildcard: it matches every element, None included
+    assert len(await store.tuples.read_all(A, ["t", None])) == 5
+    results = await store.tuples.read_all(A, ["t", None])
+    assert [type(x[1]) for x in results] == [int, str, bool, float, type(None)]
+
+
+async def test_typed_equality_on_first_element(store: Store) -> None:
+    await store.tuples.write(A, [1, "int"])
+    await store.tuples.write(A, ["1", "str"])
+    await store.tuples.write(A, [True, "bool"])
+    await store.tuples.write(A, [1.0, "float"])
+    assert await store.tuples.read_all(A, [1, None]) == [(1, "int")]
+    assert await store.tuples.read_all(A, ["1", None]) == [("1", "str")]
+    assert await store.tuples.read_all(A, [True, None]) == [(True, "bool")]
+    assert await store.tuples.read_all(A, [1.0, None]) == [(1.0, "float")]
+    assert await store.tuples.take(A, [True, None]) == (True, "bool")
+    assert await store.tuples.read_all(A, [None, None]) == [(1, "int"), ("1", "str"), (1.0, "float")]
+
+
+async def test_same_arity_only(store: Store) -> None:
+    await store.tuples.write(A, ["a"])
+    await store.tuples.write(A, ["a", 1])
+    await store.tuples.write(A, ["a", 1, 2])
+    assert await store.tuples.read_all(A, ["a", None]) == [("a", 1)]
+    assert await store.tuples.read_all(A, [None]) == [("a",)]
+    assert await store.tuples.read_all(A, [None, None, None, None]) == []
+
+
+async def test_insertion_order_and_limits(store: Store) -> None:
+    for i in range(10):
+        await store.tuples.write(A, ["ev", 9 - i])
+    assert [t[1] for t in await store.tuples.read_all(A, ["ev", None])] == list(range(9, -1, -1))
+    assert [t[1] for t in await store.tuples.read_all(A, ["ev", None], limit=3)] == [9, 8, 7]
+    assert await store.tuples.read_all(A, ["ev", None], limit=0) == []
+    assert await store.tuples.take(A, ["ev", None]) == ("ev", 9)  # oldest first
+    assert await store.tuples.take(A, [None, 3]) == ("ev", 3)
+    assert await store.tuples.read(A, ["ev", None]) == ("ev", 8)
+
+
+async def test_take_all(store: Store) -> None:
+    for i in range(6):
+        await store.tuples.write(A, ["skill_trigger", f"s{i}", i % 2 == 0])
+    await store.tuples.write(A, ["other", "x", True])
+    assert await store.tuples.take_all(A, ["skill_trigger", None, True]) == 3
+    assert await store.tuples.read_all(A, ["skill_trigger", None, None]) == [
+        ("skill_trigger", "s1", False),
+        ("skill_trigger", "s3", False),
+        ("skill_trigger", "s5", False),
+    ]
+    assert await store.tuples.take_all(A, [None, None, None]) == 4
+    assert await store.tuples.take_all(A, [None, None, None]) == 0
+
+
+async def test_duplicates_are_separate_tuples(store: Store) -> None:
+    await store.tuples.write(A, ["dup", 1])
+    await store.tuples.write(A, ["dup", 1])
+    assert await store.tuples.take(A, ["dup", 1]) == ("dup", 1)
+    assert await store.tuples.take(A, ["dup", 1]) == ("dup", 1)
+    assert await store.tuples.take(A, ["dup", 1]) is None
+
+
+async def test_float_values_and_negative_zero(store: Store) -> None:
+    await store.tuples.write(A, ["f", -0.0, 1e300, 0.1])
+    assert await store.tuples.read(A, ["f", 0.0, 1e300, 0.1]) == ("f", 0.0, 1e300, 0.1)
+    await store.tuples.write(A, [0.0, "zero"])
+    assert await store.tuples.read(A, [-0.0, None]) == (0.0, "zero")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [[["nested"]], [{"a": 1}], [b"bytes"], [(1, 2)], [object()]],
+)
+async def test_non_scalar_elements_are_refused(store: Store, bad: list[object]) -> None:
+    with pytest.raises(TypeError, match="element 0 must be str, int, float, bool or None"):
+        await store.tuples.write(A, bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="pattern element 0"):
+        await store.tuples.read(A, bad)  # type: ignore[arg-type]
+
+
+async def test_bad_tuples_and_patterns(store: Store) -> None:
+    with pytest.raises(ValueError, match="at least one element"):
+        await store.tuples.write(A, [])
+    with pytest.raises(ValueError, match="at least one element"):
+        await store.tuples.take(A, [])
+    with pytest.raises(TypeError, match="sequence"):
+        await store.tuples.write(A, "abc")
+    with pytest.raises(TypeError, match="sequence"):
+        await store.tuples.write(A, 5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="finite"):
+        await store.tuples.write(A, ["x", float("nan")])
+    with pytest.raises(ValueError, match="limit"):
+        await store.tuples.read_all(A, [None], limit=-1)
