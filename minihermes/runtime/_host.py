@@ -140,6 +140,12 @@ class HostChannels(_Scoped):
         self._node.channel_event(scope, channel).set()
         return msg_id
 
+    async def send_batch(self, channel: str, messages: Sequence[tuple[str, JSON]]) -> list[str]:
+        scope = _scope()
+        ids = await self._store.channels.send_batch(scope, channel, messages)
+        self._node.channel_event(scope, channel).set()
+        return ids
+
     async def receive(
         self,
         channel: str,
@@ -177,6 +183,9 @@ class HostChannels(_Scoped):
 
     async def ack(self, channel: str, msg_id: str) -> bool:
         return await self._store.channels.ack(_scope(), channel, msg_id, receipt=self._cell.receipt)
+
+    async def ack_batch(self, channel: str, msg_ids: Sequence[str]) -> int:
+        return await self._store.channels.ack_batch(_scope(), channel, msg_ids, receipt=self._cell.receipt)
 
     async def nack(self, channel: str, msg_id: str, *, requeue: bool = True, reason: str = "") -> bool:
         return await self._store.channels.nack(

@@ -190,3 +190,28 @@ async def test_channel_bad_input(store: Store) -> None:
     with pytest.raises(ValueError, match="channel must not be empty"):
         await store.channels.depth(A, "")
     assert await store.channels.depth(A, "q") == ChannelDepth(0, 0, 0)
+
+
+async def test_send_batch_and_ack_batch(store: Store) -> None:
+    ids = await store.channels.send_batch(A, "bulk", [("n", i) for i in range(5)])
+    assert len(set(ids)) == 5
+    assert await store.channels.send_batch(A, "bulk", []) == []
+    got = await store.channels.receive(A, "bulk", max_messages=10, receipt="r1")
+    assert [m.msg_id for m in got] == ids and [m.payload for m in got] == list(range(5))
+    assert await store.channels.ack_batch(A, "bulk", ids[:3], receipt="stale") == 0
+    assert await store.channels.ack_batch(A, "bulk", ids[:3], receipt="r1") == 3
+    assert await store.channels.ack_batch(A, "bulk", ids, receipt="r1") == 2
+    assert await store.channels.depth(A, "bulk") == ChannelDepth(0, 0, 0)
+    with pytest.raises(TypeError):
+        await store.channels.send_batch(A, "bulk", [("n",)])  # type: ignore[list-item]
+    with pytest.raises(ValueError):
+        await store.channels.send_batch(A, "bulk", [("", 1)])
+
+
+async def test_batches_are_scoped(store: Store) -> None:
+    from .conftest import B
+
+    ids = await store.channels.send_batch(A, "bulk", [("n", 1), ("n", 2)])
+    assert await store.channels.receive(B, "bulk", max_messages=10) == []
+    assert await store.channels.ack_batch(B, "bulk", ids) == 0
+    assert len(await store.channels.receive(A, "bulk", max_messages=10)) == 2

@@ -10,6 +10,8 @@ write lock), which is what makes a receive atomic across threads and processes.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
+from typing import Any
 
 from ._common import (
     check_count,
@@ -115,6 +117,34 @@ class SqliteChannels(Part):
 
         return await self._db.write(op)
 
+    async def send_batch(self, scope: Scope, channel: str, messages: Sequence[tuple[str, JSON]]) -> list[str]:
+        tenant, ns = check_scope(scope)
+        check_name("channel", channel)
+        now = self._now()
+        rows: list[tuple[Any, ...]] = []
+        ids: list[str] = []
+        for i, item in enumerate(messages):
+            if not isinstance(item, (tuple, list)) or len(item) != 2:
+                raise TypeError(f"messages[{i}] must be a (msg_type, payload) pair")
+            msg_type, payload = item
+            check_name("msg_type", msg_type)
+            msg_id = new_id()
+            ids.append(msg_id)
+            text = dumps_json("message payload", payload)
+            rows.append((msg_id, tenant, ns, channel, msg_type, text, now, now))
+        if not rows:
+            return []
+
+        def op(conn: sqlite3.Connection) -> None:
+            conn.executemany(
+                "INSERT INTO channel_messages (msg_id, tenant, ns, channel, msg_type, payload, dedup_key,"
+                " deliveries, sent_at, visible_at, receipt) VALUES (?, ?, ?, ?, ?, ?, NULL, 0, ?, ?, NULL)",
+                rows,
+            )
+
+        await self._db.write(op)
+        return ids
+
     async def receive(
         self,
         scope: Scope,
@@ -186,6 +216,27 @@ class SqliteChannels(Part):
             params = (*params, check_name("receipt", receipt))
         count: int = await self._db.write(lambda c: c.execute(sql, params).rowcount)
         return count > 0
+
+    async def ack_batch(
+        self, scope: Scope, channel: str, msg_ids: Sequence[str], receipt: str | None = None
+    ) -> int:
+        tenant, ns = check_scope(scope)
+        check_name("channel", channel)
+        ids = [check_name("msg_id", m) for m in msg_ids]
+        if not ids:
+            return 0
+        sql = "DELETE FROM channel_messages WHERE tenant = ? AND ns = ? AND channel = ? AND msg_id = ?"
+        rows: list[tuple[str, ...]] = [(tenant, ns, channel, m) for m in ids]
+        if receipt is not None:
+            tag = check_name("receipt", receipt)
+            sql += " AND receipt = ?"
+            rows = [(*r, tag) for r in rows]
+
+        def op(conn: sqlite3.Connection) -> int:
+            return conn.executemany(sql, rows).rowcount
+
+        count: int = await self._db.write(op)
+        return count
 
     async def nack(
         self,

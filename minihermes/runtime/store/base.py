@@ -251,6 +251,12 @@ class ChannelStore(Protocol):
         enqueues nothing."""
         ...
 
+    async def send_batch(
+        self, scope: Scope, channel: str, messages: Sequence[tuple[str, JSON]]
+    ) -> builtins.list[str]:
+        """Enqueue (msg_type, payload) pairs in one durable write, in order; returns their msg_ids."""
+        ...
+
     async def receive(
         self,
         scope: Scope,
@@ -266,6 +272,12 @@ class ChannelStore(Protocol):
         ...
 
     async def ack(self, scope: Scope, channel: str, msg_id: str, receipt: str | None = None) -> bool: ...
+    async def ack_batch(
+        self, scope: Scope, channel: str, msg_ids: Sequence[str], receipt: str | None = None
+    ) -> int:
+        """Ack many in one durable write (same receipt rule as ack); returns how many were acked."""
+        ...
+
     async def nack(
         self,
         scope: Scope,
