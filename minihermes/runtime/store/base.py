@@ -361,9 +361,7 @@ class TextIndex(Protocol):
         self, scope: Scope, index: str, doc_id: str, fields: dict[str, str], meta: JSON = None
     ) -> None: ...
     async def remove(self, scope: Scope, index: str, doc_id: str) -> bool: ...
-    async def search(
-        self, scope: Scope, index: str, query: str, limit: int = 10
-    ) -> list[SearchHit]:
+    async def search(self, scope: Scope, index: str, query: str, limit: int = 10) -> list[SearchHit]:
         """Free text query (user input: never a syntax error; punctuation is ignored); best first."""
         ...
 
