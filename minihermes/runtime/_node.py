@@ -185,6 +185,26 @@ class Node:
     def actor_names(self) -> list[str]:
         return sorted(self._specs)
 
+    def status(self) -> dict[str, dict[str, Any]]:
+        """Per actor type: whether it can take messages, how it is instantiated, live instances, restarts."""
+        out: dict[str, dict[str, Any]] = {}
+        for name, spec in self._specs.items():
+            cells = [c for c in self._cells.values() if c.spec.name == name]
+            owner = self._owners.get(name)
+            if spec.dynamic:
+                up = bool(isinstance(owner, DynamicChild) and owner.running)
+            else:
+                up = any(c.status == "running" for c in cells)
+            out[name] = {
+                "behavior": spec.behavior,
+                "kind": "virtual" if spec.virtual else "per_tenant" if spec.per_tenant else "shared",
+                "up": up,
+                "instances": sum(1 for c in cells if c.status in ("starting", "running")),
+                "restarts": self.metrics.counter("actor_restarts_total", actor=name),
+                "crashes": self.metrics.counter("actor_crashes_total", actor=name),
+            }
+        return out
+
     def _route(
         self, target: str, op: str, payload: dict[str, Any] | None, ctx: RequestContext
     ) -> tuple[Cell, Handler]:

@@ -160,3 +160,28 @@ async def test_link_works_both_ways_and_normal_exit_does_not_propagate(make_node
     await node.ask("rec", "get")
     await node.ask("counter", "get")
     assert node.metrics.counter("actor_starts_total", actor="counter") == 3
+
+
+async def test_node_status_reports_every_actor_type(make_node):
+    node = await make_node(
+        tree(
+            ActorSpec("counter", Counter),
+            ActorSpec("m", Member, virtual=True),
+            ActorSpec("t", Counter, restart="temporary"),
+        )
+    )
+    await node.ask("m/a", "members", {"group": "x"})
+    with pytest.raises(ActorCrashed):
+        await node.ask("t", "crash")
+    await node.ask("counter", "get")
+    st = node.status()
+    assert st["counter"] == {
+        "behavior": "GenServer",
+        "kind": "shared",
+        "up": True,
+        "instances": 1,
+        "restarts": 0,
+        "crashes": 0,
+    }
+    assert st["m"]["kind"] == "virtual" and st["m"]["up"] and st["m"]["instances"] == 1
+    assert st["t"]["up"] is False and st["t"]["crashes"] == 1
