@@ -1,0 +1,50 @@
+"""Fixtures for the agent's actors: a node on a real SQLite store with a manual clock.
+
+Use ``make_node(SupervisorSpec(...))`` or ``make_node([ActorSpec(...), ...])``; nodes stop at teardown.
+Contexts: ``ACME`` / ``GLOBEX`` admins, ``ACME_USER`` (role user), ``ACME_VIEWER``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from minihermes.runtime import ActorSpec, ManualClock, Node, NodeOptions, RequestContext, SupervisorSpec
+from minihermes.runtime.store import open_store
+
+ACME = RequestContext(tenant="acme", principal="alice", roles=frozenset({"admin"}))
+ACME_USER = RequestContext(tenant="acme", principal="bob", roles=frozenset({"user"}))
+ACME_VIEWER = RequestContext(tenant="acme", principal="vic", roles=frozenset({"viewer"}))
+GLOBEX = RequestContext(tenant="globex", principal="gary", roles=frozenset({"admin"}))
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+async def make_node(tmp_path: Path, clock: ManualClock) -> AsyncIterator[Callable[..., Any]]:
+    nodes: list[Node] = []
+
+    async def factory(
+        spec: SupervisorSpec | list[ActorSpec], *, data_dir: Path | None = None, use_clock: Any = None, **opts: Any
+    ) -> Node:
+        tree = spec if isinstance(spec, SupervisorSpec) else SupervisorSpec(name="root", children=list(spec))
+        c = use_clock if use_clock is not None else clock
+        node = Node(
+            open_store("sqlite", data_dir=str(data_dir or tmp_path / "data"), clock=c),
+            tree,
+            options=NodeOptions(**opts),
+            clock=c,
+        )
+        await node.start()
+        nodes.append(node)
+        return node
+
+    yield factory
+    for n in nodes:
+        await n.stop(deadline=5)
