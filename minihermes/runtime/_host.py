@@ -410,6 +410,10 @@ class Host:
     ) -> list[dict[str, Any]]:
         return [e.to_dict() for e in self._node.discover(_scope(), category, capability, object_type)]
 
+    def has_actor(self, name: str) -> bool:
+        """Whether this node runs an actor type with this name (optional collaborators)."""
+        return name in self._node._specs
+
     def service_status(self) -> dict[str, dict[str, Any]]:
         """The node's view of every actor type (up, kind, instances, restarts): for health monitors."""
         return self._node.status()
