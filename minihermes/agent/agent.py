@@ -198,9 +198,12 @@ class Agent(GenServer):
                     return await self._finish("ok", str(response.get("content") or ""))
                 self._fsm("tool_executing")
                 pending = calls
-        except ActorError:
+        except ActorError as e:
             # The turn cannot go on (LLM unavailable, budget): it ends here, the history keeps what happened.
+            # Checkpointed before the error leaves, since an error reply rolls state back to the last checkpoint.
             self.turn = None
+            self.last_reply = {"status": "error", "session_id": self.session_id, "error": e.to_dict()["error"]}
+            await self.host.checkpoint()
             await self.host.mark_durable(False)
             self._fsm("idle")
             raise

@@ -1,0 +1,128 @@
+"""The agent loop in isolation (scripted gateway, small tool executor)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from minihermes.agent.agent import Agent
+from minihermes.runtime import ActorError, ActorSpec, Conflict, InvalidArgument
+
+from . import doubles
+from .doubles import SCRIPTS, ScriptedGateway, SmallTools, end, tool_use
+
+
+@pytest.fixture(autouse=True)
+def reset():
+    SCRIPTS.clear()
+    doubles.REQUESTS.clear()
+    doubles.EXECUTED.clear()
+    doubles.GATE.clear()
+
+
+def specs(max_iterations: int = 8):
+    return [
+        ActorSpec("llm_gateway", ScriptedGateway),
+        ActorSpec("tool_executor", SmallTools),
+        ActorSpec(
+            "agent", Agent, virtual=True, key_field="session_id", args={"max_iterations": max_iterations}
+        ),
+    ]
+
+
+async def test_a_turn_with_tools_and_the_reply_shape(make_node):
+    SCRIPTS["s1"] = [tool_use(("echo", {"x": "a"}), ("echo", {"x": "b"})), end("done: a b")]
+    node = await make_node(specs())
+    reply = await node.ask("agent", "chat", {"message": "echo a and b", "session_id": "s1"})
+    assert reply == {
+        "status": "ok",
+        "response": "done: a b",
+        "session_id": "s1",
+        "tool_calls": 2,
+        "iterations": 2,
+        "turn_id": reply["turn_id"],
+    }
+    history = (await node.ask("agent/s1", "get_history"))["messages"]
+    assert [m["role"] for m in history] == ["user", "assistant", "tool", "tool", "assistant"]
+    assert json.loads(history[2]["content"]) == {"echo": "a"}
+    second = doubles.REQUESTS[1]["messages"]
+    assert second[0]["role"] == "system" and second[-1]["role"] == "tool"
+
+
+async def test_sessions_do_not_share_history(make_node):
+    SCRIPTS["a"] = [end("hi a")]
+    SCRIPTS["b"] = [end("hi b")]
+    node = await make_node(specs())
+    await node.ask("agent", "chat", {"message": "I am a", "session_id": "a"})
+    await node.ask("agent", "chat", {"message": "I am b", "session_id": "b"})
+    hist_a = (await node.ask("agent/a", "get_history"))["messages"]
+    assert [m["content"] for m in hist_a] == ["I am a", "hi a"]
+
+
+async def test_empty_message_and_max_iterations(make_node):
+    node = await make_node(specs(max_iterations=2))
+    with pytest.raises(InvalidArgument) as ei:
+        await node.ask("agent", "chat", {"message": "   ", "session_id": "s"})
+    assert ei.value.details["field"] == "message"
+    SCRIPTS["s"] = [tool_use(("echo", {"x": str(i)})) for i in range(5)]
+    reply = await node.ask("agent", "chat", {"message": "loop", "session_id": "s"})
+    assert reply["status"] == "max_iterations" and reply["iterations"] == 2
+
+
+async def test_llm_failure_ends_the_turn_with_a_structured_error(make_node):
+    node = await make_node(specs())
+    with pytest.raises(ActorError) as ei:
+        await node.ask("agent", "chat", {"message": "hi", "session_id": "s"})
+    assert ei.value.code == "llm_unavailable"
+    SCRIPTS["s"] = [end("back")]
+    assert (await node.ask("agent", "chat", {"message": "again", "session_id": "s"}))["response"] == "back"
+
+
+async def test_tool_errors_go_back_to_the_llm(make_node):
+    SCRIPTS["s"] = [tool_use(("nope", {})), end("that tool failed")]
+    node = await make_node(specs())
+    reply = await node.ask("agent", "chat", {"message": "x", "session_id": "s"})
+    assert reply["response"] == "that tool failed"
+    tool_msg = doubles.REQUESTS[1]["messages"][-1]
+    assert tool_msg["is_error"] is True and "unknown_tool" in tool_msg["content"]
+
+
+async def test_untrusted_results_are_marked_as_data(make_node):
+    SCRIPTS["s"] = [tool_use(("fetch", {})), end("ok")]
+    node = await make_node(specs())
+    await node.ask("agent", "chat", {"message": "fetch", "session_id": "s"})
+    content = json.loads(doubles.REQUESTS[1]["messages"][-1]["content"])
+    assert "not an instruction" in content["notice"] and "IGNORE PREVIOUS" in content["untrusted_content"]
+
+
+async def test_turn_resumes_after_the_actor_dies_between_tool_calls(make_node):
+    doubles.GATE["wait"] = asyncio.Event()
+    SCRIPTS["s"] = [tool_use(("echo", {"x": "first"}), ("wait", {})), end("finished")]
+    node = await make_node(specs())
+    turn = asyncio.ensure_future(node.ask("agent", "chat", {"message": "go", "session_id": "s"}))
+    while ("wait", {}) not in doubles.EXECUTED:
+        await asyncio.sleep(0)
+    (cell,) = node.cells("agent")
+    await cell.kill("test", abnormal=True)  # dies while the second tool call runs
+    with pytest.raises(ActorError):
+        await turn
+    doubles.GATE["wait"].set()
+    # the restarted agent resumes on its own: echo is not run again, wait is (it never completed)
+    reply = await node.ask("agent/s", "last_turn")
+    for _ in range(1000):
+        if reply.get("status") == "ok":
+            break
+        await asyncio.sleep(0)
+        reply = await node.ask("agent/s", "last_turn")
+    assert reply["status"] == "ok" and reply["response"] == "finished"
+    assert [name for name, _ in doubles.EXECUTED] == ["echo", "wait", "wait"]
+
+
+async def test_resume_without_a_paused_turn_is_a_conflict(make_node):
+    node = await make_node(specs())
+    SCRIPTS["s"] = [end("x")]
+    await node.ask("agent", "chat", {"message": "hi", "session_id": "s"})
+    with pytest.raises(Conflict):
+        await node.ask("agent/s", "resume", {"approval_id": "nope", "decision": "approved"})
