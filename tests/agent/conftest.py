@@ -31,7 +31,11 @@ async def make_node(tmp_path: Path, clock: ManualClock) -> AsyncIterator[Callabl
     nodes: list[Node] = []
 
     async def factory(
-        spec: SupervisorSpec | list[ActorSpec], *, data_dir: Path | None = None, use_clock: Any = None, **opts: Any
+        spec: SupervisorSpec | list[ActorSpec],
+        *,
+        data_dir: Path | None = None,
+        use_clock: Any = None,
+        **opts: Any,
     ) -> Node:
         tree = spec if isinstance(spec, SupervisorSpec) else SupervisorSpec(name="root", children=list(spec))
         c = use_clock if use_clock is not None else clock

@@ -99,24 +99,22 @@ async def test_untrusted_results_are_marked_as_data(make_node):
 
 async def test_turn_resumes_after_the_actor_dies_between_tool_calls(make_node):
     doubles.GATE["wait"] = asyncio.Event()
-    SCRIPTS["s"] = [tool_use(("echo", {"x": "first"}), ("wait", {})), end("finished")]
+    doubles.GATE["entered"] = asyncio.Event()
+    SCRIPTS["s"] = [tool_use(("echo", {"x": "first"}), ("wait", {})), end("finished"), end("second")]
     node = await make_node(specs())
     turn = asyncio.ensure_future(node.ask("agent", "chat", {"message": "go", "session_id": "s"}))
-    while ("wait", {}) not in doubles.EXECUTED:
-        await asyncio.sleep(0)
+    await doubles.GATE["entered"].wait()
     (cell,) = node.cells("agent")
     await cell.kill("test", abnormal=True)  # dies while the second tool call runs
     with pytest.raises(ActorError):
         await turn
     doubles.GATE["wait"].set()
-    # the restarted agent resumes on its own: echo is not run again, wait is (it never completed)
-    reply = await node.ask("agent/s", "last_turn")
-    for _ in range(1000):
-        if reply.get("status") == "ok":
-            break
-        await asyncio.sleep(0)
-        reply = await node.ask("agent/s", "last_turn")
-    assert reply["status"] == "ok" and reply["response"] == "finished"
+    # the restarted agent resumes on its own: echo is not run again, wait is (it never completed).
+    # A new chat waits for the resumed turn to finish first.
+    reply = await node.ask("agent", "chat", {"message": "next", "session_id": "s"})
+    assert reply["response"] == "second"
+    history = (await node.ask("agent/s", "get_history"))["messages"]
+    assert [m["content"] for m in history if m["role"] == "assistant"][-2:] == ["finished", "second"]
     assert [name for name, _ in doubles.EXECUTED] == ["echo", "wait", "wait"]
 
 
