@@ -87,6 +87,8 @@ class Handler:
     params: dict[str, Param]
     var_kw: bool
     internal: bool = False
+    states: frozenset[str] | None = None
+    """GenFSM: the states this handler is allowed in (``in_states``)."""
 
     def bind(self, payload: dict[str, Any]) -> dict[str, Any]:
         """Check payload against the signature; returns the keyword arguments for the handler."""
@@ -310,6 +312,7 @@ def build_handler(kind: str, op: str, fn: Callable[..., Any], hints: dict[str, A
         params=params,
         var_kw=var_kw,
         internal=op.startswith("__"),
+        states=getattr(fn, "__minihermes_states__", None),
     )
 
 
@@ -384,9 +387,7 @@ class Actor:
     # -- state (de)serialization -------------------------------------------------------------------------
 
     def dump_state(self) -> bytes:
-        return json.dumps(
-            {n: getattr(self, n) for n in self._state_fields}, separators=(",", ":"), default=_json_default
-        ).encode()
+        return _ENCODER.encode({n: getattr(self, n) for n in self._state_fields}).encode()
 
     def load_state(self, data: dict[str, Any]) -> None:
         """Apply saved state; raises ValueError if a field's value does not fit its declared type."""
@@ -423,3 +424,6 @@ def _json_default(o: Any) -> Any:
     if hasattr(o, "model_dump"):
         return o.model_dump(mode="json")
     raise TypeError(f"state value of type {type(o).__name__} is not JSON-serializable")
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), default=_json_default)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ._actor import Actor, Handler
 from ._clock import TimerHandle
-from ._context import RequestContext, reset_context, set_context
+from ._context import RequestContext, set_context
 from ._errors import ActorCrashed, ActorError, InvalidTransition, UnknownOp
 from ._mailbox import DEACTIVATE, STOP, Control, Envelope, Mailbox
 from ._spec import ActorSpec
@@ -90,6 +90,8 @@ class Cell:
         self.idle_timer: TimerHandle | None = None
         self.kill_reason: tuple[str, bool] | None = None
         self.removed = False
+        self.tracks_idle = bool(spec.virtual and spec.idle_timeout)
+        self._ctx: RequestContext | None = None
 
     def __repr__(self) -> str:
         return f"<Cell {self.scope[0]}:{self.scope[1]}:{self.address} {self.status}>"
@@ -135,6 +137,7 @@ class Cell:
     async def _run(self) -> None:
         reason = "normal"
         abnormal = False
+        current_cell.set(self)  # this task runs in its own context: set once, never reset
         try:
             await self._activate()
             self.status = "running"
@@ -175,13 +178,8 @@ class Cell:
         self.instance = inst
         self.since_checkpoint = 0
         self.dirty = migrated  # a migrated state is saved in its new shape right away
-        ctx_token = set_context(self.init_context)
-        cell_token = current_cell.set(self)
-        try:
-            await inst.on_init(self.address, dict(spec.args))
-        finally:
-            current_cell.reset(cell_token)
-            reset_context(ctx_token)
+        self._use(self.init_context)
+        await inst.on_init(self.address, dict(spec.args))
         if cls._state_fields:
             await self._checkpoint_if_changed(force_interval=True)
         self.node._arm_idle(self)
@@ -204,28 +202,29 @@ class Cell:
             return
         for t in list(self.tasks):
             t.cancel()
-        ctx_token = set_context(self.init_context)
-        cell_token = current_cell.set(self)
-        try:
-            await inst.on_stop(reason)
-        finally:
-            current_cell.reset(cell_token)
-            reset_context(ctx_token)
+        self._use(self.init_context)
+        await inst.on_stop(reason)
         await self.flush()
+
+    def _use(self, ctx: RequestContext) -> None:
+        # The cell's task has its own context, so the variable is only set when the tenant context changes.
+        if ctx is not self._ctx:
+            self._ctx = ctx
+            set_context(ctx)
 
     async def _handle(self, env: Envelope) -> None:
         inst = self.instance
         assert inst is not None
         self.current = env
-        ctx_token = set_context(env.ctx)
-        cell_token = current_cell.set(self)
+        if env.ctx is not self._ctx:
+            self._use(env.ctx)
         try:
             h = self.handlers.get(env.op)
             if h is None:
                 if not env.op.startswith("__"):
                     raise UnknownOp(f"{self.spec.name} has no op '{env.op}'", op=env.op)
                 return
-            states = getattr(h.fn, "__minihermes_states__", None)
+            states = h.states
             if states is not None and getattr(inst, "fsm_state", None) not in states:
                 raise InvalidTransition(
                     f"{env.op} is not allowed in state {getattr(inst, 'fsm_state', '')}",
@@ -242,10 +241,10 @@ class Cell:
                 env.reply.set_exception(e)
             return
         finally:
-            current_cell.reset(cell_token)
-            reset_context(ctx_token)
-            self.node._release(env)
-            self.last_active = self.node.clock.monotonic()
+            if env.counted:
+                self.node._release(env)
+            if self.tracks_idle:
+                self.last_active = self.node.clock.monotonic()
         if inst._state_fields:
             # still "current": if saving fails, the caller gets the crash instead of waiting forever
             self.since_checkpoint += 1

@@ -108,6 +108,7 @@ class Node:
         self._reminder_due: float | None = None
         self._retention_timer: TimerHandle | None = None
         self._channel_events: dict[tuple[Scope, str], asyncio.Event] = {}
+        self._deadlines: dict[int, dict[asyncio.Future[Any], tuple[str, str, float]]] = {}
         self.root: Supervisor | None = None
         self.failed: asyncio.Event = asyncio.Event()
         for spec in tree.walk():
@@ -309,11 +310,18 @@ class Node:
         self._admit(cell, env)
         cell.mailbox.put(env)
         limit = self.options.ask_timeout if timeout is None else timeout
-        timer = self.clock.call_later(limit, _expire, fut, target, op, limit)
+        # Deadlines share one timer per bucket (a timer per ask would dominate the cost of a fast ask); a
+        # timeout fires at most DEADLINE_BUCKET seconds late, never early.
+        slot = int((self.clock.monotonic() + limit) / DEADLINE_BUCKET) + 1
+        bucket = self._deadlines.get(slot)
+        if bucket is None:
+            bucket = self._deadlines[slot] = {}
+            self.clock.call_later(slot * DEADLINE_BUCKET - self.clock.monotonic(), self._expire_slot, slot)
+        bucket[fut] = (target, op, limit)
         try:
             return await fut
         finally:
-            timer.cancel()
+            bucket.pop(fut, None)
 
     def send(
         self,
@@ -531,6 +539,10 @@ class Node:
         self._timers[timer_id] = (cell, self.clock.call_later(delay, fire))
         return timer_id
 
+    def _expire_slot(self, slot: int) -> None:
+        for fut, (target, op, limit) in list(self._deadlines.pop(slot, {}).items()):
+            _expire(fut, target, op, limit)
+
     def cancel_timer(self, timer_id: str) -> bool:
         entry = self._timers.pop(timer_id, None)
         if entry is None:
@@ -717,6 +729,9 @@ class Node:
 def _expire(fut: asyncio.Future[Any], target: str, op: str, limit: float) -> None:
     if not fut.done():
         fut.set_exception(AskTimeout(f"{target}.{op} did not answer within {limit:g}s", actor=target, op=op))
+
+
+DEADLINE_BUCKET = 0.25
 
 
 def _log_task_error(task: asyncio.Task[Any]) -> None:

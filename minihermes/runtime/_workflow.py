@@ -56,6 +56,7 @@ class Workflow(Actor):
         self._waiters: list[asyncio.Future[Any]] = []
         self._cancelling = False
         self._signal_event = asyncio.Event()
+        self._waiting_for: str | None = None
 
     # -- to override --------------------------------------------------------------------------------------
 
@@ -115,9 +116,11 @@ class Workflow(Actor):
         while True:
             for i, s in enumerate(self.wf_signals):
                 if s["name"] == name:
+                    self._waiting_for = None
                     self.wf_signals.pop(i)
                     await self.host.checkpoint()
                     return s.get("payload")
+            self._waiting_for = name  # everything before this point is checkpointed
             self._signal_event.clear()
             await self._signal_event.wait()
 
@@ -251,6 +254,7 @@ class Workflow(Actor):
                 "status": self.wf_status,
                 "workflow_id": self.actor_id,
                 "current_step": self.wf_current,
+                "waiting_for": self._waiting_for,
                 "completed_steps": list(self.wf_step_order),
                 "attempt": self.wf_attempt,
                 "started_at": self.wf_started_at,

@@ -70,7 +70,7 @@ async def main(scenario: str, data_dir: str) -> None:
     if scenario == "workflow":
         log = str(Path(data_dir) / "effects.log")
         await node.ask("wf/job1", "start", {"log": log})
-        while (await node.ask("wf/job1", "query"))["completed_steps"] != ["a"]:  # noqa: ASYNC110
+        while (await node.ask("wf/job1", "query"))["waiting_for"] != "go":  # noqa: ASYNC110
             await asyncio.sleep(0.01)  # the child polls its own node; the parent waits on its output
         print("A_DONE", flush=True)
     elif scenario == "writes":

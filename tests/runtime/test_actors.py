@@ -175,9 +175,10 @@ async def test_ask_timeout_is_structured(make_node, clock: ManualClock):
     GATES["gate"] = asyncio.Event()
     node = await make_node(tree(ActorSpec("slow", Slow)))
     fut = asyncio.ensure_future(node.ask("slow", "work", {"n": 1}, timeout=5))
-    await clock.advance(1)
-    assert not fut.done()
-    await clock.advance(5)
+    await clock.advance(1)  # the ask is sent at t=1: due at t=6
+    await clock.advance(4.9)
+    assert not fut.done()  # never early
+    await clock.advance(0.5)  # deadlines share 0.25 s buckets: at most that late
     with pytest.raises(AskTimeout) as ei:
         await fut
     assert ei.value.code == "timeout" and ei.value.http_status == 504

@@ -24,7 +24,9 @@ def reset_calls():
 
 
 async def _steps_done(node, address: str, steps: list[str]) -> bool:
-    return (await node.ask(address, "query", {"name": "status"}))["completed_steps"] == steps
+    """The workflow finished these steps (checkpointed) and waits for the "go" signal."""
+    status = await node.ask(address, "query", {"name": "status"})
+    return status["completed_steps"] == steps and status["waiting_for"] == "go"
 
 
 async def test_run_returns_the_result_and_steps_run_once(make_node):

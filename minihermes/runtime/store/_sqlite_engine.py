@@ -209,12 +209,22 @@ class SqliteEngine:
         anyway); every caller still resolves only after the commit, with the winner's outcome.
         transactional=False runs fn after the batch commits, outside any transaction (incremental_vacuum).
         """
+        return await self.submit(fn, coalesce=coalesce, transactional=transactional)
+
+    def submit(
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        *,
+        coalesce: Hashable | None = None,
+        transactional: bool = True,
+    ) -> asyncio.Future[T]:
+        """Queue fn for the next group commit now (synchronously); the future resolves after the commit."""
         if self._state != "open":
             self._check_open()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._writes.put(_Op(fn, future, loop, coalesce, transactional))
-        return await future
+        return future
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run fn on a reader thread's own connection (no write lock, never waits for the writer)."""

@@ -94,7 +94,8 @@ class SqliteStore:
         self.events: EventLog = SqliteEvents(engine, clk)
         self.channels: ChannelStore = SqliteChannels(engine, clk)
         self.locks: LockStore = SqliteLocks(engine, clk)
-        self.checkpoints: CheckpointStore = SqliteCheckpoints(engine, clk)
+        self._checkpoints = SqliteCheckpoints(engine, clk)
+        self.checkpoints: CheckpointStore = self._checkpoints
         self.reminders: ReminderStore = SqliteReminders(engine, clk)
         self.text: TextIndex = SqliteText(engine, clk)
         self.quarantine: Quarantine = SqliteQuarantine(engine, clk)
@@ -113,6 +114,7 @@ class SqliteStore:
 
     async def close(self) -> None:
         """Run and commit every queued write, then stop the threads. Later calls raise StoreClosedError."""
+        self._checkpoints.flush_pending()
         await self._engine.stop()
 
     async def __aenter__(self) -> SqliteStore:
