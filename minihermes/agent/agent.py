@@ -229,8 +229,11 @@ class Agent(GenServer):
         decision = await self._check(call_)
         verdict = decision.get("decision", "deny")
         if verdict == "deny":
-            reason = str(decision.get("reason") or "denied by policy")
-            self._tool_result(call_, {"error": {"code": "denied", "message": reason}}, True)
+            reason = str(decision.get("reason") or "policy")
+            message = str(decision.get("message") or f"denied by guardrails ({reason})")
+            self._tool_result(
+                call_, {"error": {"code": "denied", "reason": reason, "message": message}}, True
+            )
             self._audit("tool_denied", f"tool={call_['name']} reason={reason}")
             await self.host.checkpoint()
             return "denied"
@@ -299,9 +302,9 @@ class Agent(GenServer):
     def _tool_result(
         self, call_: dict[str, Any], payload: Any, is_error: bool, *, untrusted: bool = False
     ) -> None:
+        if untrusted and not (isinstance(payload, dict) and "untrusted_content" in payload):
+            payload = {"notice": UNTRUSTED_NOTICE, "untrusted_content": payload}
         content = payload if isinstance(payload, str) else json.dumps(payload, default=str)
-        if untrusted:
-            content = json.dumps({"notice": UNTRUSTED_NOTICE, "untrusted_content": content})
         self.history.append(
             {
                 "role": "tool",

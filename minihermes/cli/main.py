@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from minihermes.runtime import AppConfig, ConfigError, RedactSecrets, build_node
+from minihermes.runtime import AppConfig, ConfigError, Node, RedactSecrets, build_node
 
 app = typer.Typer(help="MiniHermes: a runtime for self-improving AI agents.", no_args_is_help=True)
+keys_app = typer.Typer(
+    help="API keys for the HTTP API (stored hashed in the data dir).", no_args_is_help=True
+)
+app.add_typer(keys_app, name="keys")
 
 
 @app.callback()
@@ -22,60 +27,222 @@ def _root() -> None:
 
 def _setup_logging(level: str, secrets: list[str]) -> None:
     logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-        stream=sys.stderr,
+        level=level.upper(), format="%(asctime)s %(levelname)-7s %(name)s: %(message)s", stream=sys.stderr
     )
     redactor = RedactSecrets(secrets)
     for handler in logging.getLogger().handlers:
         handler.addFilter(redactor)
 
 
-def _load_config(config: Path | None, data_dir: Path | None) -> AppConfig:
-    if config is None:
+def _load_config(app_name: str, config: Path | None, data_dir: Path | None) -> AppConfig:
+    if config is not None:
+        import minihermes.agent.app  # noqa: F401  (registers the agent's roles for custom configs)
+
+        cfg = AppConfig.load(config)
+    elif app_name == "demo":
         from minihermes.apps.demo import DEMO_CONFIG
 
         cfg = AppConfig.from_toml(DEMO_CONFIG, "<demo>")
+    elif app_name == "agent":
+        from minihermes.agent.app import default_config
+
+        cfg = default_config()
     else:
-        cfg = AppConfig.load(config)
+        raise ConfigError("--app", f"unknown app {app_name!r} (known: agent, demo)")
     if data_dir is not None:
         cfg.model.node.data_dir = str(data_dir)
     return cfg
 
 
+def _build(cfg: AppConfig) -> Node:
+    if any(spec.name == "agent" for spec in cfg.tree.walk()):
+        from minihermes.agent.app import build_agent_node
+
+        return build_agent_node(cfg)
+    return build_node(cfg)
+
+
 @app.command()
 def serve(
-    config: Annotated[Path | None, typer.Option(help="App config (TOML). Default: the demo app.")] = None,
+    host: Annotated[
+        str, typer.Option(help="Address to bind the HTTP API (non-loopback needs auth).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="HTTP port (0: none, run the node only).")] = 8091,
     data_dir: Annotated[Path | None, typer.Option(help="Where the node keeps its data.")] = None,
+    app_name: Annotated[str, typer.Option("--app", help="Built-in app: agent (default) or demo.")] = "agent",
+    config: Annotated[Path | None, typer.Option(help="App config (TOML) instead of a built-in app.")] = None,
+    jwt_secret_env: Annotated[
+        str | None, typer.Option(help="Environment variable with an HS256 secret: require JWTs.")
+    ] = None,
+    api_keys: Annotated[
+        bool, typer.Option(help="Accept API keys made with 'minihermes keys create'.")
+    ] = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning, error")] = "info",
 ) -> None:
-    """Start a node: the supervision tree of the app config, on the embedded SQLite store."""
+    """Start a node (the whole supervision tree on the embedded SQLite store) and its HTTP API."""
     try:
-        cfg = _load_config(config, data_dir)
+        cfg = _load_config(app_name, config, data_dir)
+        auth = _auth(jwt_secret_env, api_keys)
+        if port:
+            from minihermes.api import InsecureBindError, check_bind
+
+            try:
+                check_bind(host, auth)
+            except InsecureBindError as e:
+                raise ConfigError("--host", str(e)) from None
     except ConfigError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
-    _setup_logging(log_level, [link.secret for link in cfg.links.values() if link.secret])
-    asyncio.run(_serve(cfg))
+    secrets = [link.secret for link in cfg.links.values() if link.secret]
+    if jwt_secret_env and os.environ.get(jwt_secret_env):
+        secrets.append(os.environ[jwt_secret_env])
+    _setup_logging(log_level, secrets)
+    asyncio.run(_serve(cfg, host, port, auth))
 
 
-async def _serve(cfg: AppConfig) -> None:
+def _auth(jwt_secret_env: str | None, api_keys: bool) -> Any:
+    if not jwt_secret_env and not api_keys:
+        return None
+    from minihermes.api import AuthConfig
+
+    secret = None
+    if jwt_secret_env:
+        secret = os.environ.get(jwt_secret_env)
+        if not secret:
+            raise ConfigError("--jwt-secret-env", f"environment variable {jwt_secret_env} is not set")
+    return AuthConfig(jwt_secret=secret, api_keys=api_keys)
+
+
+async def _serve(cfg: AppConfig, host: str, port: int, auth: Any) -> None:
     log = logging.getLogger("minihermes.serve")
-    node = build_node(cfg)
+    node = _build(cfg)
     stop = asyncio.Event()
     await node.start()
     node.install_signal_handlers(stop.set)
     log.info("data dir: %s", cfg.data_dir.resolve())
     for spec in cfg.tree.walk():
         kind = "virtual" if spec.virtual else "per-tenant" if spec.per_tenant else "shared"
-        log.info("running %-12s %-9s %-10s restart=%s", spec.name, spec.behavior, kind, spec.restart)
-    failed = asyncio.ensure_future(node.failed.wait())
-    stopping = asyncio.ensure_future(stop.wait())
-    await asyncio.wait({failed, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        log.info("running %-16s %-9s %-10s restart=%s", spec.name, spec.behavior, kind, spec.restart)
+    waiters: set[asyncio.Future[Any]] = {
+        asyncio.ensure_future(node.failed.wait()),
+        asyncio.ensure_future(stop.wait()),
+    }
+    if port:
+        from minihermes.api import serve_http
+
+        waiters.add(
+            asyncio.ensure_future(
+                serve_http(
+                    node,
+                    host,
+                    port,
+                    auth,
+                    stop=stop,
+                    on_started=lambda h, p: log.info("HTTP API on http://%s:%d (dashboard: /)", h, p),
+                    log_level="warning",
+                )
+            )
+        )
+    done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    stop.set()
+    for w in waiters:
+        if w not in done:
+            w.cancel()
+    for w in done:
+        if not w.cancelled() and w.exception() is not None:
+            log.error("stopping after an error: %s", w.exception())
     log.info("stopping (%s)", "root supervisor failed" if node.failed.is_set() else "signal")
     await node.stop()
     if node.failed.is_set():
         raise SystemExit(1)
+
+
+# -- chat -----------------------------------------------------------------------------------------------------
+
+
+@app.command()
+def chat(
+    session: Annotated[str, typer.Option(help="Session id (kept across runs).")] = "cli",
+    url: Annotated[str | None, typer.Option(help="A running server, e.g. http://127.0.0.1:8091")] = None,
+    data_dir: Annotated[Path, typer.Option(help="Data dir of the embedded node (without --url).")] = Path(
+        "./data"
+    ),
+    token_env: Annotated[str | None, typer.Option(help="Environment variable with a JWT or API key.")] = None,
+) -> None:
+    """Chat with the agent in the terminal: against an embedded node, or a running server with --url."""
+    from .chat import run_chat
+
+    token = os.environ.get(token_env) if token_env else None
+    raise typer.Exit(asyncio.run(run_chat(session=session, url=url, data_dir=data_dir, token=token)))
+
+
+# -- keys -----------------------------------------------------------------------------------------------------
+
+
+async def _with_store(data_dir: Path, fn: Any) -> Any:
+    from minihermes.runtime.store import open_store
+
+    store = open_store("sqlite", data_dir=str(data_dir))
+    await store.open()
+    try:
+        return await fn(store)
+    finally:
+        await store.close()
+
+
+@keys_app.command("create")
+def keys_create(
+    tenant: Annotated[str, typer.Option(help="Tenant the key acts in.")],
+    principal: Annotated[str, typer.Option(help="Who the key acts as.")],
+    roles: Annotated[str, typer.Option(help="Comma-separated: admin, user, viewer.")] = "user",
+    name: Annotated[str, typer.Option(help="A label.")] = "",
+    data_dir: Annotated[Path, typer.Option(help="The node's data dir.")] = Path("./data"),
+) -> None:
+    """Create an API key; the key is printed once and stored only as a hash."""
+    from minihermes.api import create_api_key
+
+    role_list = [r.strip() for r in roles.split(",") if r.strip()]
+    try:
+        new = asyncio.run(
+            _with_store(
+                data_dir,
+                lambda s: create_api_key(s, tenant=tenant, principal=principal, roles=role_list, name=name),
+            )
+        )
+    except (ValueError, TypeError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(new.key)
+    typer.echo(f"key id {new.info.key_id} for {tenant}/{principal} roles={','.join(role_list)}", err=True)
+
+
+@keys_app.command("list")
+def keys_list(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys.")] = None,
+    data_dir: Annotated[Path, typer.Option(help="The node's data dir.")] = Path("./data"),
+) -> None:
+    """List keys (ids and who they act as; never the keys)."""
+    from minihermes.api import list_api_keys
+
+    for info in asyncio.run(_with_store(data_dir, lambda s: list_api_keys(s, tenant=tenant))):
+        state = "revoked" if info.revoked_at is not None else "active"
+        typer.echo(
+            f"{info.key_id}\t{info.tenant}\t{info.principal}\t{','.join(info.roles)}\t{state}\t{info.name}"
+        )
+
+
+@keys_app.command("revoke")
+def keys_revoke(
+    key_id: Annotated[str, typer.Argument(help="Key id (or the key).")],
+    data_dir: Annotated[Path, typer.Option(help="The node's data dir.")] = Path("./data"),
+) -> None:
+    """Revoke a key: requests with it are refused from now on."""
+    from minihermes.api import revoke_api_key
+
+    if not asyncio.run(_with_store(data_dir, lambda s: revoke_api_key(s, key_id))):
+        typer.echo("error: no active key with that id", err=True)
+        raise typer.Exit(1)
+    typer.echo("revoked")
 
 
 def main() -> None:

@@ -22,6 +22,10 @@ class GenEvent(Actor):
     instance handles is also forwarded (as a cast) to the actors subscribed to it with ``subscribe``."""
 
     behavior = "GenEvent"
+    forward_events: ClassVar[bool] = True
+    """Forward each handled event (a cast listed in ``events``, or any cast when ``events`` is empty) to the
+    subscribers, as received. An event manager that forwards its own (e.g. scrubbed) records sets False."""
+    events: ClassVar[tuple[str, ...]] = ()
     subscribers: list[list[str]] = state(default_factory=list)
 
     @classmethod

@@ -245,6 +245,8 @@ class Cell:
                 self.node._release(env)
             if self.tracks_idle:
                 self.last_active = self.node.clock.monotonic()
+        if h.kind == "cast" and inst.behavior == "GenEvent":
+            self._forward_event(inst, env)
         if inst._state_fields:
             # still "current": if saving fails, the caller gets the crash instead of waiting forever
             self.since_checkpoint += 1
@@ -258,6 +260,20 @@ class Cell:
                 reply.set_result(result)
         elif type(result) is Deferred:
             self.node._spawn_reply(self, result, None)
+
+    def _forward_event(self, inst: Actor, env: Envelope) -> None:
+        events = getattr(inst, "events", ())
+        if (
+            not getattr(inst, "forward_events", False)
+            or (events and env.op not in events)
+            or env.op.startswith("__")
+        ):
+            return
+        for target, op in list(getattr(inst, "subscribers", ())):
+            try:
+                self.node.send(target, op or env.op, dict(env.payload), ctx=env.ctx)
+            except ActorError as e:
+                log.warning("%s: event %s not forwarded to %s: %s", self.address, env.op, target, e.message)
 
     def _fail_current(self, reason: str) -> None:
         env = self.current

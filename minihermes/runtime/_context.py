@@ -33,7 +33,7 @@ class RequestContext:
     def __post_init__(self) -> None:
         for name in ("tenant", "namespace"):
             value = getattr(self, name)
-            if not isinstance(value, str) or not _NAME.match(value):
+            if not isinstance(value, str) or not _NAME.fullmatch(value):
                 raise InvalidArgument(
                     f"{name} must be 1-64 characters of letters, digits, '_', '.', '-'", field=name
                 )

@@ -85,8 +85,8 @@ class Recorder(GenServer):
         self.got.append(["exit", exit_from, exit_reason.split(":")[0]])
 
     @cast
-    def note(self, value: Any = None) -> None:
-        self.got.append(["note", value])
+    def note(self, value: Any = None, **fields: Any) -> None:
+        self.got.append(["note", value if value is not None else fields])
 
     @call
     def get(self) -> list[Any]:
@@ -128,12 +128,24 @@ class Audit(GenEvent):
     def log_event(self, event_type: str, detail: str = "") -> None:
         self.count += 1
         EVENTS.append((event_type, detail))
-        for target, op in self.subscribers:
-            self.host.send(target, op or "note", {"value": [event_type, detail]})
 
     @call
     def stats(self) -> dict[str, Any]:
         return {"count": self.count}
+
+
+class Sink(GenServer):
+    """Receives forwarded events under their own op name."""
+
+    got: list[Any] = state(default_factory=list)
+
+    @cast
+    def log_event(self, event_type: str, detail: str = "") -> None:
+        self.got.append(["event", event_type, detail])
+
+    @call
+    def get(self) -> list[Any]:
+        return self.got
 
 
 class Door(GenFSM):

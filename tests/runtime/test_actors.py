@@ -17,7 +17,7 @@ from minihermes.runtime import (
     call,
 )
 
-from .actors import EVENTS, Audit, Counter, Door, Echo, Recorder
+from .actors import EVENTS, Audit, Counter, Door, Echo, Recorder, Sink
 from .conftest import tree
 
 
@@ -141,18 +141,26 @@ def test_fsm_and_event_classes_are_checked_at_definition():
 
 async def test_genevent_casts_and_subscribers(make_node):
     EVENTS.clear()
-    node = await make_node(tree(ActorSpec("audit", Audit), ActorSpec("rec", Recorder)))
+    node = await make_node(
+        tree(ActorSpec("audit", Audit), ActorSpec("rec", Recorder), ActorSpec("sink", Sink))
+    )
     await node.ask("audit", "subscribe", {"target": "rec", "op": "note"})
     assert await node.ask("audit", "log_event", {"event_type": "tool_executed", "detail": "x"}) == {
         "status": "accepted"
     }
     node.send("audit", "log_event", {"event_type": "policy_changed"})
     assert (await node.ask("audit", "stats"))["count"] == 2
+    # the runtime forwards each event to subscribers as it was sent
+    await node.ask("audit", "subscribe", {"target": "sink", "op": ""})
+    node.send("audit", "log_event", {"event_type": "third", "detail": "y"})
+    assert (await node.ask("audit", "stats"))["count"] == 3
     assert await node.ask("rec", "get") == [
-        ["note", ["tool_executed", "x"]],
-        ["note", ["policy_changed", ""]],
+        ["note", {"event_type": "tool_executed", "detail": "x"}],
+        ["note", {"event_type": "policy_changed"}],
+        ["note", {"event_type": "third", "detail": "y"}],
     ]
-    assert [e[0] for e in EVENTS] == ["tool_executed", "policy_changed"]
+    assert await node.ask("sink", "get") == [["event", "third", "y"]]
+    assert [e[0] for e in EVENTS] == ["tool_executed", "policy_changed", "third"]
 
 
 async def test_async_handler_can_ask_other_actors_and_errors_propagate(make_node):

@@ -125,3 +125,12 @@ def test_bad_tenant_names_are_refused():
     for bad in ("", "a:b", "../x", "x" * 65, "a b"):
         with pytest.raises(InvalidArgument):
             RequestContext(tenant=bad)
+
+
+def test_tenant_names_with_trailing_newlines_are_refused():
+    import pytest
+
+    from minihermes.runtime import InvalidArgument
+
+    with pytest.raises(InvalidArgument):
+        RequestContext(tenant="acme\n")

@@ -23,7 +23,7 @@ from ._common import (
     loads_json,
     new_id,
 )
-from ._sqlite_common import Corrupt, Part, prefix_clause
+from ._sqlite_common import Corrupt, Part, execute_each, prefix_clause
 from ._sqlite_engine import snapshot
 from .base import JSON, ChannelDepth, ChannelMessage, DeadLetter, Scope
 
@@ -135,12 +135,13 @@ class SqliteChannels(Part):
         if not rows:
             return []
 
+        sql = (
+            "INSERT INTO channel_messages (msg_id, tenant, ns, channel, msg_type, payload, dedup_key,"
+            " deliveries, sent_at, visible_at, receipt) VALUES (?, ?, ?, ?, ?, ?, NULL, 0, ?, ?, NULL)"
+        )
+
         def op(conn: sqlite3.Connection) -> None:
-            conn.executemany(
-                "INSERT INTO channel_messages (msg_id, tenant, ns, channel, msg_type, payload, dedup_key,"
-                " deliveries, sent_at, visible_at, receipt) VALUES (?, ?, ?, ?, ?, ?, NULL, 0, ?, ?, NULL)",
-                rows,
-            )
+            execute_each(conn, sql, rows)
 
         await self._db.write(op)
         return ids
@@ -194,7 +195,8 @@ class SqliteChannels(Part):
                     out.append(
                         ChannelMessage(msg_id, channel, msg_type, payload, deliveries + 1, sent_at, tag)
                     )
-                conn.executemany(
+                execute_each(
+                    conn,
                     "UPDATE channel_messages SET deliveries = deliveries + 1, visible_at = ?, receipt = ? WHERE id = ?",
                     handed,
                 )
@@ -233,7 +235,7 @@ class SqliteChannels(Part):
             rows = [(*r, tag) for r in rows]
 
         def op(conn: sqlite3.Connection) -> int:
-            return conn.executemany(sql, rows).rowcount
+            return execute_each(conn, sql, rows)
 
         count: int = await self._db.write(op)
         return count

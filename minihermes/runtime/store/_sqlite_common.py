@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from collections.abc import Sequence
+from typing import Any
 
 from .._clock import Clock
 from ._common import prefix_upper_bound, raw_bytes
@@ -85,3 +87,13 @@ def prefix_clause(column: str, prefix: str) -> tuple[str, tuple[str, ...]]:
     if upper is None:
         return f" AND {column} >= ?", (prefix,)
     return f" AND {column} >= ? AND {column} < ?", (prefix, upper)
+
+
+def execute_each(conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+    """Run sql once per row; returns the rows changed. Used instead of ``executemany``, which failed
+    intermittently ("bad parameter or other API misuse") when two batches of one cached statement met in
+    one group commit."""
+    changed = 0
+    for row in rows:
+        changed += conn.execute(sql, row).rowcount
+    return changed

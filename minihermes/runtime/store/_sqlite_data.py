@@ -18,7 +18,7 @@ from ._common import (
     dumps_json,
     loads_json,
 )
-from ._sqlite_common import Corrupt, Part, insert_quarantine, prefix_clause
+from ._sqlite_common import Corrupt, Part, execute_each, insert_quarantine, prefix_clause
 from .base import JSON, BlobInfo, Checkpoint, KVEntry, QuarantinedRecord, Scope
 
 _LIVE = "(expires_at IS NULL OR expires_at > ?)"
@@ -203,7 +203,7 @@ _CKPT_UPSERT = """
 
 class SqliteCheckpoints(Part):
     """Actor state snapshots. Every save requested during one pass of the event loop goes to the writer as
-    one op (one ``executemany``), so many actors checkpointing at once cost one queue hop and one wake-up;
+    one op, so many actors checkpointing at once cost one queue hop and one wake-up;
     several saves of one actor in a pass collapse into the last. Each caller returns once it is durable."""
 
     _pending: dict[tuple[str, str, str], tuple[Any, ...]] | None = None
@@ -245,7 +245,7 @@ class SqliteCheckpoints(Part):
                     w.set_result(None)
 
         try:
-            self._db.submit(lambda c: c.executemany(_CKPT_UPSERT, rows)).add_done_callback(done)
+            self._db.submit(lambda c: execute_each(c, _CKPT_UPSERT, rows)).add_done_callback(done)
         except Exception as e:  # a closed store: every waiting saver gets the error
             for w in waiters:
                 if not w.done():

@@ -20,7 +20,7 @@ from ._common import (
     encode_tuple,
     tuple_matches,
 )
-from ._sqlite_common import Corrupt, Part
+from ._sqlite_common import Corrupt, Part, execute_each
 from .base import Scalar, Scope
 
 _DELETE_EXACT = "DELETE FROM tuples WHERE id = ? AND body IS ?"
@@ -118,7 +118,7 @@ class SqliteTuples(Part):
             found, corrupt = _scan(conn, tenant, ns, pat, None)
             for item in corrupt:
                 item.move(conn, now)
-            conn.executemany("DELETE FROM tuples WHERE id = ?", [(row_id,) for row_id, _ in found])
+            execute_each(conn, "DELETE FROM tuples WHERE id = ?", [(row_id,) for row_id, _ in found])
             return len(found)
 
         return await self._db.write(op)

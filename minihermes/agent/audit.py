@@ -1,0 +1,314 @@
+"""``audit_event``: the tenant's append-only, hash-chained audit trail (seed 000 "Audit Trail").
+
+Senders never wait: ``log_event`` is a cast, and actors fire it with :func:`fire_audit`. Every event is
+appended to the ``audit`` stream of the tenant's EventLog, whose hash chain makes any later edit or deletion
+detectable (``verify``). Values that look like credentials are scrubbed before they are written: callers must
+not put secrets in events, and this is the second line of defence.
+
+Users (role ``user`` without ``admin``) read only the events they caused; admins and viewers read the
+tenant's whole trail.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+from urllib.parse import quote
+
+from minihermes.runtime import (
+    ActorNotFound,
+    GenEvent,
+    Host,
+    InvalidArgument,
+    Overloaded,
+    RequestContext,
+    ShuttingDown,
+    call,
+    cast,
+    current_context,
+)
+
+log = logging.getLogger("minihermes.agent.audit")
+
+STREAM = "audit"
+"""The EventLog stream (per tenant) holding the audit trail."""
+
+MAX_DETAIL_CHARS = 4000
+MAX_DATA_BYTES = 16_384
+MAX_LIMIT = 1000
+_PAGE = 500
+_CURSOR_PREFIX = "audit_cursor:"
+_EVENT_TYPE = re.compile(r"[^A-Za-z0-9_.:\-]")
+_CONSUMER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
+_MS_THRESHOLD = 1e11
+"""A ``since`` above this is in milliseconds (1e11 seconds is the year 5138)."""
+
+REDACTED = "[REDACTED]"
+_SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{8,}"), r"\1 " + REDACTED),
+    (re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}"), REDACTED),  # OpenAI, Anthropic (sk-ant-...), OpenRouter
+    (re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"), REDACTED),  # JWT
+    (re.compile(r"\bmh_[0-9a-f]{12}_[A-Za-z0-9_\-]{20,}"), REDACTED),  # MiniHermes API keys
+    (re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b"), REDACTED),  # AWS access key ids
+    (re.compile(r"\b(ghp|gho|ghu|ghs|ghr|github_pat)_[A-Za-z0-9_]{20,}"), REDACTED),
+    (re.compile(r"\bxox[abprs]-[A-Za-z0-9\-]{10,}"), REDACTED),  # Slack
+    (re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b"), REDACTED),  # Google API keys
+)
+_SECRET_KEYS = re.compile(
+    r"(?i)^(api[_-]?key|x-api-key|apikey|password|passwd|secret|client[_-]?secret|authorization|"
+    r"access[_-]?token|refresh[_-]?token|id[_-]?token|private[_-]?key|cookie|set-cookie)$|"
+    r"(_api_key|_secret|_password)$"
+)
+
+
+def scrub_secrets(value: Any, _depth: int = 0) -> Any:
+    """A copy of a JSON value with credential-looking strings replaced by ``[REDACTED]``: values under
+    secret-named keys (``api_key``, ``password``, ``authorization``, ...) and substrings shaped like API
+    keys or tokens (``sk-...``, ``Bearer ...``, JWTs, cloud and chat provider keys)."""
+    if isinstance(value, str):
+        for pattern, repl in _SECRET_PATTERNS:
+            value = pattern.sub(repl, value)
+        return value
+    if _depth > 32:
+        return "[TRUNCATED]"
+    if isinstance(value, dict):
+        return {
+            str(k): REDACTED
+            if _SECRET_KEYS.search(str(k)) and v not in (None, "")
+            else scrub_secrets(v, _depth + 1)
+            for k, v in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        return [scrub_secrets(v, _depth + 1) for v in value]
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return scrub_secrets(str(value), _depth + 1)
+
+
+def is_restricted(ctx: RequestContext) -> bool:
+    """True for end users (role ``user`` without ``admin``): they see only what they own."""
+    return "user" in ctx.roles and not ctx.roles & {"admin", "system"}
+
+
+def fire_audit(
+    host: Host,
+    event_type: str,
+    detail: str = "",
+    *,
+    session_id: str = "",
+    data: dict[str, Any] | None = None,
+) -> bool:
+    """Send one audit event without waiting (``host.send``). Returns False, logging why, when it could not
+    be queued: no ``audit_event`` actor in this node's tree, or it is overloaded or shutting down. An audit
+    failure never fails the operation being audited."""
+    payload: dict[str, Any] = {"event_type": event_type, "detail": detail, "session_id": session_id}
+    if data:
+        payload["data"] = data
+    try:
+        host.send("audit_event", "log_event", payload)
+    except ActorNotFound:
+        return False
+    except (Overloaded, ShuttingDown) as e:
+        host.incr_counter("audit_dropped_total")
+        log.warning("audit event %s dropped: %s", event_type, e.message)
+        return False
+    return True
+
+
+class AuditEvent(GenEvent):
+    """The tenant's audit trail: ``log_event`` (cast), ``query_events``, ``poll_events``, ``verify``."""
+
+    events = ("log_event",)
+    forward_events = False  # it forwards the scrubbed record itself (log_event below)
+    mailbox_capacity = 10_000
+    """Every service fires events here; a burst must not be refused (and so lost) at the door."""
+
+    async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
+        self.host.join("svc:audit")
+
+    @cast
+    async def log_event(
+        self,
+        event_type: str,
+        detail: str = "",
+        session_id: str = "",
+        data: dict[str, Any] | None = None,
+        timestamp: float = 0,
+    ) -> None:
+        """Append one event (never blocks the sender). ``timestamp`` (optional, seconds or ms) is what the
+        sender reports; the trail's own ``ts`` is always the node's clock."""
+        ctx = current_context()
+        clean_type = _EVENT_TYPE.sub("_", event_type)[:64] or "unspecified"
+        text = scrub_secrets(detail)
+        if len(text) > MAX_DETAIL_CHARS:
+            text = text[:MAX_DETAIL_CHARS] + "...[truncated]"
+        body = scrub_secrets(data or {})
+        size = len(json.dumps(body, default=str))
+        if size > MAX_DATA_BYTES:
+            body = {"truncated": True, "size": size}
+        record: dict[str, Any] = {
+            "event_type": clean_type,
+            "detail": text,
+            "session_id": session_id[:200],
+            "data": body,
+            "principal": ctx.principal,
+            "ts": self.host.now(),
+        }
+        if ctx.request_id:
+            record["request_id"] = ctx.request_id
+        if timestamp > 0:
+            record["reported_ts"] = _seconds(timestamp)
+        await self.host.events.append(STREAM, record)
+        self.host.incr_counter("audit_events_total", event_type=clean_type)
+        for target, op in list(self.subscribers):  # forward_events=False: subscribers get the scrubbed record
+            try:
+                self.host.send(target, op or "log_event", {k: record[k] for k in _FORWARDED})
+            except (ActorNotFound, InvalidArgument, Overloaded, ShuttingDown) as e:
+                log.warning("audit subscriber %s not reached: %s", target, e.message)
+
+    @call
+    async def query_events(
+        self, event_type: str = "", since: float = 0, limit: int = 100, session_id: str = ""
+    ) -> dict[str, Any]:
+        """The newest ``limit`` events matching the filters, oldest first. ``since`` is epoch seconds (or
+        milliseconds, as the seed's clients send)."""
+        limit = _check_limit(limit)
+        if since < 0:
+            raise InvalidArgument("since must be >= 0", field="since")
+        start = _seconds(since)
+        ctx = current_context()
+        owner = ctx.principal if is_restricted(ctx) else None
+        found: list[dict[str, Any]] = []
+        hi = await self.host.events.last_seq(STREAM)
+        while hi > 0 and len(found) < limit:
+            lo = max(0, hi - _PAGE)
+            page = await self.host.events.read(STREAM, after_seq=lo, limit=hi - lo)
+            if not page:
+                break
+            done = False
+            for rec in reversed(page):
+                if rec.ts < start:
+                    done = True  # appended in clock order: everything before is older still
+                    break
+                event = _event(rec.seq, rec.ts, rec.hash, rec.data)
+                if _matches(event, event_type, session_id, owner):
+                    found.append(event)
+                    if len(found) >= limit:
+                        break
+            if done:
+                break
+            hi = page[0].seq - 1
+        found.reverse()
+        return {"status": "ok", "events": found, "count": len(found)}
+
+    @call
+    async def poll_events(
+        self, consumer_id: str, limit: int = 100, event_type: str = "", commit: bool = True
+    ) -> dict[str, Any]:
+        """Events after this consumer's durable cursor, oldest first. The cursor (one per caller and
+        ``consumer_id``) moves past what is returned, unless ``commit`` is false: then the consumer confirms
+        with ``commit_cursor`` once it has processed them (at-least-once)."""
+        limit = _check_limit(limit)
+        key = _cursor_key(consumer_id)
+        ctx = current_context()
+        owner = ctx.principal if is_restricted(ctx) else None
+        cursor = int(await self.host.kv.get(key) or 0)
+        events: list[dict[str, Any]] = []
+        position = cursor
+        last = await self.host.events.last_seq(STREAM)
+        while position < last and len(events) < limit:
+            page = await self.host.events.read(STREAM, after_seq=position, limit=_PAGE)
+            if not page:
+                break
+            for rec in page:
+                position = rec.seq
+                event = _event(rec.seq, rec.ts, rec.hash, rec.data)
+                if _matches(event, event_type, "", owner):
+                    events.append(event)
+                    if len(events) >= limit:
+                        break
+        if commit and position != cursor:
+            await self.host.kv.put(key, position)
+        return {
+            "status": "ok",
+            "events": events,
+            "count": len(events),
+            "cursor": position,
+            "committed": position if commit else cursor,
+        }
+
+    @call
+    async def commit_cursor(self, consumer_id: str, cursor: int) -> dict[str, Any]:
+        """Move this consumer's cursor to ``cursor`` (a ``seq`` it has processed)."""
+        key = _cursor_key(consumer_id)
+        last = await self.host.events.last_seq(STREAM)
+        if cursor < 0 or cursor > last:
+            raise InvalidArgument(f"cursor must be between 0 and {last}", field="cursor")
+        await self.host.kv.put(key, cursor)
+        return {"status": "ok", "consumer_id": consumer_id, "cursor": cursor}
+
+    @call
+    async def verify(self) -> dict[str, Any]:
+        """Recompute the hash chain of the tenant's trail."""
+        check = await self.host.events.verify(STREAM)
+        return {
+            "status": "ok" if check.ok else "corrupt",
+            "ok": check.ok,
+            "checked": check.checked,
+            "first_bad_seq": check.first_bad_seq,
+            "reason": check.reason,
+        }
+
+    @call
+    async def get_stats(self) -> dict[str, Any]:
+        return {"status": "ok", "event_count": await self.host.events.last_seq(STREAM)}
+
+
+_FORWARDED = ("event_type", "detail", "session_id", "data")
+
+
+def _event(seq: int, ts: float, digest: str, data: Any) -> dict[str, Any]:
+    body = data if isinstance(data, dict) else {"detail": str(data)}
+    return {
+        "seq": seq,
+        "event_type": body.get("event_type", ""),
+        "detail": body.get("detail", ""),
+        "session_id": body.get("session_id", ""),
+        "data": body.get("data", {}),
+        "principal": body.get("principal", ""),
+        "ts": body.get("ts", ts),
+        "hash": digest,
+    }
+
+
+def _matches(event: dict[str, Any], event_type: str, session_id: str, owner: str | None) -> bool:
+    return (
+        (not event_type or event["event_type"] == event_type)
+        and (not session_id or event["session_id"] == session_id)
+        and (owner is None or event["principal"] == owner)
+    )
+
+
+def _check_limit(limit: int) -> int:
+    if limit < 1 or limit > MAX_LIMIT:
+        raise InvalidArgument(f"limit must be between 1 and {MAX_LIMIT}", field="limit")
+    return limit
+
+
+def _seconds(value: float) -> float:
+    return value / 1000.0 if value > _MS_THRESHOLD else float(value)
+
+
+def _cursor_key(consumer_id: str) -> str:
+    if not _CONSUMER.fullmatch(consumer_id):
+        raise InvalidArgument(
+            "consumer_id must be 1-128 characters of letters, digits, '_', '.', ':', '-'",
+            field="consumer_id",
+        )
+    # one cursor per principal: nobody can move another caller's cursor
+    return f"{_CURSOR_PREFIX}{quote(current_context().principal, safe='')}/{consumer_id}"
+
+
+__all__ = ["STREAM", "AuditEvent", "fire_audit", "is_restricted", "scrub_secrets"]

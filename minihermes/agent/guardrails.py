@@ -1,0 +1,493 @@
+"""Guardrails (one per tenant, a GenFSM): the gate every tool call passes before it runs.
+
+``check_tool`` answers allow, deny or review. In order:
+
+1. loop breaker: the same tool with the same input more than ``max_repeats`` times in one turn is denied
+   (reason ``loop``);
+2. the gate's mode (the FSM state): ``open`` (normal), ``supervised`` (every mutating call goes to review),
+   ``lockdown`` (every mutating or unknown tool is denied, whatever the policies say);
+3. an explicit per-tool policy (``set_policy``: allow / deny / review), which wins over every default;
+4. defaults, from the tool's classification (asked from ``tool_executor.describe_tool``): unknown tools are
+   denied; read-only tools are allowed; a mutating call after untrusted content in the same turn goes to
+   review (prompt-injection defence); tools that are reviewed by default (terminal, write_file, mutating
+   service-link and http_request calls) go to review; other mutating tools (memory_store) are allowed.
+
+``review`` is real: ``request_approval`` stores a durable approval record, an admin lists and approves or
+denies it (never their own request), and the paused turn is resumed by asking the session's ``agent`` to
+``resume``, as the person who asked for the call. Policies, mode and approvals are durable state: they survive restarts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections import OrderedDict
+from typing import Any, Literal
+
+from minihermes.runtime import (
+    ActorError,
+    ActorNotFound,
+    Conflict,
+    Deferred,
+    GenFSM,
+    InvalidArgument,
+    NotFound,
+    Overloaded,
+    PermissionDenied,
+    RequestContext,
+    call,
+    cast,
+    current_context,
+    reset_context,
+    set_context,
+    state,
+)
+
+from ._tools_catalog import TOOL_NAME
+
+Decision = Literal["allow", "deny", "review"]
+Mode = Literal["open", "supervised", "lockdown"]
+ApprovalStatus = Literal["pending", "approved", "denied", "all"]
+
+MAX_REPEATS = 2
+MAX_TRACKED_TURNS = 4096
+MAX_PENDING = 1000
+MAX_DECIDED = 500
+"""Decided approvals kept in state (the audit trail keeps every decision)."""
+MAX_APPROVAL_INPUT_BYTES = 256 * 1024
+RESUME_TIMEOUT = 300.0
+DESCRIBE_TIMEOUT = 10.0
+CLASSIFICATION_TTL = 60.0
+MAX_CLASSIFIED = 1000
+_ADMIN_ROLES = frozenset({"admin", "system"})
+_WRITER_ROLES = _ADMIN_ROLES | {"user"}
+_UNAUTHENTICATED = RequestContext().principal
+"""Without auth every request is the local owner: that principal names nobody in particular."""
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _require_admin(op: str) -> None:
+    if not current_context().roles & _ADMIN_ROLES:
+        raise PermissionDenied(f"{op} needs the admin role", op=op)
+
+
+def _check_tool_name(op: str, name: str) -> None:
+    if not TOOL_NAME.match(name):
+        raise InvalidArgument(
+            f"{op}: tool_name must start with a letter and use 1-64 letters, digits, '_' or '-'",
+            op=op,
+            field="tool_name",
+        )
+
+
+def _verdict(decision: str, reason: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {"status": "ok", "decision": decision, "reason": reason, "message": message, **extra}
+
+
+class Guardrails(GenFSM):
+    """Per-tenant tool gate (see the module docstring).
+
+    Args: ``max_repeats`` (loop breaker), ``resume_timeout`` (seconds to wait for a resumed turn).
+    """
+
+    states = ("open", "supervised", "lockdown")
+    initial = "open"
+    transitions = {
+        "open": {"supervised", "lockdown"},
+        "supervised": {"open", "lockdown"},
+        "lockdown": {"open", "supervised"},
+    }
+    state_version = 1
+
+    policies: dict[str, str] = state(default_factory=dict)
+    approvals: dict[str, dict[str, Any]] = state(default_factory=dict)
+    deny_count: int = state(default=0)
+    review_count: int = state(default=0)
+
+    async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
+        self.max_repeats = int(args.get("max_repeats", MAX_REPEATS))
+        self.resume_timeout = float(args.get("resume_timeout", RESUME_TIMEOUT))
+        # (session_id, turn_id) -> {call fingerprint: times seen}. Turns are short-lived: kept in memory.
+        self._calls: OrderedDict[tuple[str, str], dict[str, int]] = OrderedDict()
+        self._allow_count = 0
+        self._classified: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._audit_on = self.host.has_actor("audit_event")
+        self.host.join("svc:guardrails")
+
+    # -- the gate -----------------------------------------------------------------------------------------
+
+    @call
+    async def check_tool(
+        self,
+        tool_name: str,
+        input: Any = None,
+        session_id: str = "",
+        turn_id: str = "",
+        after_untrusted: bool = False,
+    ) -> dict[str, Any]:
+        """``{decision: allow | deny | review, reason, message}`` for one intended call."""
+        if not TOOL_NAME.match(tool_name):  # an LLM's malformed call is denied, not an error
+            return self._decided(
+                tool_name, session_id, _verdict("deny", "unknown_tool", "not a valid tool name")
+            )
+        if turn_id and self._repeats(session_id, turn_id, tool_name, input) > self.max_repeats:
+            return self._decided(
+                tool_name,
+                session_id,
+                _verdict(
+                    "deny",
+                    "loop",
+                    f"{tool_name} was already called {self.max_repeats} times with this input in this turn",
+                ),
+            )
+        mode = self.fsm_state
+        policy = self.policies.get(tool_name)
+        if policy is not None and mode == "open":
+            return self._decided(
+                tool_name, session_id, _verdict(policy, "policy", f"{tool_name}: policy is {policy}")
+            )
+        info = await self._describe(tool_name, input)
+        effects = info["effects"] if info else "mutating"
+        extra = {"effects": effects, "trust": info["trust"]} if info else {}
+        if mode == "lockdown" and effects == "mutating":
+            verdict = _verdict(
+                "deny", "lockdown", "the gate is in lockdown: no tool that changes things runs", **extra
+            )
+        elif policy is not None:
+            verdict = _verdict(policy, "policy", f"{tool_name}: policy is {policy}", **extra)
+        elif info is None:
+            verdict = _verdict("deny", "unknown_tool", f"no tool named '{tool_name}'")
+        elif mode == "supervised" and effects == "mutating":
+            verdict = _verdict(
+                "review",
+                "supervised",
+                "the gate is supervised: calls that change things need approval",
+                **extra,
+            )
+        elif effects == "read":
+            verdict = _verdict("allow", "read_only", f"{tool_name} only reads", **extra)
+        elif after_untrusted:
+            verdict = _verdict(
+                "review",
+                "after_untrusted",
+                "a call that changes things, after untrusted content entered this turn, needs approval",
+                **extra,
+            )
+        elif info.get("review_by_default"):
+            verdict = _verdict(
+                "review", "review_by_default", f"{tool_name} needs approval by default", **extra
+            )
+        else:
+            verdict = _verdict("allow", "default", f"{tool_name} is allowed", **extra)
+        return self._decided(tool_name, session_id, verdict)
+
+    def _repeats(self, session_id: str, turn_id: str, tool_name: str, args: Any) -> int:
+        key = (session_id, turn_id)
+        seen = self._calls.get(key)
+        if seen is None:
+            seen = self._calls[key] = {}
+            if len(self._calls) > MAX_TRACKED_TURNS:
+                self._calls.popitem(last=False)
+        else:
+            self._calls.move_to_end(key)
+        fingerprint = hashlib.sha256(f"{tool_name}\0{_canonical(args)}".encode()).hexdigest()
+        seen[fingerprint] = seen.get(fingerprint, 0) + 1
+        return seen[fingerprint]
+
+    async def _describe(self, tool_name: str, args: Any) -> dict[str, Any] | None:
+        """The tool's classification, or None when it is unknown (or nobody can say: the gate fails closed).
+        Classifications that do not depend on the input are cached; ``tool_executor`` sends
+        ``tools_changed`` when a tool is registered or removed, and entries expire after a while anyway."""
+        cached = self._classified.get(tool_name)
+        if cached is not None and self.host.now() - cached[0] < CLASSIFICATION_TTL:
+            return cached[1]
+        try:
+            info: dict[str, Any] = await self.host.ask(
+                "tool_executor", "describe_tool", {"name": tool_name, "input": args}, timeout=DESCRIBE_TIMEOUT
+            )
+        except (NotFound, ActorNotFound):
+            return None
+        except ActorError as e:
+            self.host.log.warning("cannot classify %s (%s): treating it as unknown", tool_name, e.message)
+            return None
+        if not info.get("input_dependent"):
+            if len(self._classified) >= MAX_CLASSIFIED:
+                self._classified.clear()
+            self._classified[tool_name] = (self.host.now(), info)
+        return info
+
+    @cast
+    def tools_changed(self, name: str = "") -> None:
+        """Forget a cached tool classification (all of them without a name)."""
+        if name:
+            self._classified.pop(name, None)
+        else:
+            self._classified.clear()
+
+    def _decided(self, tool_name: str, session_id: str, verdict: dict[str, Any]) -> dict[str, Any]:
+        decision = verdict["decision"]
+        tool_name = tool_name[:100]  # the LLM wrote it: bounded before it reaches the audit trail
+        self.host.incr_counter("guardrail_decisions_total", decision=decision, reason=verdict["reason"])
+        if decision == "allow":
+            self._allow_count += 1
+            return verdict
+        if decision == "deny":
+            self.deny_count += 1
+            self.host.incr_counter("tool_denials_total")
+        else:
+            self.review_count += 1
+        self._audit(
+            "guardrail_decision",
+            f"tool={tool_name} decision={decision} reason={verdict['reason']}",
+            session_id,
+            {"tool": tool_name, "decision": decision, "reason": verdict["reason"]},
+        )
+        return verdict
+
+    # -- policies and mode --------------------------------------------------------------------------------
+
+    @call
+    def set_policy(self, tool_name: str, decision: Decision) -> dict[str, Any]:
+        """Set a tool's policy (the tool need not exist yet). Admin only; takes effect on the next check."""
+        _require_admin("set_policy")
+        _check_tool_name("set_policy", tool_name)
+        previous = self.policies.get(tool_name)
+        self.policies[tool_name] = decision
+        self._audit(
+            "policy_set",
+            f"tool={tool_name} decision={decision}",
+            "",
+            {"tool": tool_name, "decision": decision, "previous": previous},
+        )
+        return {"status": "ok", "tool_name": tool_name, "decision": decision, "previous": previous}
+
+    @call
+    def clear_policy(self, tool_name: str) -> dict[str, Any]:
+        """Back to the defaults for one tool. Admin only."""
+        _require_admin("clear_policy")
+        _check_tool_name("clear_policy", tool_name)
+        previous = self.policies.pop(tool_name, None)
+        if previous is not None:
+            self._audit("policy_cleared", f"tool={tool_name}", "", {"tool": tool_name, "previous": previous})
+        return {"status": "ok", "tool_name": tool_name, "previous": previous}
+
+    @call
+    def get_policies(self) -> dict[str, Any]:
+        return {"status": "ok", "policies": dict(sorted(self.policies.items())), "mode": self.fsm_state}
+
+    @call
+    def set_mode(self, mode: Mode) -> dict[str, Any]:
+        """Move the gate to open, supervised or lockdown. Admin only."""
+        _require_admin("set_mode")
+        previous = self.fsm_state
+        if mode != previous:
+            self.transition_to(mode)
+            self._audit(
+                "guardrails_mode",
+                f"mode={mode} previous={previous}",
+                "",
+                {"mode": mode, "previous": previous},
+            )
+        return {"status": "ok", "mode": mode, "previous": previous}
+
+    @call
+    def transition(self, to: str) -> dict[str, Any]:
+        """The FSM's own op, admin only here: it moves the gate like ``set_mode``."""
+        _require_admin("transition")
+        previous = self.transition_to(to)
+        self._audit(
+            "guardrails_mode", f"mode={to} previous={previous}", "", {"mode": to, "previous": previous}
+        )
+        return {"status": "ok", "from": previous, "to": to}
+
+    @call
+    def get_state(self) -> dict[str, Any]:
+        pending = sum(1 for a in self.approvals.values() if a["status"] == "pending")
+        return {
+            "status": "ok",
+            "state": self.fsm_state,
+            "fsm_state": self.fsm_state,
+            "mode": self.fsm_state,
+            "transitions": self.transition_count,
+            "allowed": sorted(self.transitions.get(self.fsm_state, ())),
+            "policies": dict(sorted(self.policies.items())),
+            "pending_approvals": pending,
+            "deny_count": self.deny_count,
+            "review_count": self.review_count,
+            "allow_count": self._allow_count,
+        }
+
+    # -- approvals ----------------------------------------------------------------------------------------
+
+    @call
+    def request_approval(
+        self,
+        tool_name: str,
+        input: Any = None,
+        session_id: str = "",
+        requested_by: str = "",
+        turn_id: str = "",
+    ) -> dict[str, Any]:
+        """Store a pending approval for a reviewed call. The same pending request again gets the same id."""
+        ctx = current_context()
+        if not ctx.roles & _WRITER_ROLES:
+            raise PermissionDenied("request_approval: a read-only role cannot request tool calls")
+        _check_tool_name("request_approval", tool_name)
+        args = {} if input is None else input
+        encoded = _canonical(args)
+        if len(encoded.encode()) > MAX_APPROVAL_INPUT_BYTES:
+            raise InvalidArgument("request_approval: input is too large to review", field="input")
+        for a in self.approvals.values():
+            if (
+                a["status"] == "pending"
+                and (a["tool"], a["session_id"], a["turn_id"]) == (tool_name, session_id, turn_id)
+                and _canonical(a["input"]) == encoded
+            ):
+                return {"status": "ok", "approval_id": a["approval_id"], "existing": True}
+        if sum(1 for a in self.approvals.values() if a["status"] == "pending") >= MAX_PENDING:
+            raise Overloaded(f"request_approval: {MAX_PENDING} approvals are already pending")
+        approval_id = f"apr-{uuid.uuid4().hex}"
+        self.approvals[approval_id] = {
+            "approval_id": approval_id,
+            "tool": tool_name,
+            "input": json.loads(encoded),
+            "session_id": session_id,
+            "turn_id": turn_id,
+            "requested_by": requested_by or ctx.principal,
+            "requester": ctx.principal,
+            "requester_roles": sorted(ctx.roles),
+            "status": "pending",
+            "created_at": self.host.now(),
+            "decided_at": None,
+            "decided_by": None,
+            "note": "",
+        }
+        self.host.incr_counter("approvals_requested_total")
+        return {"status": "ok", "approval_id": approval_id, "existing": False}
+
+    @call
+    def list_approvals(
+        self, status: ApprovalStatus = "pending", session_id: str = "", limit: int = 100
+    ) -> dict[str, Any]:
+        """Approvals, oldest first: ``{approval_id, tool, input, session_id, requested_by, status, created_at}``."""
+        if not 1 <= limit <= 1000:
+            raise InvalidArgument("list_approvals: limit must be 1..1000", field="limit")
+        chosen = [
+            self._public(a)
+            for a in self.approvals.values()  # insertion order: the order they were requested
+            if (status == "all" or a["status"] == status)
+            and (not session_id or a["session_id"] == session_id)
+        ]
+        return {"status": "ok", "approvals": chosen[:limit], "count": len(chosen[:limit])}
+
+    @call
+    def get_approval(self, approval_id: str) -> dict[str, Any]:
+        return {"status": "ok", **self._public(self._approval(approval_id))}
+
+    @call
+    def approve(self, approval_id: str, note: str = "") -> Any:
+        """Approve a pending call and resume its turn; the reply carries the resumed turn's reply."""
+        return self._decide(approval_id, "approved", note)
+
+    @call
+    def deny(self, approval_id: str, note: str = "") -> Any:
+        """Deny a pending call; the turn resumes and the LLM reads that a reviewer refused it."""
+        return self._decide(approval_id, "denied", note)
+
+    def _decide(self, approval_id: str, decision: str, note: str) -> Any:
+        ctx = current_context()
+        op = "approve" if decision == "approved" else "deny"
+        if not ctx.roles & _ADMIN_ROLES:
+            # Users own their sessions, not other people's: reviewing is an admin's job (viewers only read).
+            raise PermissionDenied(f"{op}: deciding approvals needs the admin role", op=op)
+        record = self._approval(approval_id)
+        if record["status"] != "pending":
+            raise Conflict(f"approval {approval_id} was already {record['status']}", approval_id=approval_id)
+        requesters = {record["requested_by"]}
+        if record["requester"] != _UNAUTHENTICATED:
+            requesters.add(record["requester"])
+        if ctx.principal in requesters:
+            raise PermissionDenied(
+                f"{op}: nobody decides on their own request", op=op, approval_id=approval_id
+            )
+        record.update(status=decision, decided_at=self.host.now(), decided_by=ctx.principal, note=note[:1000])
+        self._prune()
+        self.host.incr_counter("approvals_decided_total", decision=decision)
+        self._audit(
+            f"approval_{decision}",
+            f"approval={approval_id} tool={record['tool']} by={ctx.principal}",
+            record["session_id"],
+            {
+                "approval_id": approval_id,
+                "tool": record["tool"],
+                "decision": decision,
+                "decided_by": ctx.principal,
+            },
+        )
+        # The resumed turn calls back into this actor (check_tool): reply later, keep serving the mailbox.
+        return Deferred(self.host.spawn(self._resume(dict(record), ctx)))
+
+    async def _resume(self, record: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        """Ask the session's agent to continue the turn, as the person who asked for the call."""
+        turn: Any = None
+        if record["session_id"]:
+            requester = RequestContext(
+                tenant=ctx.tenant,
+                namespace=ctx.namespace,
+                principal=record["requester"],
+                roles=frozenset(record["requester_roles"]),
+                request_id=ctx.request_id,
+            )
+            token = set_context(requester)
+            try:
+                turn = await self.host.ask(
+                    f"agent/{record['session_id']}",
+                    "resume",
+                    {"approval_id": record["approval_id"], "decision": record["status"]},
+                    timeout=self.resume_timeout,
+                )
+            except ActorNotFound:
+                turn = None  # no agent on this node: the decision is recorded, nothing to resume
+            except ActorError as e:
+                turn = {"status": "error", "error": {"code": e.code, "message": e.message}}
+            finally:
+                reset_context(token)
+        return {
+            "status": "ok",
+            "approval_id": record["approval_id"],
+            "decision": record["status"],
+            "turn": turn,
+        }
+
+    def _approval(self, approval_id: str) -> dict[str, Any]:
+        record = self.approvals.get(approval_id)
+        if record is None:
+            raise NotFound(f"no approval {approval_id}", field="approval_id")
+        return record
+
+    @staticmethod
+    def _public(record: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in record.items() if k not in ("requester", "requester_roles")}
+
+    def _prune(self) -> None:
+        decided = [a for a in self.approvals.values() if a["status"] != "pending"]
+        if len(decided) > MAX_DECIDED:
+            decided.sort(key=lambda a: a["decided_at"] or 0.0)
+            for a in decided[: len(decided) - MAX_DECIDED]:
+                del self.approvals[a["approval_id"]]
+
+    def _audit(self, event_type: str, detail: str, session_id: str, data: dict[str, Any]) -> None:
+        if not self._audit_on:
+            return
+        try:
+            self.host.send(
+                "audit_event",
+                "log_event",
+                {"event_type": event_type, "detail": detail, "session_id": session_id, "data": data},
+            )
+        except ActorError as e:
+            self.host.log.debug("audit %s not delivered: %s", event_type, e.message)

@@ -1,0 +1,366 @@
+"""Memory (one per tenant): facts stored under keys, in three scopes and three tiers (seed 000 "Memory").
+
+- Scopes say who sees a fact: ``global`` (every agent and session of the tenant), ``agent`` (one agent id),
+  ``session`` (one session).
+- Tiers say how it is used: ``core`` facts are injected into every system prompt (``core_snapshot``),
+  ``reachable`` ones are recalled or searched on demand, ``deep`` ones are archival (bigger values allowed).
+
+Each fact lives in three primitives, each for its access pattern: ``kv`` holds the record (point lookup by
+scope, owner and key: the source of truth), the ``text`` index ``memories`` ranks facts for
+``search_memories`` (SQLite FTS5, BM25 over key and value) and the tuple space holds
+``["memory", scope, owner, key, tier]`` for listing by pattern (None is a wildcard), as in the seeds. Writes go
+to kv first; a reader that finds an index entry without its kv record skips it, so a crash between the
+writes can hide a fact from a listing or a search until it is stored again, never show a deleted one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Literal
+from urllib.parse import quote
+
+from minihermes.runtime import (
+    ActorError,
+    Conflict,
+    GenServer,
+    InvalidArgument,
+    PermissionDenied,
+    call,
+    current_context,
+    state,
+)
+
+SCOPES = ("global", "agent", "session")
+TIERS = ("core", "reachable", "deep")
+INDEX = "memories"
+MAX_KEY_CHARS = 200
+MAX_ID_CHARS = 200
+MAX_QUERY_CHARS = 1000
+MAX_VALUE_CHARS = {"core": 2_000, "reachable": 32_000, "deep": 256_000}
+"""Core values go into every prompt, so they stay short."""
+MAX_MEMORIES = 100_000
+CORE_SNAPSHOT_CHARS = 4_000
+
+Scope = Literal["global", "agent", "session"]
+ScopeFilter = Literal["", "global", "agent", "session"]
+Tier = Literal["core", "reachable", "deep"]
+TierFilter = Literal["", "core", "reachable", "deep"]
+
+_ADMIN_ROLES = frozenset({"admin", "system"})
+_WRITER_ROLES = _ADMIN_ROLES | {"user"}
+
+
+def _require_writer(op: str) -> None:
+    if not current_context().roles & _WRITER_ROLES:
+        raise PermissionDenied(f"{op}: a read-only role cannot change memories", op=op)
+
+
+def _check_text(op: str, field: str, value: str, limit: int, *, required: bool = True) -> None:
+    if required and not value.strip():
+        raise InvalidArgument(f"{op}: {field} must not be empty", op=op, field=field)
+    if len(value) > limit:
+        raise InvalidArgument(f"{op}: {field} is longer than {limit} characters", op=op, field=field)
+    if any(ord(c) < 32 and c not in "\t\n\r" for c in value) or "\x7f" in value:
+        raise InvalidArgument(f"{op}: {field} must not contain control characters", op=op, field=field)
+
+
+def _owner(op: str, scope: str, agent_id: str, session_id: str) -> str:
+    """The id a scope is keyed by: none for global, the agent id, or the session id."""
+    if scope == "agent":
+        _check_text(op, "agent_id", agent_id, MAX_ID_CHARS)
+        return agent_id
+    if scope == "session":
+        _check_text(op, "session_id", session_id, MAX_ID_CHARS)
+        return session_id
+    return ""
+
+
+def _record_key(scope: str, owner: str, key: str) -> str:
+    return f"mem:{scope}:{quote(owner, safe='')}:{quote(key, safe='')}"
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _visible(record: dict[str, Any], agent_id: str, session_id: str) -> bool:
+    """With an agent or session id given, another agent's or session's facts are left out."""
+    if record["scope"] == "agent" and agent_id:
+        return bool(record["owner"] == agent_id)
+    if record["scope"] == "session" and session_id:
+        return bool(record["owner"] == session_id)
+    return True
+
+
+def _view(record: dict[str, Any]) -> dict[str, Any]:
+    out = {k: record[k] for k in ("key", "value", "scope", "tier", "user_id", "created_at", "updated_at")}
+    if record["scope"] == "agent":
+        out["agent_id"] = record["owner"]
+    elif record["scope"] == "session":
+        out["session_id"] = record["owner"]
+    return out
+
+
+def _order(record: dict[str, Any]) -> tuple[int, str, str]:
+    return (SCOPES.index(record["scope"]), record["owner"], record["key"])
+
+
+class Memory(GenServer):
+    """Per-tenant memory store (see the module docstring).
+
+    Args: ``max_memories`` (per tenant), ``max_value_chars`` (per tier, a dict), ``core_snapshot_chars``.
+    """
+
+    state_version = 1
+    memory_count: int = state(default=0)
+
+    async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
+        self.max_memories = int(args.get("max_memories", MAX_MEMORIES))
+        self.max_value_chars = {**MAX_VALUE_CHARS, **args.get("max_value_chars", {})}
+        self.core_snapshot_chars = int(args.get("core_snapshot_chars", CORE_SNAPSHOT_CHARS))
+        self._core: list[dict[str, Any]] | None = None
+        """Every core record: read for each system prompt, so cached; every write here invalidates it."""
+        self._stats = {"stores": 0, "recalls": 0, "searches": 0, "deletes": 0}
+        self._audit_on = self.host.has_actor("audit_event")
+        self.host.join("svc:memory")
+
+    # -- writes -------------------------------------------------------------------------------------------
+
+    @call
+    async def store_memory(
+        self,
+        key: str,
+        value: Any,
+        scope: Scope = "global",
+        tier: Tier = "reachable",
+        agent_id: str = "",
+        session_id: str = "",
+        user_id: str = "",
+    ) -> dict[str, Any]:
+        """Store (or overwrite) the fact ``key`` in a scope. Values are text (others are stored as JSON)."""
+        op = "store_memory"
+        _require_writer(op)
+        _check_text(op, "key", key, MAX_KEY_CHARS)
+        if value is None:
+            raise InvalidArgument(f"{op}: value must not be empty", op=op, field="value")
+        text = _as_text(value)
+        _check_text(op, "value", text, self.max_value_chars[tier])
+        owner = _owner(op, scope, agent_id, session_id)
+        rkey = _record_key(scope, owner, key)
+        existing = await self.host.kv.get(rkey)
+        previous: dict[str, Any] | None = existing if isinstance(existing, dict) else None
+        if previous is None and self.memory_count >= self.max_memories:
+            raise Conflict(
+                f"{op}: this tenant has {self.max_memories} memories already", code="quota_exceeded"
+            )
+        now = self.host.now()
+        record = {
+            "key": key,
+            "value": text,
+            "scope": scope,
+            "owner": owner,
+            "tier": tier,
+            "user_id": user_id or current_context().principal,
+            "created_at": previous["created_at"] if previous else now,
+            "updated_at": now,
+        }
+        await self.host.kv.put(rkey, record)
+        meta = {"key": key, "scope": scope, "owner": owner, "tier": tier}
+        await self.host.text.upsert(INDEX, rkey, {"key": key, "value": text}, meta)
+        if previous is None or previous.get("tier") != tier:
+            await self.host.tuples.take_all(["memory", scope, owner, key, None])
+            await self.host.tuples.write(["memory", scope, owner, key, tier])
+        if previous is None:
+            self.memory_count += 1
+        if tier == "core" or (previous and previous.get("tier") == "core"):
+            self._core = None
+        self._stats["stores"] += 1
+        self.host.incr_counter("memory_stores_total", tier=tier)
+        self._audit("memory_stored", f"scope={scope} key={key} tier={tier}", session_id, record)
+        return {"status": "ok", "key": key, "scope": scope, "tier": tier, "created": previous is None}
+
+    @call
+    async def delete_memory(
+        self, key: str, scope: Scope = "global", agent_id: str = "", session_id: str = ""
+    ) -> dict[str, Any]:
+        """Forget a fact. ``deleted`` is false when there was nothing to forget."""
+        op = "delete_memory"
+        _require_writer(op)
+        _check_text(op, "key", key, MAX_KEY_CHARS)
+        owner = _owner(op, scope, agent_id, session_id)
+        record = await self.host.kv.get(_record_key(scope, owner, key))
+        deleted = isinstance(record, dict) and await self._forget(record)
+        return {"status": "ok", "key": key, "scope": scope, "deleted": deleted}
+
+    @call
+    async def clear_memories(self, scope: Scope, agent_id: str = "", session_id: str = "") -> dict[str, Any]:
+        """Forget every fact of one agent or session (e.g. when a session ends), or all global facts
+        (admin only)."""
+        op = "clear_memories"
+        _require_writer(op)
+        if scope == "global" and not current_context().roles & _ADMIN_ROLES:
+            raise PermissionDenied(f"{op}: clearing global memories needs the admin role", op=op)
+        owner = _owner(op, scope, agent_id, session_id)
+        deleted = 0
+        for t in await self.host.tuples.read_all(["memory", scope, owner, None, None]):
+            record = await self.host.kv.get(_record_key(scope, owner, str(t[3])))
+            if isinstance(record, dict) and await self._forget(record, audit=False):
+                deleted += 1
+            else:
+                await self.host.tuples.take_all(list(t))  # an index entry without its record
+        self._audit("memories_cleared", f"scope={scope} deleted={deleted}", session_id, None)
+        return {"status": "ok", "scope": scope, "deleted": deleted}
+
+    async def _forget(self, record: dict[str, Any], *, audit: bool = True) -> bool:
+        scope, owner, key = record["scope"], record["owner"], record["key"]
+        rkey = _record_key(scope, owner, key)
+        if not await self.host.kv.delete(rkey):
+            return False
+        await self.host.text.remove(INDEX, rkey)
+        await self.host.tuples.take_all(["memory", scope, owner, key, None])
+        self.memory_count = max(0, self.memory_count - 1)
+        if record.get("tier") == "core":
+            self._core = None
+        self._stats["deletes"] += 1
+        if audit:
+            session = owner if scope == "session" else ""
+            self._audit("memory_deleted", f"scope={scope} key={key}", session, record)
+        return True
+
+    # -- reads --------------------------------------------------------------------------------------------
+
+    @call
+    async def recall_memory(
+        self, key: str, scope: Scope = "global", agent_id: str = "", session_id: str = ""
+    ) -> dict[str, Any]:
+        """``{found, value}`` for one key (value is None when not found)."""
+        op = "recall_memory"
+        _check_text(op, "key", key, MAX_KEY_CHARS)
+        owner = _owner(op, scope, agent_id, session_id)
+        record = await self.host.kv.get(_record_key(scope, owner, key))
+        self._stats["recalls"] += 1
+        self.host.incr_counter("memory_recalls_total")
+        if not isinstance(record, dict):
+            return {"status": "ok", "key": key, "scope": scope, "found": False, "value": None}
+        return {"status": "ok", "found": True, **_view(record)}
+
+    @call
+    async def list_memories(
+        self,
+        scope: ScopeFilter = "",
+        tier: TierFilter = "",
+        agent_id: str = "",
+        session_id: str = "",
+        limit: int = 100,
+    ) -> dict[str, Any]:
+        """Facts matching a scope and/or tier (empty: any), sorted by scope, owner and key. With an agent or
+        session id, other agents' and sessions' facts are left out."""
+        if not 1 <= limit <= 1000:
+            raise InvalidArgument("list_memories: limit must be 1..1000", op="list_memories", field="limit")
+        owner: str | None = None
+        if scope == "agent" and agent_id:
+            owner = agent_id
+        elif scope == "session" and session_id:
+            owner = session_id
+        pattern = ["memory", scope or None, owner, None, tier or None]
+        rows = await self.host.tuples.read_all(pattern)
+        records = await self._records([(str(t[1]), str(t[2]), str(t[3])) for t in rows])
+        shown = sorted((r for r in records if _visible(r, agent_id, session_id)), key=_order)
+        return {
+            "status": "ok",
+            "memories": [_view(r) for r in shown[:limit]],
+            "count": min(len(shown), limit),
+            "truncated": len(shown) > limit,
+        }
+
+    @call
+    async def search_memories(
+        self,
+        query: str,
+        limit: int = 10,
+        scope: ScopeFilter = "",
+        tier: TierFilter = "",
+        agent_id: str = "",
+        session_id: str = "",
+    ) -> dict[str, Any]:
+        """Full-text search, best first: ``memories: [{key, value, scope, tier, score, snippet}]``. The
+        score is BM25 (higher is better): facts with more of the words, and rarer words, rank first."""
+        op = "search_memories"
+        _check_text(op, "query", query, MAX_QUERY_CHARS)
+        if not 1 <= limit <= 100:
+            raise InvalidArgument(f"{op}: limit must be 1..100", op=op, field="limit")
+        filtered = bool(scope or tier or agent_id or session_id)
+        hits = await self.host.text.search(INDEX, query, limit=min(limit * 5, 500) if filtered else limit)
+        records = await asyncio.gather(*(self.host.kv.get(h.doc_id) for h in hits))
+        found: list[dict[str, Any]] = []
+        for hit, record in zip(hits, records, strict=True):
+            if not isinstance(record, dict) or not _visible(record, agent_id, session_id):
+                continue
+            if (scope and record["scope"] != scope) or (tier and record["tier"] != tier):
+                continue
+            found.append({**_view(record), "score": round(hit.score, 6), "snippet": hit.snippet})
+            if len(found) == limit:
+                break
+        self._stats["searches"] += 1
+        self.host.incr_counter("memory_searches_total")
+        return {"status": "ok", "query": query, "memories": found, "count": len(found)}
+
+    @call
+    async def core_snapshot(
+        self, user_id: str = "", agent_id: str = "", session_id: str = "", max_chars: int = 0
+    ) -> dict[str, Any]:
+        """The core-tier facts for a system prompt: global ones, plus the agent's and the session's when
+        their ids are given; with ``user_id``, only the facts that user stored. Sorted, so the same facts
+        always give the same prompt; bounded by ``max_chars`` (key + value)."""
+        budget = max_chars if max_chars > 0 else self.core_snapshot_chars
+        chosen: list[dict[str, Any]] = []
+        used = 0
+        truncated = False
+        for record in await self._core_records():
+            if record["scope"] == "agent" and (not agent_id or record["owner"] != agent_id):
+                continue
+            if record["scope"] == "session" and (not session_id or record["owner"] != session_id):
+                continue
+            if user_id and record["user_id"] != user_id:
+                continue
+            size = len(record["key"]) + len(record["value"])
+            if used + size > budget:
+                truncated = True
+                continue
+            used += size
+            chosen.append({"key": record["key"], "value": record["value"], "scope": record["scope"]})
+        return {"status": "ok", "memories": chosen, "count": len(chosen), "truncated": truncated}
+
+    @call
+    def get_stats(self) -> dict[str, Any]:
+        """Stored facts (durable count) and operations since this instance started."""
+        return {"status": "ok", "memories": self.memory_count, **self._stats}
+
+    # -- helpers ------------------------------------------------------------------------------------------
+
+    async def _records(self, ids: list[tuple[str, str, str]]) -> list[dict[str, Any]]:
+        got = await asyncio.gather(*(self.host.kv.get(_record_key(s, o, k)) for s, o, k in ids))
+        return [r for r in got if isinstance(r, dict)]
+
+    async def _core_records(self) -> list[dict[str, Any]]:
+        if self._core is None:
+            rows = await self.host.tuples.read_all(["memory", None, None, None, "core"])
+            records = await self._records([(str(t[1]), str(t[2]), str(t[3])) for t in rows])
+            self._core = sorted((r for r in records if r.get("tier") == "core"), key=_order)
+        return self._core
+
+    def _audit(self, event_type: str, detail: str, session_id: str, record: dict[str, Any] | None) -> None:
+        data = {}
+        if record is not None:
+            data = {k: record[k] for k in ("key", "scope", "tier")} | {"size": len(record["value"])}
+        if not self._audit_on:
+            return
+        try:
+            self.host.send(
+                "audit_event",
+                "log_event",
+                {"event_type": event_type, "detail": detail, "session_id": session_id, "data": data},
+            )
+        except ActorError as e:
+            self.host.log.debug("audit %s not delivered: %s", event_type, e.message)

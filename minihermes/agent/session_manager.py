@@ -1,0 +1,228 @@
+"""``session_manager``: the tenant's sessions (seed 003 part 9.2), one instance per tenant.
+
+A session's metadata lives in the tenant's KV under ``session:<id>``; a secondary index
+``session_map:<channel>:<user_id>`` points at the newest session of a channel and user, so a webhook that
+carries only those two finds its session without a scan, and ``session_user:<user_id>:<id>`` lists a user's
+sessions. Session ids are random (``sess-`` + 128 bits), so knowing one session id tells nothing about another.
+
+End users (role ``user`` without ``admin``) see and manage only their own sessions (``user_id`` is their
+principal); admins and viewers see the tenant's. Starts and ends are audited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import uuid
+from typing import Any
+from urllib.parse import quote
+
+from minihermes.runtime import (
+    GenServer,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    RequestContext,
+    call,
+    cast,
+    current_context,
+    state,
+)
+
+from .audit import fire_audit, is_restricted
+
+_SESSION = "session:"
+_BY_CHANNEL = "session_map:"
+_BY_USER = "session_user:"
+_FIELD = re.compile(r"^[^\x00-\x1f\x7f]{1,128}$")
+_SESSION_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
+MAX_LIST = 1000
+MAX_METADATA_BYTES = 8192
+
+
+class SessionManager(GenServer):
+    """Create, find, touch, end and list the tenant's sessions."""
+
+    total_created: int = state(default=0)
+    total_ended: int = state(default=0)
+
+    async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
+        self.host.join("svc:session_manager")
+
+    @call
+    async def create_session(
+        self,
+        channel: str = "web",
+        user_id: str = "anonymous",
+        agent_id: str = "agent",
+        metadata: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """A new active session for (channel, user_id); it becomes the one the index resolves to."""
+        ctx = current_context()
+        if is_restricted(ctx):
+            user_id = _own_user(ctx, user_id, default_marker="anonymous")
+        _check_field("channel", channel)
+        _check_field("user_id", user_id)
+        _check_field("agent_id", agent_id)
+        if metadata and len(json.dumps(metadata, default=str)) > MAX_METADATA_BYTES:
+            raise InvalidArgument(
+                f"metadata must be at most {MAX_METADATA_BYTES} bytes of JSON", field="metadata"
+            )
+        session_id = f"sess-{uuid.uuid4().hex}"
+        now = self.host.now()
+        meta = {
+            "session_id": session_id,
+            "channel": channel,
+            "user_id": user_id,
+            "agent_id": agent_id,
+            "created_by": ctx.principal,
+            "created_at": now,
+            "last_active_at": now,
+            "ended_at": None,
+            "state": "active",
+            "metadata": metadata or {},
+        }
+        await self.host.kv.put(_SESSION + session_id, meta)
+        await self.host.kv.put(_index_key(channel, user_id), session_id)
+        await self.host.kv.put(_user_key(user_id, session_id), now)
+        self.total_created += 1
+        self.host.incr_counter("sessions_created_total")
+        fire_audit(
+            self.host,
+            "session_started",
+            f"session_id={session_id} channel={channel} user_id={user_id}",
+            session_id=session_id,
+            data={"channel": channel, "user_id": user_id, "agent_id": agent_id},
+        )
+        return {"status": "ok", **meta}
+
+    @call
+    async def get_session(self, session_id: str = "", channel: str = "", user_id: str = "") -> dict[str, Any]:
+        """By id, or by (channel, user_id) through the secondary index."""
+        ctx = current_context()
+        if not session_id:
+            if not channel:
+                raise InvalidArgument("give session_id, or channel and user_id", field="session_id")
+            if is_restricted(ctx):
+                user_id = _own_user(ctx, user_id)
+            if not user_id:
+                raise InvalidArgument("give session_id, or channel and user_id", field="user_id")
+            found = await self.host.kv.get(_index_key(channel, user_id))
+            if not isinstance(found, str):
+                raise NotFound(
+                    f"no session for channel '{channel}' and user '{user_id}'",
+                    channel=channel,
+                    user_id=user_id,
+                )
+            session_id = found
+        meta = await self._load(session_id, ctx)
+        return {"status": "ok", **meta}
+
+    @call
+    async def end_session(self, session_id: str) -> dict[str, Any]:
+        """Mark the session ended (idempotent); the channel index no longer resolves to it."""
+        ctx = current_context()
+        meta = await self._load(session_id, ctx)
+        if meta["state"] == "ended":
+            return {"status": "ok", "session_id": session_id, "state": "ended", "already_ended": True}
+        meta["state"] = "ended"
+        meta["ended_at"] = self.host.now()
+        meta["ended_by"] = ctx.principal
+        await self.host.kv.put(_SESSION + session_id, meta)
+        index = _index_key(meta["channel"], meta["user_id"])
+        if await self.host.kv.get(index) == session_id:
+            await self.host.kv.delete(index)
+        self.total_ended += 1
+        fire_audit(
+            self.host,
+            "session_ended",
+            f"session_id={session_id}",
+            session_id=session_id,
+            data={"channel": meta["channel"], "user_id": meta["user_id"]},
+        )
+        return {"status": "ok", "session_id": session_id, "state": "ended", "already_ended": False}
+
+    @call
+    async def list_sessions(
+        self, user_id: str = "", state: str = "", channel: str = "", limit: int = 100
+    ) -> dict[str, Any]:
+        """Sessions newest first; users get only their own. Filters: ``state`` (active|ended), channel."""
+        ctx = current_context()
+        if is_restricted(ctx):
+            user_id = _own_user(ctx, user_id)
+        if state not in ("", "active", "ended"):
+            raise InvalidArgument("state must be '', 'active' or 'ended'", field="state")
+        if limit < 1 or limit > MAX_LIST:
+            raise InvalidArgument(f"limit must be between 1 and {MAX_LIST}", field="limit")
+        if user_id:
+            prefix = f"{_BY_USER}{quote(user_id, safe='')}:"
+            ids = [key[len(prefix) :] for key, _ in await self.host.kv.list(prefix)]
+            found = await asyncio.gather(*(self.host.kv.get(_SESSION + i) for i in ids))
+            metas = [m for m in found if isinstance(m, dict)]
+        else:
+            metas = [m for _, m in await self.host.kv.list(_SESSION) if isinstance(m, dict)]
+        rows = [
+            m
+            for m in metas
+            if (not state or m.get("state") == state) and (not channel or m.get("channel") == channel)
+        ]
+        rows.sort(key=lambda m: (m.get("created_at") or 0, m.get("session_id", "")), reverse=True)
+        total = len(rows)
+        rows = rows[:limit]
+        return {"status": "ok", "sessions": rows, "count": len(rows), "total": total}
+
+    @cast
+    async def touch(self, session_id: str) -> None:
+        """Record activity on a session (fire-and-forget; unknown or foreign sessions are ignored)."""
+        if not _SESSION_ID.fullmatch(session_id):
+            return
+        meta = await self.host.kv.get(_SESSION + session_id)
+        if not isinstance(meta, dict) or not _visible(meta, current_context()):
+            return
+        meta["last_active_at"] = self.host.now()
+        await self.host.kv.put(_SESSION + session_id, meta)
+
+    @call
+    def get_stats(self) -> dict[str, Any]:
+        return {"status": "ok", "total_created": self.total_created, "total_ended": self.total_ended}
+
+    async def _load(self, session_id: str, ctx: RequestContext) -> dict[str, Any]:
+        if not _SESSION_ID.fullmatch(session_id):
+            raise InvalidArgument(
+                "session_id must be 1-128 characters of letters, digits, '_', '.', ':', '-'",
+                field="session_id",
+            )
+        meta = await self.host.kv.get(_SESSION + session_id)
+        # another user's session answers exactly like a missing one: its existence is not disclosed
+        if not isinstance(meta, dict) or not _visible(meta, ctx):
+            raise NotFound(f"no session '{session_id}'", session_id=session_id)
+        return meta
+
+
+def _visible(meta: dict[str, Any], ctx: RequestContext) -> bool:
+    return not is_restricted(ctx) or meta.get("user_id") == ctx.principal
+
+
+def _own_user(ctx: RequestContext, user_id: str, default_marker: str = "") -> str:
+    """A restricted caller acts only as itself: an empty (or default) user_id means the caller."""
+    if user_id in ("", default_marker) or user_id == ctx.principal:
+        return ctx.principal
+    raise PermissionDenied("users can only act on their own sessions", field="user_id")
+
+
+def _check_field(name: str, value: str) -> None:
+    if not _FIELD.fullmatch(value):
+        raise InvalidArgument(f"{name} must be 1-128 printable characters", field=name)
+
+
+def _index_key(channel: str, user_id: str) -> str:
+    # quoted so that no (channel, user) pair can collide with another through a ':' in either
+    return f"{_BY_CHANNEL}{quote(channel, safe='')}:{quote(user_id, safe='')}"
+
+
+def _user_key(user_id: str, session_id: str) -> str:
+    return f"{_BY_USER}{quote(user_id, safe='')}:{session_id}"
+
+
+__all__ = ["SessionManager"]

@@ -1,0 +1,407 @@
+"""The tool executor (one per tenant): the tool catalogue and the only place tools run.
+
+- ``list_tools`` is sorted and byte-stable (the LLM prompt prefix it feeds must not change between turns);
+  ``register_tool`` checks the schema and keeps runtime tools in durable state, so they survive restarts.
+- ``execute`` validates the input against the tool's schema, then runs the tool in a task of its own, with a
+  per-tool timeout on the node's clock. The actor replies when the tool is done but keeps serving its mailbox
+  meanwhile, so one slow tool never holds up the tenant's other sessions. A tool that raises, hangs or returns
+  garbage costs only that call: the reply is ``{"status": "error", "error": {code, message}}`` for the LLM to
+  read, never an exception and never a crash of this actor.
+- Results of tools that bring in outside content are marked ``untrusted`` and wrapped as data.
+
+Built-ins: see ``_tools_catalog.KINDS``; the code behind them is in ``_tools_handlers``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import hashlib
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from minihermes.runtime import (
+    ActorError,
+    Conflict,
+    Deferred,
+    GenServer,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    call,
+    cast,
+    current_context,
+    state,
+)
+from minihermes.tools.sandbox import SandboxLimits, SandboxPolicy
+
+from ._tools_catalog import BUILTINS, MUTATING, UNTRUSTED, ToolDef, build_registered, check_registration
+from ._tools_handlers import (
+    ToolEnv,
+    ToolFailure,
+    calculate_now,
+    mark_untrusted,
+    run_tool,
+    to_json_result,
+    workspace_path,
+)
+
+__all__ = ["ToolExecutor", "workspace_path"]
+
+DEFAULT_TIMEOUT = 30.0
+TERMINAL_GRACE = 15.0
+"""The terminal tool's timeout is its sandbox wall clock plus this (the sandbox kills first)."""
+MAX_RESULT_CHARS = 64_000
+MAX_TOOLS = 200
+_AUDIT_INPUT_CHARS = 500
+_ADMIN_ROLES = frozenset({"admin", "system"})
+_WRITER_ROLES = _ADMIN_ROLES | {"user"}
+
+
+def _require_admin(op: str) -> None:
+    if not current_context().roles & _ADMIN_ROLES:
+        raise PermissionDenied(f"{op} needs the admin role", op=op)
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+class ToolExecutor(GenServer):
+    """Per-tenant tool catalogue and executor (see the module docstring).
+
+    Args: ``workspace_root`` (folder of the session workspaces; the app passes ``<data_dir>/workspaces``),
+    ``default_timeout`` (seconds), ``max_result_chars``, ``max_tools``, ``terminal`` (a dict of
+    ``SandboxLimits`` fields for the terminal tool), ``sandbox_policy`` (a ``SandboxPolicy``, in-process only).
+    """
+
+    state_version = 1
+    tools: dict[str, dict[str, Any]] = state(default_factory=dict)
+    """Runtime-registered tools by name: the checked registration records."""
+
+    async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
+        root = args.get("workspace_root")
+        self.workspace_root: Path | None = Path(root) if root else None
+        self.default_timeout = float(args.get("default_timeout", DEFAULT_TIMEOUT))
+        self.max_result_chars = int(args.get("max_result_chars", MAX_RESULT_CHARS))
+        self.max_tools = int(args.get("max_tools", MAX_TOOLS))
+        terminal = {
+            "wall_seconds": 30.0,
+            "cpu_seconds": 10,
+            "output_bytes": 64 * 1024,
+            **args.get("terminal", {}),
+        }
+        self.terminal_limits = SandboxLimits(**terminal)
+        policy = args.get("sandbox_policy")
+        self.sandbox_policy: SandboxPolicy | None = policy if isinstance(policy, SandboxPolicy) else None
+        self._registered: dict[str, ToolDef] = {}
+        for name, record in self.tools.items():
+            try:
+                self._registered[name] = build_registered(record)
+            except Exception as e:  # a record this version cannot run: keep it stored, leave it out
+                self.host.log.warning("registered tool %s cannot be loaded: %s", name, e)
+        self._listing: list[dict[str, Any]] | None = None
+        self._digest = ""
+        self._running: dict[str, asyncio.Task[Any]] = {}
+        self._timed_out: set[str] = set()
+        self._stats: dict[str, Any] = {"executions": 0, "errors": 0, "timeouts": 0, "by_tool": {}}
+        self._audit_on = self.host.has_actor("audit_event")
+        self._guardrails_on = self.host.has_actor("guardrails")
+        self.host.join("svc:tool_executor")
+
+    # -- catalogue ----------------------------------------------------------------------------------------
+
+    @call
+    def list_tools(self) -> dict[str, Any]:
+        """Every tool, sorted by name: ``{name, description, input_schema, effects, trust}``. The same
+        catalogue always gives the same bytes; ``digest`` changes exactly when the catalogue does. The
+        ``input_schema`` objects are shared with the catalogue: copy one before changing it."""
+        if self._listing is None:
+            every = {**BUILTINS, **self._registered}
+            self._listing = [every[n].listing() for n in sorted(every)]
+            encoded = json.dumps(self._listing, ensure_ascii=False).encode()
+            self._digest = hashlib.sha256(encoded).hexdigest()[:16]
+        tools = [dict(t) for t in self._listing]
+        return {"status": "ok", "tools": tools, "count": len(tools), "digest": self._digest}
+
+    @call
+    def register_tool(
+        self,
+        name: str,
+        description: str,
+        input_schema: dict[str, Any],
+        handler_type: str,
+        handler_config: dict[str, Any] | None = None,
+        replace: bool = True,
+    ) -> dict[str, Any]:
+        """Add (or, with ``replace``, update) a runtime tool. Admin only. Built-in names are refused."""
+        _require_admin("register_tool")
+        record = check_registration(name, description, input_schema, handler_type, handler_config)
+        if name in BUILTINS:
+            raise Conflict(f"'{name}' is a built-in tool and cannot be replaced", field="name")
+        exists = name in self.tools
+        if exists and not replace:
+            raise Conflict(f"a tool named '{name}' is already registered", field="name")
+        if not exists and len(self.tools) >= self.max_tools:
+            raise Conflict(
+                f"this tenant already has {self.max_tools} registered tools", code="quota_exceeded"
+            )
+        tool = build_registered(record)
+        record["registered_at"] = self.host.now()
+        record["registered_by"] = current_context().principal
+        self.tools[name] = record
+        self._registered[name] = tool
+        self._listing = None
+        self._changed(name)
+        self._audit("tool_registered", f"tool={name} handler={handler_type}", data={"tool": name})
+        return {
+            "status": "ok",
+            "name": name,
+            "replaced": exists,
+            "effects": tool.effects,
+            "trust": tool.trust,
+        }
+
+    @call
+    def unregister_tool(self, name: str) -> dict[str, Any]:
+        """Remove a runtime tool. Admin only; built-ins stay."""
+        _require_admin("unregister_tool")
+        if name in BUILTINS:
+            raise Conflict(f"'{name}' is a built-in tool and cannot be removed", field="name")
+        if name not in self.tools:
+            raise NotFound(f"no registered tool named '{name}'", field="name")
+        del self.tools[name]
+        self._registered.pop(name, None)
+        self._listing = None
+        self._changed(name)
+        self._audit("tool_unregistered", f"tool={name}", data={"tool": name})
+        return {"status": "ok", "name": name}
+
+    @call
+    def describe_tool(self, name: str, input: Any = None) -> dict[str, Any]:
+        """A tool's schema and classification (effects, trust, review_by_default). With ``input``, the
+        effects of that call (an ``http_request`` GET is a read)."""
+        tool = self._lookup(name)
+        if tool is None:
+            raise NotFound(self._unknown_message(name), field="name")
+        return {**tool.describe(input), "timeout": self._timeout(tool)}
+
+    @call
+    def get_stats(self) -> dict[str, Any]:
+        """Executions since this instance started, per tool too."""
+        return {
+            "status": "ok",
+            "executions": self._stats["executions"],
+            "errors": self._stats["errors"],
+            "timeouts": self._stats["timeouts"],
+            "running": len(self._running),
+            "by_tool": {k: dict(v) for k, v in sorted(self._stats["by_tool"].items())},
+            "builtin_tools": len(BUILTINS),
+            "registered_tools": len(self.tools),
+        }
+
+    # -- execution ----------------------------------------------------------------------------------------
+
+    @call
+    def execute(self, name: str, input: Any = None, session_id: str = "") -> Any:
+        """Run a tool: ``{status: "ok", result, untrusted}`` or ``{status: "error", error: {code, message}}``.
+        Unknown tools and invalid input are error results too (the LLM reads them)."""
+        if not name:
+            raise InvalidArgument("execute: name must not be empty", op="execute", field="name")
+        name = name[:200]  # the LLM wrote it; no tool name is that long, so it stays unknown
+        started = time.perf_counter()
+        args: Any = {} if input is None else input
+        tool = self._lookup(name)
+        if tool is None:
+            return self._finish(
+                name,
+                session_id,
+                args,
+                started,
+                failure=ToolFailure("unknown_tool", self._unknown_message(name)),
+            )
+        if not isinstance(args, dict):
+            failure = ToolFailure("invalid_input", "input must be an object", field="")
+            return self._finish(name, session_id, args, started, failure=failure)
+        error = tool.input_error(args)
+        if error is not None:
+            failure = ToolFailure(error.pop("code"), error.pop("message"), **error)
+            return self._finish(name, session_id, args, started, failure=failure)
+        if tool.effects_for(args) == MUTATING and not current_context().roles & _WRITER_ROLES:
+            failure = ToolFailure(
+                "permission_denied", f"{name} changes things; a read-only role cannot run it"
+            )
+            return self._finish(name, session_id, args, started, failure=failure)
+        if tool.builtin and tool.handler_type == "calculator":
+            # Bounded and in-process: no task, no timer.
+            try:
+                result = calculate_now(args)
+            except ToolFailure as e:
+                return self._finish(name, session_id, args, started, failure=e)
+            return self._finish(name, session_id, args, started, result=result)
+        ctx = current_context()
+        env = ToolEnv(
+            host=self.host,
+            tenant=ctx.tenant,
+            namespace=ctx.namespace,
+            session_id=session_id,
+            workspace_root=self.workspace_root,
+            terminal_limits=self.terminal_limits,
+            sandbox_policy=self.sandbox_policy,
+        )
+        task = self.host.spawn(self._run(uuid.uuid4().hex, tool, args, env, started))
+        return Deferred(task)
+
+    @cast(name="__tool_timeout")
+    def tool_timeout(self, call_id: str) -> None:
+        """Timer message: the call ran out of time; cancelling it kills what it started (sandboxes too)."""
+        task = self._running.get(call_id)
+        if task is not None and not task.done():
+            self._timed_out.add(call_id)
+            task.cancel()
+
+    async def _run(
+        self, call_id: str, tool: ToolDef, args: dict[str, Any], env: ToolEnv, started: float
+    ) -> Any:
+        inner = self.host.spawn(self._attempt(tool, args, env))
+        self._running[call_id] = inner
+        timeout = self._timeout(tool)
+        timer = self.host.send_after(timeout, "__tool_timeout", {"call_id": call_id})
+        try:
+            result, failure = await inner
+        except asyncio.CancelledError:
+            if call_id not in self._timed_out:
+                raise  # this actor is stopping
+            result, failure = None, ToolFailure("timeout", f"{tool.name} did not finish within {timeout:g}s")
+            self._stats["timeouts"] += 1
+        finally:
+            self.host.cancel_timer(timer)
+            self._running.pop(call_id, None)
+            self._timed_out.discard(call_id)
+        return self._finish(
+            tool.name, env.session_id, args, started, result=result, failure=failure, tool=tool
+        )
+
+    async def _attempt(
+        self, tool: ToolDef, args: dict[str, Any], env: ToolEnv
+    ) -> tuple[Any, ToolFailure | None]:
+        """Run the tool; whatever it raises becomes a failure for this call only."""
+        try:
+            return await run_tool(tool, args, env), None
+        except ToolFailure as e:
+            return None, e
+        except ActorError as e:  # from a collaborator: memory, a service link
+            return None, ToolFailure(e.code, e.message)
+        except (Exception, SystemExit) as e:
+            self.host.log.warning("tool %s crashed: %s: %s", tool.name, type(e).__name__, e)
+            return None, ToolFailure("tool_crashed", f"{tool.name} failed: {type(e).__name__}: {e}"[:500])
+
+    def _finish(
+        self,
+        name: str,
+        session_id: str,
+        args: Any,
+        started: float,
+        *,
+        result: Any = None,
+        failure: ToolFailure | None = None,
+        tool: ToolDef | None = None,
+    ) -> dict[str, Any]:
+        tool = tool or self._lookup(name)
+        untrusted = tool is not None and tool.trust == UNTRUSTED
+        if failure is None:
+            try:
+                plain = tool is not None and tool.builtin
+                result = to_json_result(result, self.max_result_chars, plain=plain)
+            except ToolFailure as e:
+                failure = e
+        duration_ms = round((time.perf_counter() - started) * 1000, 3)
+        reply: dict[str, Any]
+        if failure is None:
+            reply = {
+                "status": "ok",
+                "tool": name,
+                "result": mark_untrusted(result) if untrusted else result,
+                "untrusted": untrusted,
+                "duration_ms": duration_ms,
+            }
+        else:
+            error = failure.to_error()
+            error["message"] = str(error["message"])[:1000]
+            reply = {
+                "status": "error",
+                "tool": name,
+                "error": error,
+                "untrusted": untrusted,
+                "duration_ms": duration_ms,
+            }
+        self._count(name if tool is not None else "_unknown", failure, duration_ms)
+        self._audit(
+            "tool_executed",
+            f"tool={name} status={reply['status']}" + (f" error={failure.code}" if failure else ""),
+            session_id=session_id,
+            data={
+                "tool": name,
+                "status": reply["status"],
+                "error_code": failure.code if failure else None,
+                "duration_ms": duration_ms,
+                "input": _canonical(args)[:_AUDIT_INPUT_CHARS],
+            },
+        )
+        return reply
+
+    # -- helpers ------------------------------------------------------------------------------------------
+
+    def _lookup(self, name: str) -> ToolDef | None:
+        return BUILTINS.get(name) or self._registered.get(name)
+
+    def _unknown_message(self, name: str) -> str:
+        hint = difflib.get_close_matches(name, [*BUILTINS, *self._registered], n=1)
+        return f"no tool named '{name}'" + (f"; did you mean '{hint[0]}'?" if hint else "")
+
+    def _timeout(self, tool: ToolDef) -> float:
+        declared = tool.handler_config.get("timeout")
+        if declared:
+            return float(declared)
+        if tool.handler_type == "terminal":
+            return self.terminal_limits.wall_seconds + TERMINAL_GRACE
+        return self.default_timeout
+
+    def _count(self, name: str, failure: ToolFailure | None, duration_ms: float) -> None:
+        stats = self._stats
+        stats["executions"] += 1
+        per = stats["by_tool"].setdefault(name, {"calls": 0, "errors": 0, "total_ms": 0.0})
+        per["calls"] += 1
+        per["total_ms"] = round(per["total_ms"] + duration_ms, 3)
+        self.host.incr_counter("tool_executions_total", tool=name)
+        if failure is not None:
+            stats["errors"] += 1
+            per["errors"] += 1
+            self.host.incr_counter("tool_errors_total", tool=name, code=failure.code)
+
+    def _changed(self, name: str) -> None:
+        """The guardrails cache tool classifications: tell them this one changed."""
+        if not self._guardrails_on:
+            return
+        try:
+            self.host.send("guardrails", "tools_changed", {"name": name})
+        except ActorError as e:
+            self.host.log.warning("guardrails not told that %s changed: %s", name, e.message)
+
+    def _audit(
+        self, event_type: str, detail: str, *, session_id: str = "", data: dict[str, Any] | None = None
+    ) -> None:
+        """Fire-and-forget; a node without the audit actor simply has no trail."""
+        if not self._audit_on:
+            return
+        try:
+            self.host.send(
+                "audit_event",
+                "log_event",
+                {"event_type": event_type, "detail": detail, "session_id": session_id, "data": data or {}},
+            )
+        except ActorError as e:
+            self.host.log.debug("audit %s not delivered: %s", event_type, e.message)

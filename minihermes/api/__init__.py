@@ -1,0 +1,51 @@
+"""The MiniHermes HTTP API (docs/http-api.md).
+
+Every actor op is ``POST /api/v1/actors/{actor}/{op}`` with the op's arguments as a JSON object::
+
+    from minihermes.api import AuthConfig, create_app, serve_http
+
+    app = create_app(node, AuthConfig(jwt_secret=...))          # an ASGI app over a running node
+    await serve_http(node, "127.0.0.1", 8091, auth=None, stop=stop_event)
+
+API keys live (hashed) in the node's store: ``create_api_key``, ``list_api_keys``, ``revoke_api_key``.
+"""
+
+from ._app import LOOPBACK_HOSTS, ApiState, create_app
+from ._auth import LOCAL_OWNER, AuthConfig
+from ._errors import ApiError
+from ._keys import (
+    KEY_SCOPE,
+    ApiKeyError,
+    ApiKeyInfo,
+    NewApiKey,
+    create_api_key,
+    list_api_keys,
+    revoke_api_key,
+    verify_api_key,
+)
+from ._server import InsecureBindError, check_bind, is_loopback, serve_http
+from .permissions import DEFAULT_PERMISSIONS, ROLES, PermissionTable
+
+__all__ = [
+    "DEFAULT_PERMISSIONS",
+    "KEY_SCOPE",
+    "LOCAL_OWNER",
+    "LOOPBACK_HOSTS",
+    "ROLES",
+    "ApiError",
+    "ApiKeyError",
+    "ApiKeyInfo",
+    "ApiState",
+    "AuthConfig",
+    "InsecureBindError",
+    "NewApiKey",
+    "PermissionTable",
+    "check_bind",
+    "create_api_key",
+    "create_app",
+    "is_loopback",
+    "list_api_keys",
+    "revoke_api_key",
+    "serve_http",
+    "verify_api_key",
+]

@@ -1,0 +1,227 @@
+"""What a node offers over HTTP: its actors, their ops and each op's arguments (names, types, JSON schema).
+
+Built from the handler tables (``spec.cls._handlers``), so discovery and the OpenAPI document always match
+the code. Computed once per app: the actor types of a node do not change while it runs.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from minihermes.runtime import Node
+
+from .permissions import PermissionTable
+
+_REF_TEMPLATE = "#/components/schemas/{model}"
+
+
+@dataclass(frozen=True, slots=True)
+class OpInfo:
+    actor: str
+    op: str
+    kind: str
+    """``call`` (a reply) or ``cast`` (202, no reply)."""
+    description: str
+    params: list[dict[str, Any]]
+    schema: dict[str, Any]
+    """JSON schema of the argument object."""
+    defs: dict[str, Any]
+    access: str
+    roles: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ActorInfo:
+    name: str
+    behavior: str
+    kind: str
+    key_field: str | None
+    description: str
+    ops: dict[str, OpInfo]
+
+
+def build_catalog(node: Node, permissions: PermissionTable) -> dict[str, ActorInfo]:
+    """Every actor of the node with its public ops (``__``-prefixed runtime ops left out)."""
+    out: dict[str, ActorInfo] = {}
+    for name in node.actor_names():
+        spec = node.spec(name)
+        ops: dict[str, OpInfo] = {}
+        for op, handler in sorted(spec.cls._handlers.items()):
+            if handler.internal:
+                continue
+            params, schema, defs = _describe(handler.fn, handler.params, handler.var_kw)
+            ops[op] = OpInfo(
+                actor=name,
+                op=op,
+                kind=handler.kind,
+                description=_first_line(handler.fn.__doc__),
+                params=params,
+                schema=schema,
+                defs=defs,
+                access=permissions.access(name, op),
+                roles=permissions.roles_for(name, op),
+            )
+        out[name] = ActorInfo(
+            name=name,
+            behavior=spec.behavior,
+            kind="virtual" if spec.virtual else "per_tenant" if spec.per_tenant else "shared",
+            key_field=spec.key_field,
+            description=_first_line(spec.cls.__doc__),
+            ops=ops,
+        )
+    return out
+
+
+def actor_listing(info: ActorInfo, roles: frozenset[str]) -> dict[str, Any]:
+    """The discovery view of one actor for a caller with ``roles``."""
+    return {
+        "name": info.name,
+        "behavior": info.behavior,
+        "kind": info.kind,
+        "key_field": info.key_field,
+        "description": info.description,
+        "ops": [
+            {
+                "op": o.op,
+                "kind": o.kind,
+                "description": o.description,
+                "access": o.access,
+                "roles": sorted(o.roles),
+                "allowed": not o.roles.isdisjoint(roles),
+                "params": o.params,
+            }
+            for o in info.ops.values()
+        ],
+    }
+
+
+def openapi_paths(catalog: dict[str, ActorInfo]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One OpenAPI path per (actor, op), and the component schemas they refer to."""
+    paths: dict[str, Any] = {}
+    components: dict[str, Any] = {}
+    error = {"$ref": "#/components/schemas/Error"}
+    for actor in catalog.values():
+        for o in actor.ops.values():
+            components.update(o.defs)
+            ok = (
+                {"202": {"description": "Accepted (a cast: no reply)"}}
+                if o.kind == "cast"
+                else {"200": {"description": "The actor's reply", "content": _json({"type": "object"})}}
+            )
+            paths[f"/api/v1/actors/{actor.name}/{o.op}"] = {
+                "post": {
+                    "tags": [actor.name],
+                    "summary": o.description or f"{actor.name}.{o.op}",
+                    "operationId": f"{actor.name}__{o.op}",
+                    "description": f"Access: `{o.access}` (roles: {', '.join(sorted(o.roles))}).",
+                    "parameters": [
+                        {
+                            "name": "timeout",
+                            "in": "query",
+                            "required": False,
+                            "schema": {"type": "number", "exclusiveMinimum": 0},
+                            "description": "Seconds to wait for the reply (504 after).",
+                        }
+                    ],
+                    "requestBody": {"required": False, "content": _json(o.schema)},
+                    "responses": {
+                        **ok,
+                        **{
+                            code: {"description": text, "content": _json(error)}
+                            for code, text in (
+                                ("401", "Unauthenticated"),
+                                ("403", "Permission denied"),
+                                ("404", "Unknown actor, op, or missing object"),
+                                ("413", "Body too large"),
+                                ("422", "Invalid arguments"),
+                                ("504", "The actor did not answer in time"),
+                            )
+                        },
+                    },
+                }
+            }
+    components["Error"] = {
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["code", "message"],
+                "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+                "additionalProperties": True,
+            }
+        },
+    }
+    return paths, components
+
+
+def _describe(
+    fn: Any, params: dict[str, Any], var_kw: bool
+) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # an unresolvable annotation must not hide the op from discovery
+        hints = {}
+    rows: list[dict[str, Any]] = []
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    defs: dict[str, Any] = {}
+    for name, p in params.items():
+        tp = hints.get(name, Any)
+        schema = _schema(tp, defs)
+        row: dict[str, Any] = {"name": name, "type": _type_name(tp), "required": p.required}
+        if not p.required:
+            default, plain = _jsonable(p.default)
+            row["default"] = default
+            if plain:
+                schema = {**schema, "default": default}
+        rows.append(row)
+        properties[name] = schema
+        if p.required:
+            required.append(name)
+    obj: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": var_kw}
+    if required:
+        obj["required"] = required
+    return rows, obj, defs
+
+
+def _schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
+    if tp is Any or tp is inspect.Parameter.empty:
+        return {}
+    try:
+        schema = TypeAdapter(tp).json_schema(ref_template=_REF_TEMPLATE)
+    except Exception:  # a type pydantic cannot describe is still callable; say nothing about it
+        return {}
+    defs.update(schema.pop("$defs", {}))
+    return schema
+
+
+def _type_name(tp: Any) -> str:
+    if tp is Any or tp is inspect.Parameter.empty:
+        return "any"
+    if isinstance(tp, type) and not typing.get_args(tp):
+        return tp.__name__
+    return str(tp).replace("typing.", "").replace("NoneType", "None")
+
+
+def _jsonable(value: Any) -> tuple[Any, bool]:
+    """(value, True) if it is JSON as it is, else (its repr, False)."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value), False
+    return value, True
+
+
+def _first_line(doc: str | None) -> str:
+    return inspect.cleandoc(doc).split("\n", 1)[0] if doc else ""
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
