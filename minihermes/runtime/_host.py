@@ -12,6 +12,7 @@ import logging
 from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ._clock import Clock
 from ._context import current_context
 from ._errors import InvalidArgument
 from ._node import RegistryEntry
@@ -268,6 +269,11 @@ class Host:
     @property
     def node_id(self) -> str:
         return self._node.node_id
+
+    @property
+    def clock(self) -> Clock:
+        """The node's clock (sleeps and timers that tests drive with ManualClock)."""
+        return self._node.clock
 
     def now(self) -> float:
         return self._node.clock.time()

@@ -104,7 +104,7 @@ class Workflow(Actor):
                 if attempt >= retries:
                     raise
                 attempt += 1
-                await self.host._node.clock.sleep(backoff * 2 ** (attempt - 1))
+                await self.host.clock.sleep(backoff * 2 ** (attempt - 1))
         self.wf_steps[name] = {"result": result, "at": self.host.now()}
         self.wf_step_order.append(name)
         self.wf_current = None

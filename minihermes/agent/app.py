@@ -1,0 +1,145 @@
+"""The agent application's supervision tree and its default config."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cryptography.fernet import Fernet
+
+from minihermes.runtime import AppConfig, Clock, Node, build_node, register_actor_type
+
+from .agent import Agent
+from .agent_fsm import AgentFSM
+from .audit import AuditEvent
+from .guardrails import Guardrails
+from .health import HealthMonitor
+from .llm_gateway import LLMGateway
+from .memory import Memory
+from .session_manager import SessionManager
+from .tool_executor import ToolExecutor
+
+ROLES = {
+    "minihermes.agent": Agent,
+    "minihermes.agent_fsm": AgentFSM,
+    "minihermes.audit_event": AuditEvent,
+    "minihermes.guardrails": Guardrails,
+    "minihermes.health_monitor": HealthMonitor,
+    "minihermes.llm_gateway": LLMGateway,
+    "minihermes.memory": Memory,
+    "minihermes.session_manager": SessionManager,
+    "minihermes.tool_executor": ToolExecutor,
+}
+for _role, _cls in ROLES.items():
+    register_actor_type(_role, _cls)
+
+# Services start before the agents that use them; a crash in one service restarts only that service.
+AGENT_CONFIG = """
+[node]
+id = "node-1"
+
+[retention]
+interval = "1h"
+[[retention.rules]]
+kind = "events"
+selector = "audit"
+max_age = "365d"
+[[retention.rules]]
+kind = "tuples"
+selector = "health_snapshot"
+max_age = "1d"
+[[retention.rules]]
+kind = "dead_letters"
+max_age = "30d"
+[[retention.rules]]
+kind = "quarantine"
+max_age = "90d"
+
+[supervisor]
+strategy = "one_for_one"
+max_restarts = 20
+max_restart_window_seconds = 60
+
+[[supervisor.children]]
+name = "audit_event"
+role = "minihermes.audit_event"
+behavior_kind = "GenEvent"
+facets = [{ type = "tenancy", config = { per_tenant = true } }]
+
+[[supervisor.children]]
+name = "session_manager"
+role = "minihermes.session_manager"
+facets = [{ type = "tenancy", config = { per_tenant = true } }]
+
+[[supervisor.children]]
+name = "memory"
+role = "minihermes.memory"
+facets = [{ type = "tenancy", config = { per_tenant = true } }]
+
+[[supervisor.children]]
+name = "llm_gateway"
+role = "minihermes.llm_gateway"
+facets = [{ type = "tenancy", config = { per_tenant = true } }]
+
+[[supervisor.children]]
+name = "tool_executor"
+role = "minihermes.tool_executor"
+facets = [{ type = "tenancy", config = { per_tenant = true } }]
+
+[[supervisor.children]]
+name = "guardrails"
+role = "minihermes.guardrails"
+behavior_kind = "GenFSM"
+facets = [{ type = "tenancy", config = { per_tenant = true } }]
+
+[[supervisor.children]]
+name = "agent_fsm"
+role = "minihermes.agent_fsm"
+behavior_kind = "GenFSM"
+facets = [{ type = "virtual_actor", config = { idle_timeout = "30m", key_field = "session_id" } }]
+
+[[supervisor.children]]
+name = "agent"
+role = "minihermes.agent"
+facets = [
+  { type = "virtual_actor", priority = 100, config = { idle_timeout = "10m", key_field = "session_id" } },
+  { type = "durability", priority = 90, config = { checkpoint_interval = 1 } },
+  { type = "mailbox", config = { capacity = 100 } },
+]
+
+[[supervisor.children]]
+name = "health_monitor"
+role = "minihermes.health_monitor"
+"""
+
+
+def prepare_data_dir(data_dir: Path) -> dict[str, str]:
+    """Create the data dir (0700) and its credential key (0600, made once); returns paths actors need."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(data_dir, 0o700)
+    key_file = data_dir / "credential.key"
+    if not key_file.exists():
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(Fernet.generate_key())
+    workspaces = data_dir / "workspaces"
+    workspaces.mkdir(exist_ok=True)
+    return {"credential_key": key_file.read_text().strip(), "workspace_root": str(workspaces)}
+
+
+def build_agent_node(config: AppConfig, *, clock: Clock | None = None) -> Node:
+    """A node for an agent app config: data dir prepared, data-dir-bound args given to the services."""
+    paths = prepare_data_dir(config.data_dir)
+    for spec in config.tree.walk():
+        if spec.cls is LLMGateway:
+            spec.args.setdefault("credential_key", paths["credential_key"])
+        elif spec.cls is ToolExecutor:
+            spec.args.setdefault("workspace_root", paths["workspace_root"])
+    return build_node(config, clock=clock)
+
+
+def default_config(data_dir: str | Path | None = None) -> AppConfig:
+    cfg = AppConfig.from_toml(AGENT_CONFIG, "<agent>")
+    if data_dir is not None:
+        cfg.model.node.data_dir = str(data_dir)
+    return cfg

@@ -1,0 +1,647 @@
+"""The ``llm_gateway`` actor: one instance per tenant, and the only way the agent reaches an LLM.
+
+A ``completion`` goes to the session's override or the tenant's active provider, then down the failover
+chain, skipping providers whose circuit is open. On one provider, transient failures (rate limits, 5xx,
+unusable answers) are retried with jittered exponential backoff that honours ``retry_after``; timeouts,
+auth errors and rejected requests fail over at once. When every provider failed the reply is the
+structured ``llm_unavailable`` error: the simulated model is never slipped in for a configured provider.
+
+How it runs. An LLM call takes seconds and a tenant has many sessions, so ``completion`` only validates and
+returns ``Deferred`` of a task spawned on the host (which inherits the request's context): the mailbox
+stays free and calls run concurrently. The task writes its outcome (circuit, stats, usage) into the
+durable state and saves it with ``host.checkpoint()`` before replying, as the runtime's ``Workflow``
+does. Two rules keep that safe next to handlers that may roll back: the task mutates state and
+checkpoints without an ``await`` in between (the checkpoint snapshots synchronously), and no handler here
+awaits after it started mutating state and then raises. Usage per user, session and cron job lives in the
+tenant's KV instead (unbounded key sets), written behind by ``UsageLedger``.
+
+Credentials are phantom tokens resolved by ``CredentialVault`` only when a provider client is built;
+provider clients are cached per provider (not durable) and rebuilt when the registration, the active
+provider or the credential changes.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import random
+import uuid
+from collections.abc import Awaitable
+from typing import Any, Literal
+
+from minihermes.llm import (
+    Completion,
+    CompletionRequest,
+    ErrorKind,
+    Provider,
+    ProviderConfig,
+    UnknownProviderError,
+    create_provider,
+)
+from minihermes.runtime import (
+    ActorError,
+    ActorNotFound,
+    Clock,
+    ConfigError,
+    Deferred,
+    GenServer,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    call,
+    cast,
+    current_context,
+    state,
+)
+
+from . import _llm_policy as policy
+from ._llm_policy import BudgetExceeded, Caller, Failure, LLMInternalError, LLMUnavailable
+from .credentials import CredentialVault, check_api_key, check_phantom_token
+
+__all__ = ["BudgetExceeded", "LLMGateway", "LLMInternalError", "LLMUnavailable"]
+
+ADMIN_ROLES = frozenset({"admin", "system"})
+SESSION_ROLES = ADMIN_ROLES | {"user"}
+"""A user may pin their session to another registered provider; changing the tenant's needs an admin."""
+DEFAULT_PROVIDER = "simulated"
+
+BudgetScope = Literal["tenant", "user", "session", "cron_job"]
+
+
+class LLMGateway(GenServer):
+    """Provider registry, routing, retries, failover, circuit breakers, usage and budgets for one tenant.
+
+    Args (all optional): ``credential_key`` (see ``credentials``) and the ``GatewaySettings`` fields.
+    """
+
+    state_version = 1
+    # Every session of the tenant calls through this one instance, and a completion holds the mailbox only
+    # while it is validated (the call itself runs in a task): a deep mailbox absorbs bursts of new turns.
+    mailbox_capacity = 10_000
+
+    providers: dict[str, dict[str, Any]] = state(default_factory=policy.default_providers)
+    active: dict[str, str] = state(default_factory=lambda: {"provider": DEFAULT_PROVIDER, "model": ""})
+    session_overrides: dict[str, dict[str, str]] = state(default_factory=dict)
+    failover: list[str] = state(default_factory=list)
+    circuits: dict[str, dict[str, Any]] = state(default_factory=dict)
+    provider_stats: dict[str, dict[str, Any]] = state(default_factory=dict)
+    usage: dict[str, Any] = state(default_factory=policy.empty_usage)
+    """The tenant's total; per user, session and cron job in ``UsageLedger`` (KV)."""
+    budgets: dict[str, dict[str, int]] = state(default_factory=dict)
+    credentials: dict[str, dict[str, Any]] = state(default_factory=dict)
+    """Phantom token -> {version, registered_at}. The keys themselves live only in the vault."""
+    counters: dict[str, int] = state(default_factory=dict)
+
+    _settings: policy.GatewaySettings
+    _vault: CredentialVault
+    _ledger: policy.UsageLedger
+    _pool: policy.ProviderPool
+    _trials: set[str]
+    _fingerprints: dict[str, tuple[dict[str, Any], int, str]]
+    _rng: random.Random
+    _tick_timer: str
+    _tick_token: str
+    _tick_due: float
+
+    async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
+        self._settings = policy.GatewaySettings.from_args(args, extra=frozenset({"credential_key"}))
+        key = args.get("credential_key")
+        if key is not None and not isinstance(key, str | bytes):
+            raise ConfigError("llm_gateway.args.credential_key", "must be a string")
+        self._vault = CredentialVault(self.host.private_kv, current_context().tenant, key)
+        self._ledger = policy.UsageLedger(
+            self.host.kv,
+            spawn=self.host.spawn,
+            sleep=self._clock.sleep,
+            delay=self._settings.usage_flush_interval,
+        )
+        self._pool = policy.ProviderPool(self._build_provider, self.host.spawn)
+        self._trials = set()  # half-open providers whose one trial call is in flight
+        self._fingerprints = {}
+        self._rng = random.Random()
+        self._tick_timer = ""
+        self._arm_tick()
+
+    async def on_stop(self, reason: str) -> None:
+        await self._ledger.flush()
+        await self._pool.close_all()
+
+    @property
+    def _clock(self) -> Clock:
+        # The node's clock (ManualClock in tests) drives backoff sleeps and timeouts. The host offers now()
+        # but no sleep or call_later; the runtime's own Workflow reaches the clock the same way.
+        return self.host.clock
+
+    # -- completion -------------------------------------------------------------------------------------
+
+    @call
+    def completion(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        session_id: str = "",
+        user_id: str = "",
+        cron_job: str = "",
+        max_tokens: int = 1024,
+        temperature: float | None = None,
+        cache_prefix_messages: int = 0,
+    ) -> Deferred:
+        """One LLM completion over the neutral message shape; see docs/agent.md for the reply."""
+        request = policy.completion_request(
+            messages, tools or [], max_tokens, temperature, cache_prefix_messages
+        )
+        caller = Caller(user_id or current_context().principal, session_id, cron_job)
+        if self._clock.monotonic() > self._tick_due + self._settings.tick_interval:
+            self._arm_tick()  # a tick was dropped (full mailbox): recovery must not stop for good
+        # Spawned here, inside the handler, so the task runs in this request's tenant context.
+        task = self.host.spawn(self._outcome(request, self._route(session_id), caller))
+        return Deferred(_reply(task))
+
+    def _route(self, session_id: str) -> list[tuple[str, str]]:
+        primary = (self.session_overrides.get(session_id) if session_id else None) or self.active
+        first = primary["provider"]
+        return [(first, primary.get("model", ""))] + [(n, "") for n in self.failover if n != first]
+
+    async def _outcome(
+        self, request: CompletionRequest, route: list[tuple[str, str]], caller: Caller
+    ) -> dict[str, Any] | ActorError:
+        # A structured error is this call's reply, not a failure of the background task (which the runtime
+        # would log as one): it travels as a value to ``_reply``.
+        try:
+            return await self._complete(request, route, caller)
+        except ActorError as error:
+            return error
+
+    async def _complete(
+        self, request: CompletionRequest, route: list[tuple[str, str]], caller: Caller
+    ) -> dict[str, Any]:
+        await self._check_budgets(caller)
+        failures: list[Failure] = []
+        for name, model in route:
+            outcome = await self._try_provider(name, model, request, caller)
+            if isinstance(outcome, Failure):
+                failures.append(outcome)
+                self.host.incr_counter("llm_failovers_total", provider=name, error=outcome.error)
+                continue
+            outcome["attempts"] = [{"provider": f.provider, "error": f.error} for f in failures]
+            return outcome
+        self._bump("unavailable")
+        await self._commit()
+        self.host.incr_counter("llm_unavailable_total")
+        raise policy.unavailable(failures)
+
+    async def _try_provider(
+        self, name: str, model: str, request: CompletionRequest, caller: Caller
+    ) -> dict[str, Any] | Failure:
+        entry = self.providers.get(name)
+        if entry is None:
+            return Failure(name, "not_registered")
+        circuit_state = self.circuits.get(name, {}).get("state", policy.CLOSED)
+        if circuit_state == policy.OPEN or (circuit_state == policy.HALF_OPEN and name in self._trials):
+            return Failure(name, "circuit_open")
+        if entry["kind"] in policy.NETWORK_KINDS and not (model or entry["model"]):
+            # Registered without a model and switched to without one: there is nothing to ask for.
+            await self._settle_failure(name, "misconfigured", retries=0)
+            return Failure(name, "misconfigured")
+        trial = circuit_state == policy.HALF_OPEN
+        if trial:
+            self._trials.add(name)
+        try:
+            try:
+                lease = await self._pool.acquire(name, entry, self._fingerprint(name, entry))
+            except policy.BuildFailed as failed:
+                await self._settle_failure(name, failed.kind, retries=0)
+                return Failure(name, failed.kind)
+            try:
+                return await self._attempts(name, entry, lease.provider, model, request, caller)
+            finally:
+                self._pool.release(lease)
+        finally:
+            if trial:
+                self._trials.discard(name)
+
+    async def _attempts(
+        self,
+        name: str,
+        entry: dict[str, Any],
+        provider: Provider,
+        model: str,
+        request: CompletionRequest,
+        caller: Caller,
+    ) -> dict[str, Any] | Failure:
+        clock = self._clock
+        if model:
+            request = request.model_copy(update={"model": model})
+        retries = 0
+        while True:
+            started = clock.monotonic()
+            try:
+                result = await policy.call_with_timeout(provider, request, float(entry["timeout"]), clock)
+            except LLMInternalError as bug:
+                self.host.log.error("llm_gateway: %s", bug.message)
+                raise
+            if isinstance(result, Completion):
+                elapsed = clock.monotonic() - started
+                return await self._settle_success(name, entry, result, elapsed, retries, caller)
+            kind = str(result.kind)
+            delay = policy.retry_delay(kind, result.retry_after, retries, self._settings, self._rng)
+            if delay is None:
+                await self._settle_failure(name, kind, retries=retries)
+                return Failure(name, kind, result.retry_after)
+            retries += 1
+            self.host.incr_counter("llm_retries_total", provider=name, error=kind)
+            self.host.log.debug(
+                "llm_gateway: %s failed (%s, HTTP %s); retry %d in %.2fs",
+                name,
+                kind,
+                result.status_code,
+                retries,
+                delay,
+            )
+            if delay > 0:
+                await clock.sleep(delay)
+
+    # -- outcomes: state first (saved at once), then metrics and audit ---------------------------------
+
+    async def _settle_success(
+        self,
+        name: str,
+        entry: dict[str, Any],
+        completion: Completion,
+        elapsed: float,
+        retries: int,
+        caller: Caller,
+    ) -> dict[str, Any]:
+        usage = completion.usage
+        cost = policy.cost_of(usage, entry["pricing"])
+        slow = elapsed > (entry["slow_call_seconds"] or self._settings.slow_call_seconds)
+        policy.add_success(self._stats(name), usage, cost, elapsed, slow)
+        policy.add_usage(self.usage, usage, cost)
+        # A slow answer is still an answer for the caller, but a provider that drags counts against it.
+        change = self._record(name, ok=not slow, error="slow" if slow else None, retries=retries)
+        await self._commit()
+        await self._ledger.add(caller.keys(), usage, cost)
+        self._announce(name, change)
+        host = self.host
+        host.incr_counter("llm_calls_total", provider=name, outcome="ok")
+        host.incr_counter("llm_tokens_total", usage.input_tokens, provider=name, direction="input")
+        host.incr_counter("llm_tokens_total", usage.output_tokens, provider=name, direction="output")
+        if usage.cached_tokens:
+            host.incr_counter("llm_cached_tokens_total", usage.cached_tokens, provider=name)
+        if cost:
+            host.incr_counter("llm_cost_usd_total", cost, provider=name)
+        if slow:
+            host.incr_counter("llm_slow_calls_total", provider=name)
+        return policy.completion_reply(name, entry["model"], completion, cost)
+
+    async def _settle_failure(self, name: str, kind: str, *, retries: int) -> None:
+        policy.add_failure(self._stats(name), kind)
+        # A rejected request is the request's fault, not the provider's: it must not open the circuit.
+        ok = None if kind == ErrorKind.BAD_REQUEST else False
+        change = self._record(name, ok=ok, error=kind, retries=retries)
+        await self._commit()
+        self._announce(name, change)
+        self.host.incr_counter("llm_calls_total", provider=name, outcome="error")
+
+    def _record(self, name: str, *, ok: bool | None, error: str | None, retries: int) -> str | None:
+        stats = self._stats(name)
+        stats["calls"] += 1
+        stats["retries"] += retries
+        if ok is None:
+            return None
+        circuit = self.circuits.setdefault(name, policy.new_circuit())
+        return policy.record_outcome(
+            circuit, ok=ok, error=error, now=self.host.now(), settings=self._settings
+        )
+
+    def _stats(self, name: str) -> dict[str, Any]:
+        return self.provider_stats.setdefault(name, policy.empty_provider_stats())
+
+    async def _commit(self) -> None:
+        # Snapshots synchronously before it awaits the write: see the module docstring.
+        await self.host.checkpoint()
+
+    def _bump(self, counter: str) -> None:
+        self.counters[counter] = self.counters.get(counter, 0) + 1
+
+    async def _check_budgets(self, caller: Caller) -> None:
+        if not self.budgets:
+            return
+        usage: list[tuple[str, str, dict[str, Any]]] = [("tenant", "", self.usage)]
+        for scope, key in caller.keys():
+            if policy.budget_limit(self.budgets, scope, key) is not None:
+                usage.append((scope, key, await self._ledger.get(scope, key)))
+        spent = policy.spent_budget(self.budgets, usage)
+        if spent is not None:
+            self._bump("budget_exceeded")
+            await self._commit()
+            self.host.incr_counter("llm_budget_exceeded_total", scope=str(spent.details["scope"]))
+            raise spent
+
+    def _announce(self, name: str, change: str | None, reason: str = "") -> None:
+        if change is None:
+            return
+        circuit = self.circuits[name]
+        self.host.incr_counter("llm_circuit_transitions_total", provider=name, state=change)
+        self.host.set_gauge("llm_circuit_open", 1.0 if change == policy.OPEN else 0.0, provider=name)
+        self.host.log.info("llm_gateway: circuit of %s is now %s", name, change)
+        self._audit(
+            "circuit_changed",
+            f"circuit of provider {name} is {change}" + (f" ({reason})" if reason else ""),
+            {"provider": name, "state": change, "last_error": circuit["last_error"]},
+        )
+
+    def _audit(self, event_type: str, detail: str, data: dict[str, Any], session_id: str = "") -> None:
+        payload = {"event_type": event_type, "detail": detail, "session_id": session_id, "data": data}
+        try:
+            self.host.send("audit_event", "log_event", payload)
+        except ActorNotFound:
+            pass  # an app without an audit trail (a minimal embedded node)
+        except ActorError as error:
+            # Best effort on this side: a full audit mailbox must not fail an LLM call or an admin op.
+            self.host.log.warning("llm_gateway: audit event %s dropped (%s)", event_type, error.code)
+
+    # -- provider clients -------------------------------------------------------------------------------
+
+    def _fingerprint(self, name: str, entry: dict[str, Any]) -> str:
+        """What the cached client was built from: the registration and its credential's version."""
+        token = entry["credential"]
+        version = self.credentials.get(token, {}).get("version", 0) if token else 0
+        cached = self._fingerprints.get(name)
+        # Entries are replaced, never edited, so the same object with the same version means no change.
+        if cached is not None and cached[0] is entry and cached[1] == version:
+            return cached[2]
+        fingerprint = json.dumps([entry, version], sort_keys=True)
+        self._fingerprints[name] = (entry, version, fingerprint)
+        return fingerprint
+
+    async def _build_provider(self, name: str, entry: dict[str, Any]) -> Provider:
+        if policy.missing_credential(entry):
+            self.host.log.warning("llm_gateway: provider %s has no credential; register one", name)
+            raise policy.BuildFailed(ErrorKind.AUTH)
+        api_key = None
+        if entry["credential"]:
+            api_key = await self._vault.resolve(entry["credential"])
+            if api_key is None:
+                self.host.log.warning(
+                    "llm_gateway: the credential of %s is missing or does not decrypt", name
+                )
+                raise policy.BuildFailed(ErrorKind.AUTH)
+        config = ProviderConfig(
+            model=entry["model"],
+            base_url=entry["base_url"] or None,
+            api_key=api_key,
+            timeout=entry["timeout"],
+            name=name,
+            options=entry["options"],
+        )
+        try:
+            await policy.import_adapter(entry["kind"])
+            return create_provider(entry["kind"], config)
+        except (UnknownProviderError, ValueError, TypeError, ImportError) as exc:
+            # The type only: a constructor's message may quote its config.
+            self.host.log.warning("llm_gateway: cannot build provider %s (%s)", name, type(exc).__name__)
+        raise policy.BuildFailed("misconfigured")
+
+    # -- recovery ticks ---------------------------------------------------------------------------------
+
+    def _arm_tick(self) -> None:
+        if self._tick_timer:
+            self.host.cancel_timer(self._tick_timer)
+        self._tick_token = uuid.uuid4().hex
+        interval = self._settings.tick_interval
+        self._tick_due = self._clock.monotonic() + interval
+        self._tick_timer = self.host.send_after(interval, "timer_tick", {"timer": self._tick_token})
+
+    @cast
+    def timer_tick(self, timer: str = "") -> None:
+        """Circuit recovery: each tick lowers every open circuit's failure count; at zero it goes half_open.
+        Sent by the gateway's own timer; an admin may also send one by hand to speed recovery up."""
+        if timer and timer == self._tick_token:
+            # Our own timer (the token proves it, whatever context re-armed it); only it re-arms, so
+            # ticks sent by hand never multiply the timers.
+            self._arm_tick()
+        else:
+            _require(ADMIN_ROLES, "timer_tick")
+        for name, circuit in self.circuits.items():
+            self._announce(name, policy.tick(circuit), reason="recovery tick")
+
+    # -- administration ---------------------------------------------------------------------------------
+
+    @call
+    def register_provider(
+        self,
+        name: str,
+        kind: str,
+        model: str,
+        base_url: str = "",
+        credential: str = "",
+        timeout: float = 60,
+        options: dict[str, Any] | None = None,
+        pricing: dict[str, Any] | None = None,
+        slow_call_seconds: float = 0,
+    ) -> dict[str, Any]:
+        """Add or replace a provider. ``credential`` is a phantom token from ``register_credential``."""
+        _require(ADMIN_ROLES, "register_provider")
+        policy.check_name(name, "name")
+        if credential:
+            check_phantom_token(credential, field="credential")
+            if credential not in self.credentials:
+                # Not echoed: a real key pasted here by mistake must not come back in the error.
+                raise NotFound(
+                    "credential is not registered; call register_credential first", field="credential"
+                )
+        entry = policy.provider_entry(
+            kind=kind,
+            model=model,
+            base_url=base_url,
+            credential=credential,
+            timeout=timeout,
+            options=options or {},
+            pricing=pricing or {},
+            slow_call_seconds=slow_call_seconds,
+        )
+        replaced = name in self.providers
+        self.providers[name] = entry
+        # A new registration (new URL, key, model) is judged afresh, not by the old one's failures.
+        self.circuits.pop(name, None)
+        self._pool.retire(name)
+        self._audit(
+            "provider_registered",
+            f"provider {name} ({kind}) registered",
+            {"provider": name, "kind": kind, "model": model, "replaced": replaced},
+        )
+        return {"status": "ok", "provider": name, "kind": kind, "model": model, "replaced": replaced}
+
+    @call
+    def switch_provider(self, provider: str, model: str = "", session_id: str = "") -> dict[str, Any]:
+        """Hot swap for the tenant, or only for ``session_id`` (``provider=""`` drops the session's override)."""
+        if session_id:
+            _require(SESSION_ROLES, "switch_provider")
+            previous = self.session_overrides.get(session_id) or self.active
+            if provider:
+                self._known(provider)
+                self.session_overrides[session_id] = {"provider": provider, "model": model}
+            else:
+                self.session_overrides.pop(session_id, None)
+            now = self.session_overrides.get(session_id) or self.active
+            scope = "session"
+        else:
+            _require(ADMIN_ROLES, "switch_provider")
+            self._known(provider)
+            previous = dict(self.active)
+            now = self.active = {"provider": provider, "model": model}
+            if previous["provider"] != provider:
+                self._pool.retire(previous["provider"])  # release its connections; rebuilt if used again
+            scope = "tenant"
+        self._audit(
+            "provider_switched",
+            f"{scope} provider switched from {previous['provider']} to {now['provider']}",
+            {"scope": scope, "from": previous, "to": now},
+            session_id=session_id,
+        )
+        return {
+            "status": "ok",
+            "scope": scope,
+            "session_id": session_id,
+            "provider": now["provider"],
+            "model": now["model"] or self.providers[now["provider"]]["model"],
+            "previous": previous,
+        }
+
+    @call
+    def set_failover(self, chain: list[str]) -> dict[str, Any]:
+        """Providers tried, in order, after the active one (or the session's)."""
+        _require(ADMIN_ROLES, "set_failover")
+        for name in chain:
+            self._known(name)
+        if len(set(chain)) != len(chain):
+            raise InvalidArgument("chain names a provider twice", field="chain")
+        previous, self.failover = self.failover, list(chain)
+        self._audit("failover_set", "failover chain set", {"from": previous, "to": self.failover})
+        return {"status": "ok", "chain": self.failover}
+
+    @call
+    async def register_credential(self, phantom_token: str, api_key: str) -> dict[str, Any]:
+        """Store an API key, encrypted, under a phantom token. The key is never echoed, logged or audited."""
+        _require(ADMIN_ROLES, "register_credential")
+        check_phantom_token(phantom_token)
+        check_api_key(api_key)
+        await self._vault.put(phantom_token, api_key)
+        previous = self.credentials.get(phantom_token)
+        # A new version changes the fingerprint of every provider using the token: rebuilt on next use.
+        self.credentials[phantom_token] = {
+            "version": (previous["version"] + 1) if previous else 1,
+            "registered_at": self.host.now(),
+        }
+        self._audit(
+            "credential_registered",
+            f"credential {phantom_token} registered",
+            {"phantom_token": phantom_token, "replaced": previous is not None},
+        )
+        return {"status": "ok", "phantom_token": phantom_token, "replaced": previous is not None}
+
+    @call
+    async def set_budget(self, scope: BudgetScope, key: str, max_tokens: int | None) -> dict[str, Any]:
+        """Cap total tokens (input + output) for the tenant or one user/session/cron job (``"*"``: each one).
+        ``max_tokens=None`` removes the budget. Calls are refused once usage reaches the cap."""
+        _require(ADMIN_ROLES, "set_budget")
+        if scope == "tenant":
+            key = ""
+        elif not key:
+            raise InvalidArgument(f"a {scope} budget needs a key ('*' for every {scope})", field="key")
+        if max_tokens is not None and max_tokens < 0:
+            raise InvalidArgument("max_tokens must be >= 0 (null removes the budget)", field="max_tokens")
+        if scope == "tenant" or key == "*":
+            used = int(self.usage["total_tokens"]) if scope == "tenant" else None
+        else:
+            used = int((await self._ledger.get(scope, key))["total_tokens"])
+        if max_tokens is None:
+            self.budgets.get(scope, {}).pop(key, None)
+            if not self.budgets.get(scope, True):
+                del self.budgets[scope]
+        else:
+            self.budgets.setdefault(scope, {})[key] = max_tokens
+        self._audit(
+            "budget_set", f"{scope} budget set", {"scope": scope, "key": key, "max_tokens": max_tokens}
+        )
+        return {"status": "ok", "scope": scope, "key": key, "max_tokens": max_tokens, "used": used}
+
+    # -- inspection -------------------------------------------------------------------------------------
+
+    @call
+    async def get_stats(self, session_id: str = "", user_id: str = "", cron_job: str = "") -> dict[str, Any]:
+        """Usage (tenant, and the given user/session/cron job), per-provider stats and circuits."""
+        usage_by = {
+            scope: dict(await self._ledger.get(scope, key))
+            for scope, key in Caller(user_id, session_id, cron_job).keys()
+        }
+        return {
+            "status": "ok",
+            "active": dict(self.active),
+            "failover": list(self.failover),
+            "usage": dict(self.usage),
+            "usage_by": usage_by,
+            "providers": {name: policy.stats_view(stats) for name, stats in self.provider_stats.items()},
+            "circuits": self._circuit_views(),
+            "budgets": {scope: dict(keys) for scope, keys in self.budgets.items()},
+            "counters": dict(self.counters),
+            "session_overrides": len(self.session_overrides),
+        }
+
+    @call
+    def get_circuit(self, provider: str = "") -> dict[str, Any]:
+        """One provider's circuit (flat), or every registered provider's under ``circuits``."""
+        if provider:
+            self._known(provider)
+            return {"status": "ok", "provider": provider, **self._circuit_views()[provider]}
+        return {"status": "ok", "circuits": self._circuit_views()}
+
+    @call
+    def list_providers(self) -> dict[str, Any]:
+        """Registered providers (credentials as their phantom tokens), the active one and the chain."""
+        views = self._circuit_views()
+        return {
+            "status": "ok",
+            "providers": [
+                {
+                    "name": name,
+                    **entry,
+                    "active": name == self.active["provider"],
+                    "circuit": views[name]["state"],
+                }
+                for name, entry in sorted(self.providers.items())
+            ],
+            "active": dict(self.active),
+            "failover": list(self.failover),
+        }
+
+    def _circuit_views(self) -> dict[str, dict[str, Any]]:
+        return {
+            name: policy.circuit_view(self.circuits.get(name) or policy.new_circuit())
+            for name in sorted(self.providers)
+        }
+
+    def _known(self, provider: str) -> None:
+        if provider in self.providers:
+            return
+        known = sorted(self.providers)
+        close = difflib.get_close_matches(provider, known, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise NotFound(
+            f"unknown provider {provider!r}{hint} Known providers: {', '.join(known)}",
+            provider=provider,
+            known=known,
+        )
+
+
+async def _reply(task: Awaitable[dict[str, Any] | ActorError]) -> dict[str, Any]:
+    outcome = await task
+    if isinstance(outcome, ActorError):
+        raise outcome
+    return outcome
+
+
+def _require(roles: frozenset[str], op: str) -> None:
+    if not current_context().roles & roles:
+        raise PermissionDenied(f"{op} needs one of the roles: {', '.join(sorted(roles))}", op=op)
