@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import itertools
 import json
 import logging
@@ -91,6 +92,7 @@ class Cell:
         self.kill_reason: tuple[str, bool] | None = None
         self.removed = False
         self.tracks_idle = bool(spec.virtual and spec.idle_timeout)
+        self.pending_saves: set[asyncio.Future[None]] = set()
         self._ctx: RequestContext | None = None
 
     def __repr__(self) -> str:
@@ -173,6 +175,7 @@ class Cell:
         inst.host = Host(self.node, self)
         migrated = False
         if cls._state_fields:
+            await self.wait_saved()  # a previous instance's last checkpoints land before we read them back
             migrated = await self.node._restore(self, inst)
             self.last_bytes = inst.dump_state()
         self.instance = inst
@@ -247,19 +250,22 @@ class Cell:
                 self.last_active = self.node.clock.monotonic()
         if h.kind == "cast" and inst.behavior == "GenEvent":
             self._forward_event(inst, env)
+        saving: asyncio.Future[None] | None = None
         if inst._state_fields:
-            # still "current": if saving fails, the caller gets the crash instead of waiting forever
+            # still "current": if serializing fails, the caller gets the crash instead of waiting forever
             self.since_checkpoint += 1
-            await self._checkpoint_if_changed()
+            saving = self._checkpoint_nowait(inst)
         self.current = None
         reply = env.reply
-        if reply is not None and not reply.done():
-            if type(result) is Deferred:
-                self.node._spawn_reply(self, result, reply)
-            else:
+        if type(result) is Deferred:
+            self.node._spawn_reply(self, result, reply, after=saving)
+        elif reply is not None and not reply.done():
+            if saving is None:
                 reply.set_result(result)
-        elif type(result) is Deferred:
-            self.node._spawn_reply(self, result, None)
+            else:
+                # Pipelined: the actor goes on with its next message; this reply leaves once the commit
+                # holding its state is durable (or fails with the crash if the commit fails).
+                saving.add_done_callback(functools.partial(_release, reply, result, self.address))
 
     def _forward_event(self, inst: Actor, env: Envelope) -> None:
         events = getattr(inst, "events", ())
@@ -294,6 +300,36 @@ class Cell:
         if inst is not None and inst._state_fields and self.last_bytes is not None:
             inst.load_state(json.loads(self.last_bytes))
 
+    def _checkpoint_nowait(self, inst: Actor) -> asyncio.Future[None] | None:
+        """Register a checkpoint if the state changed and one is due; returns its durability future."""
+        data = inst.dump_state()
+        if data != self.last_bytes:
+            self.last_bytes = data
+            self.dirty = True
+        if not (self.dirty and self.since_checkpoint >= self.interval):
+            return None
+        fut = self.node.store.checkpoints.save_nowait(self.scope, self.address, inst.state_version, data)
+        self.dirty = False
+        self.since_checkpoint = 0
+        self.node.metrics.incr("checkpoints_total")
+        self.pending_saves.add(fut)
+        fut.add_done_callback(self._save_done)
+        return fut
+
+    def _save_done(self, fut: asyncio.Future[None]) -> None:
+        self.pending_saves.discard(fut)
+        if fut.cancelled() or fut.exception() is None:
+            return
+        # Memory is now ahead of disk: restart from the last durable checkpoint rather than go on.
+        log.error("actor %s: checkpoint failed: %r", self.address, fut.exception())
+        if self.task is not None and not self.task.done():
+            self.node.spawn(self.kill(f"checkpoint failed: {fut.exception()}", abnormal=True))
+
+    async def wait_saved(self) -> None:
+        """Until every registered checkpoint of this cell is durable (or failed)."""
+        if self.pending_saves:
+            await asyncio.wait(set(self.pending_saves))
+
     async def _checkpoint_if_changed(self, force_interval: bool = False) -> None:
         inst = self.instance
         if inst is None:
@@ -314,7 +350,8 @@ class Cell:
         self.node.metrics.incr("checkpoints_total")
 
     async def flush(self) -> None:
-        """Save now if anything changed since the last checkpoint."""
+        """Save now if anything changed since the last checkpoint, and wait for saves in flight."""
+        await self.wait_saved()
         inst = self.instance
         if inst is None or not inst._state_fields:
             return
@@ -322,3 +359,12 @@ class Cell:
         if data != self.last_bytes or self.dirty:
             self.last_bytes = data
             await self._save(data)
+
+
+def _release(reply: asyncio.Future[Any], result: Any, address: str, saved: asyncio.Future[None]) -> None:
+    if reply.done():
+        return
+    if saved.cancelled() or saved.exception() is not None:
+        reply.set_exception(ActorCrashed(f"{address} could not checkpoint its state", actor=address))
+    else:
+        reply.set_result(result)

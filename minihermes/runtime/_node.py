@@ -17,6 +17,7 @@ from ._cell import Cell, CellKey, Deferred, Owner, Scope, current_cell
 from ._clock import Clock, SystemClock, TimerHandle
 from ._context import SYSTEM_CONTEXT, SYSTEM_TENANT, RequestContext, current_context
 from ._errors import (
+    ActorCrashed,
     ActorError,
     ActorNotFound,
     AskTimeout,
@@ -361,9 +362,22 @@ class Node:
         cell = current_cell.get()
         return cell.address if cell is not None else ""
 
-    def _spawn_reply(self, cell: Cell, deferred: Deferred, reply: asyncio.Future[Any] | None) -> None:
+    def _spawn_reply(
+        self,
+        cell: Cell,
+        deferred: Deferred,
+        reply: asyncio.Future[Any] | None,
+        after: asyncio.Future[None] | None = None,
+    ) -> None:
         async def waiter() -> None:
             try:
+                if after is not None:
+                    try:
+                        await asyncio.shield(after)  # the handler's own checkpoint first
+                    except Exception:
+                        raise ActorCrashed(
+                            f"{cell.address} could not checkpoint its state", actor=cell.address
+                        ) from None
                 result = await deferred.awaitable
             except ActorError as e:
                 if reply is not None and not reply.done():

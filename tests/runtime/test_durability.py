@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from minihermes.runtime import ActorSpec, GenServer, call, state
+from minihermes.runtime import ActorCrashed, ActorSpec, GenServer, call, state
 from minihermes.runtime.store import open_store
 
 from .actors import Counter
@@ -149,3 +149,37 @@ async def test_unserializable_state_crashes_the_message_not_the_node(make_node):
     with pytest.raises(ActorCrashed):
         await node.ask("bad", "set_obj")
     assert await node.ask("bad", "get") is None
+
+
+async def test_pipelined_checkpoints_release_each_reply_after_its_state_is_durable(make_node):
+    import asyncio
+
+    node = await make_node(tree(ActorSpec("c", Counter)))
+    await node.ask("c", "get")
+    replies = await asyncio.gather(*(node.ask("c", "add", {"amount": 1}) for _ in range(50)))
+    assert sorted(r["count"] for r in replies) == list(range(1, 51))
+    cp = await node.store.checkpoints.load(("system", "default"), "c")
+    assert json.loads(cp.data)["count"] == 50
+    # a crash right after: the restarted actor waits for the last commits before restoring
+    with pytest.raises(ActorCrashed):
+        await node.ask("c", "crash")
+    assert (await node.ask("c", "get"))["count"] == 50
+
+
+async def test_a_failed_commit_fails_the_reply_and_restarts_from_disk(make_node, monkeypatch):
+    node = await make_node(tree(ActorSpec("c", Counter)))
+    await node.ask("c", "add", {"amount": 2})
+    real = node.store.checkpoints.save_nowait
+
+    def failing(*args, **kwargs):
+        import asyncio
+
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_exception(OSError("disk full"))
+        return fut
+
+    monkeypatch.setattr(node.store.checkpoints, "save_nowait", failing)
+    with pytest.raises(ActorCrashed):
+        await node.ask("c", "add", {"amount": 5})
+    monkeypatch.setattr(node.store.checkpoints, "save_nowait", real)
+    assert (await node.ask("c", "get"))["count"] == 2  # the unsaved +5 was never confirmed, and is gone

@@ -210,6 +210,11 @@ class SqliteCheckpoints(Part):
     _waiters: list[asyncio.Future[None]] | None = None
 
     async def save(self, scope: Scope, actor_id: str, state_version: int, data: bytes) -> None:
+        await self.save_nowait(scope, actor_id, state_version, data)
+
+    def save_nowait(
+        self, scope: Scope, actor_id: str, state_version: int, data: bytes
+    ) -> asyncio.Future[None]:
         tenant, ns = check_scope(scope)
         check_name("actor_id", actor_id)
         if isinstance(state_version, bool) or not isinstance(state_version, int):
@@ -224,7 +229,7 @@ class SqliteCheckpoints(Part):
         # One future per saver: a cancelled saver must not cancel the others' shared commit.
         fut: asyncio.Future[None] = loop.create_future()
         self._waiters.append(fut)
-        await fut
+        return fut
 
     def _flush(self) -> None:
         rows = list((self._pending or {}).values())

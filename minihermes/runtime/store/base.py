@@ -11,6 +11,7 @@ All methods are coroutines; a backend must not block the event loop. Values are 
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -328,6 +329,13 @@ class LockStore(Protocol):
 class CheckpointStore(Protocol):
     async def save(self, scope: Scope, actor_id: str, state_version: int, data: bytes) -> None:
         """Durable when the coroutine returns. Backends may group-commit concurrent saves."""
+        ...
+
+    def save_nowait(
+        self, scope: Scope, actor_id: str, state_version: int, data: bytes
+    ) -> asyncio.Future[None]:
+        """Register a save now (synchronously, keeping the order of saves) and return a future that resolves
+        once it is durable. Lets an actor go on with its next message while its checkpoint commits."""
         ...
 
     async def load(self, scope: Scope, actor_id: str) -> Checkpoint | None: ...
