@@ -1,0 +1,55 @@
+"""`minihermes chat` in a terminal: embedded, and against a running server."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def _chat(*args: str, stdin: str) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "minihermes.cli.main",
+        "chat",
+        *args,
+        cwd=ROOT,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), 120)
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
+
+
+@pytest.mark.slow
+async def test_embedded_chat_with_slash_commands(tmp_path):
+    out = await _chat(
+        "--data-dir",
+        str(tmp_path / "d"),
+        "--session",
+        "t1",
+        stdin="calculate 42 * 17\n/tools\n/history\n/model nope\n/bogus\n/quit\n",
+    )
+    assert "714" in out
+    assert "calculator" in out  # /tools
+    assert "calculate 42 * 17" in out  # /history
+    assert "error" in out and "not_found" in out  # /model with an unknown provider: reported, chat goes on
+    assert "unknown command /bogus" in out
+
+
+@pytest.mark.slow
+async def test_chat_against_a_running_server(server_factory):
+    srv = await server_factory()
+    out = await _chat(
+        "--url", srv.url, "--session", "remote", stdin="remember that my favourite colour is teal\n"
+    )
+    assert "teal" in out.lower()
+    out = await _chat("--url", srv.url, "--session", "remote2", stdin="what is my favourite colour\n")
+    assert "teal" in out.lower()
