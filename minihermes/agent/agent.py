@@ -14,6 +14,7 @@ import json
 import uuid
 from typing import Any
 
+from minihermes.agent.audit import fire_audit
 from minihermes.runtime import (
     ActorError,
     ActorNotFound,
@@ -422,11 +423,7 @@ class Agent(GenServer):
 
     def _audit(self, event_type: str, detail: str) -> None:
         if "audit_event" in self._services:
-            self._send(
-                "audit_event",
-                "log_event",
-                {"event_type": event_type, "detail": detail, "session_id": self.session_id},
-            )
+            fire_audit(self.host, event_type, detail, session_id=self.session_id)
 
     def _send(self, target: str, op: str, payload: dict[str, Any]) -> None:
         try:

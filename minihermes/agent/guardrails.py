@@ -25,6 +25,7 @@ import uuid
 from collections import OrderedDict
 from typing import Any, Literal
 
+from minihermes.agent.audit import fire_audit
 from minihermes.runtime import (
     ActorError,
     ActorNotFound,
@@ -481,13 +482,5 @@ class Guardrails(GenFSM):
                 del self.approvals[a["approval_id"]]
 
     def _audit(self, event_type: str, detail: str, session_id: str, data: dict[str, Any]) -> None:
-        if not self._audit_on:
-            return
-        try:
-            self.host.send(
-                "audit_event",
-                "log_event",
-                {"event_type": event_type, "detail": detail, "session_id": session_id, "data": data},
-            )
-        except ActorError as e:
-            self.host.log.debug("audit %s not delivered: %s", event_type, e.message)
+        if self._audit_on:
+            fire_audit(self.host, event_type, detail, session_id=session_id, data=data)

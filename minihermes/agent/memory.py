@@ -20,8 +20,8 @@ import json
 from typing import Any, Literal
 from urllib.parse import quote
 
+from minihermes.agent.audit import fire_audit
 from minihermes.runtime import (
-    ActorError,
     Conflict,
     GenServer,
     InvalidArgument,
@@ -354,13 +354,5 @@ class Memory(GenServer):
         data = {}
         if record is not None:
             data = {k: record[k] for k in ("key", "scope", "tier")} | {"size": len(record["value"])}
-        if not self._audit_on:
-            return
-        try:
-            self.host.send(
-                "audit_event",
-                "log_event",
-                {"event_type": event_type, "detail": detail, "session_id": session_id, "data": data},
-            )
-        except ActorError as e:
-            self.host.log.debug("audit %s not delivered: %s", event_type, e.message)
+        if self._audit_on:
+            fire_audit(self.host, event_type, detail, session_id=session_id, data=data)

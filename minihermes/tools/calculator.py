@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import ToolError
+
 MAX_INPUT_CHARS = 500
 MAX_NODES = 200
 MAX_DEPTH = 40
@@ -30,18 +32,9 @@ Number = int | float
 Value = int | float | bool
 
 
-class CalculatorError(Exception):
+class CalculatorError(ToolError):
     """A refused expression. Codes: empty_expression, input_too_long, invalid_expression, unsupported,
     unknown_name, too_complex, invalid_argument, division_by_zero, math_error, result_too_large."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-
-    def to_dict(self) -> dict[str, Any]:
-        """The project's structured error shape."""
-        return {"error": {"code": self.code, "message": self.message}}
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,9 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
+
+from .errors import ToolError
 
 MAX_PATH_CHARS = 1024
 MAX_DEPTH = 64
@@ -26,22 +28,13 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _BINARY_SNIFF = 8192
 
 
-class WorkspaceError(Exception):
+class WorkspaceError(ToolError):
     """A refused or failed workspace operation.
 
     Codes: invalid_path, path_escape (absolute path outside, ``..`` above the root, a symlink or hard link),
     not_found, is_directory, not_a_directory, not_a_file (FIFO, socket, device), too_large, binary,
     exists, io_error.
     """
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-
-    def to_dict(self) -> dict[str, Any]:
-        """The project's structured error shape."""
-        return {"error": {"code": self.code, "message": self.message}}
 
 
 @dataclass(frozen=True, slots=True)
