@@ -39,6 +39,7 @@ import json
 import os
 import platform
 import pstats
+import re
 import resource
 import shutil
 import statistics
@@ -67,7 +68,7 @@ from minihermes.llm import (  # noqa: E402
     events_from_completion,
     register_provider,
 )
-from minihermes.runtime import ActorError  # noqa: E402
+from minihermes.runtime import ActorError, RequestContext  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------ sizes
 
@@ -82,8 +83,9 @@ class Sizes:
     lg_async_fresh: int  # LangGraph with its default durability="async" (0: skipped)
     profile: int  # turns under cProfile (--profile)
     rounds: int  # alternating timed blocks per system
-    conc: tuple[int, ...]  # N concurrent sessions (bench node options)
+    conc: tuple[int, ...]  # N concurrent sessions (bench node options, one tenant)
     probe: tuple[int, ...]  # N with the default node options (admission probe)
+    spread: tuple[tuple[int, int], ...]  # (N, tenants): N sessions spread over tenants (bench node options)
 
 
 FULL = Sizes(
@@ -97,6 +99,7 @@ FULL = Sizes(
     rounds=10,
     conc=(100, 1_000, 5_000),
     probe=(1_000, 5_000),
+    spread=((5_000, 2),),
 )
 QUICK = Sizes(
     warmup=10,
@@ -109,6 +112,7 @@ QUICK = Sizes(
     rounds=3,
     conc=(100, 500),
     probe=(500,),
+    spread=((500, 2),),
 )
 
 EXPRESSIONS = ("2+2", "3*3", "5-1")
@@ -122,7 +126,12 @@ TARGET_SHARE = 0.90
 TARGET_N = 5_000
 BENCH_MAX_INFLIGHT = 200_000
 """Node in-flight bound for the concurrency runs (default 10,000; a tenant may hold half of it)."""
+BENCH_MAILBOX = 20_000
+"""Node default mailbox bound for the concurrency runs (default 1,000): tool_executor, guardrails and memory
+have no bound of their own, and N sessions starting at once each ask tool_executor.list_tools."""
 CHILD_TIMEOUT = 1_200.0
+CHAT_TIMEOUT = 600.0
+"""The concurrency runs' caller-side ask timeout for a turn (the node's default is 30 s)."""
 
 
 def llm_calls_per_turn(shape: str) -> int:
@@ -242,6 +251,8 @@ class Report:
     conc: list[ConcRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    llm_calls: int = 4
+    latency: float = 0.5
 
 
 def progress(msg: str) -> None:
@@ -252,38 +263,39 @@ def progress(msg: str) -> None:
 
 
 async def start_mh(
-    data_dir: str, *, latency: float, shape: str, max_inflight: int | None = None
+    data_dir: str, *, latency: float, shape: str, bench_admission: bool = False, tenants: int = 1
 ) -> MiniHermes:
+    """A started MiniHermes whose tenant(s) use the bench provider: "bench0" (no latency, active) and, with
+    ``latency``, "bench". Tenants: "default" (``mh.ctx``), then "t1", "t2", ... (``tenant_contexts``)."""
     cfg = default_config()
-    if max_inflight is not None:
+    if bench_admission:
         # NodeOptions are built from the model when the AppConfig is made: setting cfg.model.node.max_inflight
-        # afterwards changes nothing, and tenant_max_share has no config key at all.
-        cfg.node_options = dataclasses.replace(cfg.node_options, max_inflight=max_inflight)
+        # (or mailbox_capacity) afterwards changes nothing, and tenant_max_share has no config key at all.
+        cfg.node_options = dataclasses.replace(
+            cfg.node_options, max_inflight=BENCH_MAX_INFLIGHT, mailbox_capacity=BENCH_MAILBOX
+        )
     mh = MiniHermes(data_dir=data_dir, config=cfg)
     await mh.start()
-    await mh.ask(
-        "llm_gateway",
-        "register_provider",
-        {
-            "name": "bench0",
-            "kind": PROVIDER_KIND,
-            "model": "bench",
-            "options": {"latency": 0.0, "shape": shape},
-        },
-    )
-    if latency > 0:
-        await mh.ask(
-            "llm_gateway",
-            "register_provider",
-            {
-                "name": "bench",
-                "kind": PROVIDER_KIND,
-                "model": "bench",
-                "options": {"latency": latency, "shape": shape},
-            },
-        )
-    await mh.ask("llm_gateway", "switch_provider", {"provider": "bench0"})
+    for ctx in tenant_contexts(mh, tenants):
+        providers = [("bench0", 0.0)] + ([("bench", latency)] if latency > 0 else [])
+        for name, delay in providers:
+            await mh.node.ask(
+                "llm_gateway",
+                "register_provider",
+                {
+                    "name": name,
+                    "kind": PROVIDER_KIND,
+                    "model": "bench",
+                    "options": {"latency": delay, "shape": shape},
+                },
+                ctx=ctx,
+            )
+        await mh.node.ask("llm_gateway", "switch_provider", {"provider": "bench0"}, ctx=ctx)
     return mh
+
+
+def tenant_contexts(mh: MiniHermes, tenants: int) -> list[RequestContext]:
+    return [mh.ctx] + [dataclasses.replace(mh.ctx, tenant=f"t{i}") for i in range(1, tenants)]
 
 
 def check_reply(reply: dict[str, Any], shape: str) -> None:
@@ -412,26 +424,30 @@ def peak_rss_kb() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
-async def concurrency_child(n: int, latency: float, shape: str, admission: str) -> dict[str, Any]:
+async def concurrency_child(
+    n: int, latency: float, shape: str, admission: str, tenants: int
+) -> dict[str, Any]:
     tmp = tempfile.mkdtemp(prefix="mh-conc-")
     try:
         mh = await start_mh(
-            tmp,
-            latency=latency,
-            shape=shape,
-            max_inflight=BENCH_MAX_INFLIGHT if admission == "bench" else None,
+            tmp, latency=latency, shape=shape, bench_admission=admission == "bench", tenants=tenants
         )
         try:
-            check_reply(await mh.chat(MESSAGE, session_id="warm"), shape)  # zero latency: builds everything
-            if latency > 0:
-                await mh.ask("llm_gateway", "switch_provider", {"provider": "bench"})
             node = mh.node
+            contexts = tenant_contexts(mh, tenants)
+            for ctx in contexts:  # zero latency: builds every actor and provider client
+                warm = {"message": MESSAGE, "session_id": "warm", "user_id": "local"}
+                check_reply(await node.ask("agent", "chat", warm, ctx=ctx), shape)
+                if latency > 0:
+                    await node.ask("llm_gateway", "switch_provider", {"provider": "bench"}, ctx=ctx)
             gc.collect()
             base_rss = rss_now_kb()
-            overloaded0 = node.metrics.counter("overloaded_total", tenant=mh.ctx.tenant)
+            overloaded0 = node.metrics.counter("overloaded_total")
+            audit0 = node.metrics.counter("audit_events_total")
             errors: collections.Counter[str] = collections.Counter()
+            error_samples: dict[str, str] = {}
             latencies: list[float] = []
-            ok_ids: list[str] = []
+            ok: list[tuple[RequestContext, str]] = []
             peak_inflight = 0
             peak_sampled = base_rss
             stop = asyncio.Event()
@@ -444,14 +460,16 @@ async def concurrency_child(n: int, latency: float, shape: str, admission: str) 
                     await asyncio.sleep(0.005)
 
             async def one(i: int) -> None:
-                sid = f"c-{i}"
+                sid, ctx = f"c-{i}", contexts[i % tenants]
                 t0 = time.perf_counter()
                 try:
-                    reply = await mh.chat(MESSAGE, session_id=sid)
+                    payload = {"message": MESSAGE, "session_id": sid, "user_id": "local"}
+                    reply = await node.ask("agent", "chat", payload, timeout=CHAT_TIMEOUT, ctx=ctx)
                     check_reply(reply, shape)
-                    ok_ids.append(sid)
+                    ok.append((ctx, sid))
                 except ActorError as e:
                     errors[e.code] += 1
+                    error_samples.setdefault(e.code, e.message[:90])
                 except AssertionError:
                     errors["wrong_reply"] += 1
                 latencies.append(time.perf_counter() - t0)
@@ -466,18 +484,33 @@ async def concurrency_child(n: int, latency: float, shape: str, admission: str) 
             await sampler
             peak_rss = peak_rss_kb()
             peak_sampled = max(peak_sampled, rss_now_kb())
+            refused = node.metrics.counter("overloaded_total") - overloaded0
+            # The audit trail is written behind the turns (casts): how far behind it was when they ended.
+            cells = list(getattr(node, "_cells", {}).values())
+            audit_cells = [c for c in cells if c.spec.name == "audit_event"]
+            audit_backlog = sum(len(c.mailbox) for c in audit_cells)
+            d0 = time.perf_counter()
+            while any(len(c.mailbox) for c in audit_cells) and time.perf_counter() - d0 < 120:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+            audit_drain = time.perf_counter() - d0
+            audit_logged = node.metrics.counter("audit_events_total") - audit0
             # After the clock stopped: every finished turn's 3 tool calls really succeeded.
             tool_errors = 0
-            for sid in ok_ids:
-                tool_errors += sum(1 for c in await mh.tool_history(sid) if c["is_error"])
-            refused = node.metrics.counter("overloaded_total", tenant=mh.ctx.tenant) - overloaded0
+            for ctx, sid in ok:
+                reply = await node.ask("agent", "get_history", {"session_id": sid}, ctx=ctx)
+                tool_errors += sum(1 for m in reply["messages"] if m["role"] == "tool" and m.get("is_error"))
             latencies.sort()
             return {
                 "n": n,
-                "ok": len(ok_ids),
+                "tenants": tenants,
+                "ok": len(ok),
                 "errors": dict(errors),
+                "error_samples": error_samples,
                 "tool_errors": tool_errors,
                 "refused_messages": int(refused),
+                "audit_backlog": audit_backlog,
+                "audit_drain_s": audit_drain,
+                "audit_logged": int(audit_logged),
                 "wall": wall,
                 "cpu": cpu,
                 "ideal": llm_calls_per_turn(shape) * latency,
@@ -497,7 +530,25 @@ async def concurrency_child(n: int, latency: float, shape: str, admission: str) 
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def run_concurrency(n: int, latency: float, shape: str, admission: str) -> tuple[dict[str, Any] | None, str]:
+def crash_summary(stderr: str) -> tuple[int, str, int]:
+    """From the child's log: background tasks that crashed (the runtime logs each), the first one's
+    exception, and audit events dropped by their senders (audit_event's mailbox full)."""
+    lines = stderr.splitlines()
+    dropped = sum(1 for line in lines if re.search(r"audit event \S+ dropped", line))
+    count = sum(1 for line in lines if line.strip() == "background task failed")
+    first = ""
+    if count:
+        start = next(i for i, line in enumerate(lines) if line.strip() == "background task failed")
+        for line in lines[start + 1 :]:
+            if line and not line.startswith((" ", "Traceback")):
+                first = line.strip()[:100]
+                break
+    return count, first, dropped
+
+
+def run_concurrency(
+    n: int, latency: float, shape: str, admission: str, tenants: int
+) -> tuple[dict[str, Any] | None, str]:
     cmd = [
         sys.executable,
         os.path.abspath(__file__),
@@ -509,6 +560,8 @@ def run_concurrency(n: int, latency: float, shape: str, admission: str) -> tuple
         shape,
         "--admission",
         admission,
+        "--tenants",
+        str(tenants),
     ]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT)
@@ -518,7 +571,9 @@ def run_concurrency(n: int, latency: float, shape: str, admission: str) -> tuple
         return None, f"child failed ({proc.returncode}): {proc.stderr.strip()[-600:]}"
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("{"):
-            return json.loads(line), ""
+            data: dict[str, Any] = json.loads(line)
+            data["crashes"], data["first_crash"], data["audit_dropped"] = crash_summary(proc.stderr)
+            return data, ""
     return None, f"no result from child: {proc.stdout[-300:]} {proc.stderr[-300:]}"
 
 
@@ -677,7 +732,9 @@ def render(
         console.print(line)
     rough = " (--quick: small samples, numbers are rough)" if quick else ""
 
-    t = Table(title="One durable agent turn: 4 LLM calls + 3 tool calls, zero-latency LLM" + rough)
+    t = Table(
+        title=f"One durable agent turn: {report.llm_calls} LLM calls + 3 tool calls, zero-latency LLM" + rough
+    )
     for c in ("System", "Workload", "p50 ms", "p99 ms", "mean ms", "CPU ms/turn", "Target", "Met?"):
         t.add_column(c, justify="right" if c.endswith(("ms", "turn")) else "left", overflow="fold")
     for r in report.turns:
@@ -702,52 +759,73 @@ def render(
     console.print(t)
 
     if report.conc:
-        c = Table(title="N concurrent sessions, one turn each, 500 ms per LLM call" + rough)
+        c = Table(
+            title=f"N concurrent sessions, one turn each, {report.latency * 1000:g} ms per LLM call" + rough
+        )
         cols = (
             "N",
-            "Node admission",
+            "Tenants",
+            "Admission",
             "Turns ok",
-            "Errors",
+            "Failed",
             "Ideal s",
             "Actual s",
             "Share of ideal",
             "Turns/s",
-            "Turn p50 / max s",
+            "Turn p50/max s",
             "CPU s",
             "Peak RSS MB (base)",
-            "Peak in-flight",
+            "Peak in-flight / cap",
             "Target",
             "Met?",
         )
         for col in cols:
             c.add_column(
                 col,
-                justify="left" if col in ("Node admission", "Errors", "Target") else "right",
+                justify="left" if col in ("Admission", "Target") else "right",
                 overflow="fold",
-                no_wrap=col in ("N", "Node admission", "Share of ideal"),
+                no_wrap=col in ("N", "Admission", "Share of ideal", "Target"),
             )
+        details: list[str] = []
         for row in report.conc:
             d = row.data
+            tag = f"N={row.n:,}, {row.admission}" + (
+                f", {d['tenants']} tenants" if d.get("tenants", 1) > 1 else ""
+            )
             if "skipped" in d:
-                c.add_row(
-                    f"{row.n:,}", row.admission, "-", d["skipped"], *[""] * 8, row.target, met_cell(row.met)
-                )
+                c.add_row(f"{row.n:,}", "", row.admission, "-", "-", *[""] * 8, row.target, met_cell(row.met))
+                details.append(f"{tag}: skipped: {d['skipped']}")
                 continue
-            errs = ", ".join(f"{k}: {v:,}" for k, v in d["errors"].items()) or "0"
+            samples = d.get("error_samples", {})
+            found = [
+                f"{k}: {v:,} turns" + (f" ('{samples[k]}')" if k in samples else "")
+                for k, v in d["errors"].items()
+            ]
             if d["tool_errors"]:
-                errs += f"; failed tool calls: {d['tool_errors']:,}"
+                found.append(f"failed tool calls in finished turns: {d['tool_errors']:,}")
             if d["refused_messages"]:
-                errs += f"; messages refused (overloaded): {d['refused_messages']:,}"
+                found.append(f"messages refused with overloaded (any actor): {d['refused_messages']:,}")
+            if d.get("crashes"):
+                found.append(f"crashed background tasks: {d['crashes']:,} (first: {d['first_crash']})")
+            if d.get("audit_dropped"):
+                found.append(f"audit events dropped (audit_event mailbox full): {d['audit_dropped']:,}")
+            if d.get("audit_backlog"):
+                found.append(
+                    f"audit_event backlog when the last turn ended: {d['audit_backlog']:,} events "
+                    f"(drained {d['audit_drain_s']:.1f} s later)"
+                )
+            if found:
+                details.append(f"{tag}: " + "; ".join(found))
+            share = d["ideal"] / d["wall"] * 100
             c.add_row(
                 f"{row.n:,}",
+                str(d.get("tenants", 1)),
                 row.admission,
                 f"{d['ok']:,}",
-                errs,
+                f"{row.n - d['ok']:,}",
                 fmt(d["ideal"]),
                 fmt(d["wall"]),
-                f"{d['ideal'] / d['wall'] * 100:.1f}%"
-                if d["ok"] == row.n
-                else f"({d['ideal'] / d['wall'] * 100:.1f}%)",
+                f"{share:.1f}%" if d["ok"] == row.n else f"({share:.1f}%)",
                 f"{d['ok'] / d['wall']:,.0f}",
                 f"{d['p50']:.2f} / {d['max']:.2f}",
                 fmt(d["cpu"], 1),
@@ -757,6 +835,8 @@ def render(
                 met_cell(row.met),
             )
         console.print(c)
+        for line in details:
+            console.print(f"  {line}")
 
     if prof is not None:
         render_profile(console, prof)
@@ -824,11 +904,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-concurrency", action="store_true", help="skip the concurrency runs")
     ap.add_argument("--child-concurrency", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--admission", choices=("bench", "default"), default="bench", help=argparse.SUPPRESS)
+    ap.add_argument("--tenants", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
     if args.child_concurrency:
         result = asyncio.run(
-            concurrency_child(args.child_concurrency, args.latency, args.shape, args.admission)
+            concurrency_child(args.child_concurrency, args.latency, args.shape, args.admission, args.tenants)
         )
         print(json.dumps(result))
         return 0
@@ -836,7 +917,12 @@ def main(argv: list[str] | None = None) -> int:
     sz = QUICK if args.quick else FULL
     if args.sessions:
         ns = tuple(int(x) for x in args.sessions.split(","))
-        sz = dataclasses.replace(sz, conc=ns, probe=tuple(n for n in sz.probe if n in ns))
+        sz = dataclasses.replace(
+            sz,
+            conc=ns,
+            probe=tuple(n for n in sz.probe if n in ns),
+            spread=tuple(r for r in sz.spread if r[0] in ns),
+        )
     with_lg = not args.no_langgraph
     if with_lg:
         try:
@@ -855,6 +941,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     shape = args.shape
     calls = llm_calls_per_turn(shape)
+    report.llm_calls = calls
+    report.latency = args.latency
     turn_target = f"mean <= {TARGET_TURN_MS} ms"
 
     # 1. one turn, side by side ---------------------------------------------------------------------------
@@ -910,14 +998,19 @@ def main(argv: list[str] | None = None) -> int:
 
     # 2. concurrency ------------------------------------------------------------------------------------
     if not args.no_concurrency:
-        runs = [(n, "default") for n in sz.probe] + [(n, "bench") for n in sz.conc]
-        runs.sort(key=lambda r: (r[0], r[1] != "default"))
-        for n, admission in runs:
+        runs = (
+            [(n, "default", 1) for n in sz.probe]
+            + [(n, "bench", 1) for n in sz.conc]
+            + [(n, "bench", k) for n, k in sz.spread]
+        )
+        runs.sort(key=lambda r: (r[0], r[1] != "default", r[2]))
+        for n, admission, tenants in runs:
             progress(
-                f"concurrency: {n:,} sessions, {args.latency:g} s per LLM call, {admission} node options"
+                f"concurrency: {n:,} sessions in {tenants} tenant(s), {args.latency:g} s per LLM call, "
+                f"{admission} node options"
             )
-            data, why = run_concurrency(n, args.latency, shape, admission)
-            label = "default" if admission == "default" else f"max_inflight {BENCH_MAX_INFLIGHT // 1000:,}k"
+            data, why = run_concurrency(n, args.latency, shape, admission, tenants)
+            label = "default" if admission == "default" else "raised"
             row = ConcRow(n, label, data if data is not None else {"skipped": why})
             if n == TARGET_N and admission == "bench":
                 row.target = f">= {TARGET_SHARE:.0%} of ideal"
@@ -957,17 +1050,20 @@ def main(argv: list[str] | None = None) -> int:
             "ru_maxrss minus what Linux carries over from the parent across execve; base = RSS after start-up and "
             f"one warm-up turn); all N sessions are started at once, one turn each, "
             f"{calls} LLM calls x {args.latency:g} s = ideal {calls * args.latency:g} s; share = ideal / actual "
-            "wall time; all sessions in one tenant ('default')."
+            "wall time (in parentheses when some turns failed); sessions in one tenant ('default') unless the "
+            "Tenants column says otherwise (then round-robin, each tenant with its own per-tenant services). "
+            "Peak in-flight: node messages queued or running, against one tenant's cap. Each turn is asked with "
+            f"timeout={CHAT_TIMEOUT:g} s (the node's default ask timeout, 30 s, fails every turn at N=5,000)."
         )
         report.notes.append(
-            "concurrency admission: with the default node options a tenant may hold at most 5,000 in-flight "
-            "messages, and a running turn holds its chat message plus the casts it queued (agent_fsm "
-            "transitions, audit events) and its asks, so large N in one tenant is refused with 'overloaded' "
-            "(rows 'default'; peak in-flight is shown against the tenant's cap). The other rows raise "
-            "NodeOptions.max_inflight from 10,000 to "
-            f"{BENCH_MAX_INFLIGHT:,} (tenant cap {BENCH_MAX_INFLIGHT // 2:,}) by replacing cfg.node_options (dataclasses.replace): setting "
-            "cfg.model.node.max_inflight after the AppConfig is built has no effect, and tenant_max_share has "
-            "no config key."
+            "concurrency admission: with the default node options (max_inflight 10,000, tenant share 0.5, "
+            "mailbox 1,000) large N in one tenant is refused with 'overloaded' (rows 'default'): a running turn "
+            "holds its chat message and the casts it queued (the audit_event backlog above all), and N turns "
+            "starting at once each ask tool_executor.list_tools (mailbox 1,000). The 'raised' rows replace "
+            f"cfg.node_options (dataclasses.replace) with max_inflight {BENCH_MAX_INFLIGHT:,} (tenant cap "
+            f"{BENCH_MAX_INFLIGHT // 2:,}) and a default mailbox bound of {BENCH_MAILBOX:,} (agent keeps its 100, "
+            "llm_gateway and audit_event their 10,000): setting cfg.model.node.* after the AppConfig is built "
+            "has no effect, and tenant_max_share has no config key."
         )
     report.notes.append(
         "run as `.venv/bin/python bench/turn.py`: MiniHermes is imported from minihermes.embed because the "

@@ -725,7 +725,7 @@ class UsageLedger:
             if bucket is None:
                 bucket = {**empty_usage(), **stored} if isinstance(stored, dict) else empty_usage()
                 self._cache[name] = bucket
-                self._evict()
+                self._evict(keep=name)
         self._cache.move_to_end(name)
         return bucket
 
@@ -761,10 +761,11 @@ class UsageLedger:
                 self._dirty |= names  # not known to be written: the next flush (or the stop) retries them
                 raise
 
-    def _evict(self) -> None:
-        # Oldest first; entries not yet written stay until they are.
+    def _evict(self, keep: str) -> None:
+        # Oldest first; entries not yet written stay until they are, and so does the one being handed out
+        # (with every older entry dirty it would otherwise evict itself, and its increments would be lost).
         for name in list(self._cache):
             if len(self._cache) <= self._capacity:
                 return
-            if name not in self._dirty:
+            if name not in self._dirty and name != keep:
                 del self._cache[name]

@@ -383,6 +383,14 @@ class Node:
                 if reply is not None and not reply.done():
                     reply.set_exception(e)
                 return
+            except Exception as e:
+                # A bug in the deferred work: the caller gets the crash at once, not a timeout.
+                log.error("deferred reply of %s failed", cell.address, exc_info=e)
+                if reply is not None and not reply.done():
+                    reply.set_exception(
+                        ActorCrashed(f"{cell.address} failed while replying", actor=cell.address)
+                    )
+                return
             except asyncio.CancelledError:
                 if reply is not None and not reply.done():
                     reply.set_exception(ActorError(f"{cell.address} stopped before replying", code="stopped"))

@@ -840,3 +840,14 @@ def test_gateway_settings_are_checked_at_start_up() -> None:
     ):
         with pytest.raises(ConfigError):
             GatewaySettings.from_args(bad)
+
+
+async def test_usage_ledger_over_capacity_with_everything_dirty_keeps_every_increment() -> None:
+    clock = ManualClock()
+    kv = DictKV()
+    ledger = UsageLedger(kv, spawn=asyncio.ensure_future, sleep=clock.sleep, delay=1.0, capacity=8)
+    usage = Usage(input_tokens=1, output_tokens=1)
+    for i in range(20):  # more distinct keys than the cache holds, all written behind (dirty)
+        await ledger.add([("session", f"s{i}")], usage, None)
+    await ledger.flush()
+    assert all(kv.data[f"llm_usage/session/s{i}"]["calls"] == 1 for i in range(20))

@@ -192,3 +192,19 @@ async def test_ask_timeout_is_structured(make_node, clock: ManualClock):
     assert ei.value.code == "timeout" and ei.value.http_status == 504
     GATES["gate"].set()
     assert await node.ask("slow", "get") == [1]
+
+
+async def test_a_deferred_reply_that_fails_answers_with_a_crash_not_a_timeout(make_node):
+    from minihermes.runtime import ActorCrashed, Deferred, GenServer
+
+    class Later(GenServer):
+        @call
+        def soon(self) -> Deferred:
+            async def boom() -> None:
+                raise ValueError("bug in deferred work")
+
+            return Deferred(boom())
+
+    node = await make_node(tree(ActorSpec("later", Later)))
+    with pytest.raises(ActorCrashed):
+        await node.ask("later", "soon")  # the manual clock never moves: a timeout would hang here
