@@ -97,16 +97,21 @@ async def test_serve_runs_the_demo_tree_and_stops_on_sigterm(tmp_path):
         stdout=asyncio.subprocess.DEVNULL,
     )
     assert proc.stderr is not None
-    lines = []
-    while True:
-        line = (await asyncio.wait_for(proc.stderr.readline(), 60)).decode()
-        assert line, "serve exited early:\n" + "".join(lines)
-        lines.append(line)
-        if "running pipeline" in line:
-            break
-    os.kill(proc.pid, signal.SIGTERM)
-    rest = (await asyncio.wait_for(proc.stderr.read(), 60)).decode()
-    assert await proc.wait() == 0
+    try:
+        lines = []
+        while True:
+            line = (await asyncio.wait_for(proc.stderr.readline(), 60)).decode()
+            assert line, "serve exited early:\n" + "".join(lines)
+            lines.append(line)
+            if "running pipeline" in line:
+                break
+        os.kill(proc.pid, signal.SIGTERM)
+        rest = (await asyncio.wait_for(proc.stderr.read(), 60)).decode()
+        assert await proc.wait() == 0
+    finally:
+        if proc.returncode is None:  # a failed assertion must not leave a server running
+            proc.kill()
+            await proc.wait()
     text = "".join(lines) + rest
     for name in ("counter", "notebook", "lifecycle", "heartbeat", "pipeline"):
         assert f"running {name}" in text
