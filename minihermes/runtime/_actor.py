@@ -27,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, overload
 
+import orjson
+
 from ._errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -387,7 +389,13 @@ class Actor:
     # -- state (de)serialization -------------------------------------------------------------------------
 
     def dump_state(self) -> bytes:
-        return _ENCODER.encode({n: getattr(self, n) for n in self._state_fields}).encode()
+        data = {n: getattr(self, n) for n in self._state_fields}
+        try:
+            # orjson: this runs after every message (change detection), and is ~10-25x faster than json.
+            return orjson.dumps(data, default=_json_default, option=orjson.OPT_NON_STR_KEYS)
+        except orjson.JSONEncodeError:
+            # What orjson refuses but JSON can carry (integers beyond 64 bits): the stdlib encoder.
+            return _ENCODER.encode(data).encode()
 
     def load_state(self, data: dict[str, Any]) -> None:
         """Apply saved state; raises ValueError if a field's value does not fit its declared type."""

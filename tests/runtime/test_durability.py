@@ -183,3 +183,25 @@ async def test_a_failed_commit_fails_the_reply_and_restarts_from_disk(make_node,
         await node.ask("c", "add", {"amount": 5})
     monkeypatch.setattr(node.store.checkpoints, "save_nowait", real)
     assert (await node.ask("c", "get"))["count"] == 2  # the unsaved +5 was never confirmed, and is gone
+
+
+async def test_state_with_values_orjson_refuses_still_checkpoints(make_node):
+    class Big(GenServer):
+        n: int = state(default=0)
+        tags: list[str] = state(default_factory=list)
+
+        @call
+        def huge(self) -> int:
+            self.n = 2**80  # beyond 64 bits: JSON carries it, orjson does not
+            self.tags = sorted({"b", "a"})
+            return self.n
+
+        @call
+        def get(self) -> int:
+            return self.n
+
+    node = await make_node(tree(ActorSpec("big", Big)))
+    assert await node.ask("big", "huge") == 2**80
+    await node.stop()
+    node2 = await make_node(tree(ActorSpec("big", Big)))
+    assert await node2.ask("big", "get") == 2**80
