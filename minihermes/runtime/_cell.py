@@ -126,10 +126,7 @@ class Cell:
             return
         self.kill_reason = (reason, abnormal)
         task.cancel()
-        try:
-            await asyncio.shield(asyncio.wait({task}))
-        except asyncio.CancelledError:
-            raise
+        await asyncio.shield(asyncio.wait({task}))
 
     def request_stop(self) -> None:
         self.mailbox.put(STOP)
@@ -170,7 +167,7 @@ class Cell:
         cls = spec.cls
         inst = cls()
         inst.actor_id = self.address
-        from ._host import Host
+        from ._host import Host  # _host -> _node -> _cell: imported here to keep the cycle out of import time
 
         inst.host = Host(self.node, self)
         migrated = False
