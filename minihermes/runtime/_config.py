@@ -87,6 +87,7 @@ class NodeModel(_Model):
     backend_options: dict[str, Any] = Field(default_factory=dict)
     mailbox_capacity: int = Field(default=1000, ge=1)
     max_inflight: int = Field(default=10_000, ge=1)
+    tenant_max_share: float = Field(default=0.5, gt=0, le=1)
     ask_timeout_seconds: float = Field(default=30.0, gt=0)
     shutdown_deadline_seconds: float = Field(default=10.0, ge=0)
 
@@ -143,18 +144,7 @@ class AppConfig:
         self.model = model
         self.source = source
         self.tree = _build_supervisor("supervisor", "root", model.supervisor, "permanent")
-        n = model.node
-        self.node_options = NodeOptions(
-            node_id=n.id,
-            mailbox_capacity=n.mailbox_capacity,
-            max_inflight=n.max_inflight,
-            ask_timeout=n.ask_timeout_seconds,
-            shutdown_deadline=n.shutdown_deadline_seconds,
-            retention=[
-                RetentionRule(r.kind, r.selector, r.max_age, r.max_count) for r in model.retention.rules
-            ],
-            retention_interval=model.retention.interval,
-        )
+        self._node_options: NodeOptions | None = None
         self.links: dict[str, ServiceLink] = {}
         for name, link in model.service_links.items():
             try:
@@ -171,6 +161,28 @@ class AppConfig:
                 )
             except ValueError as e:
                 raise ConfigError(f"service_links.{name}.base_url", str(e)) from None
+
+    @property
+    def node_options(self) -> NodeOptions:
+        """Built from the model when read, so changes to ``model.node`` after loading take effect; an
+        assigned NodeOptions replaces them."""
+        if self._node_options is not None:
+            return self._node_options
+        n, retention = self.model.node, self.model.retention
+        return NodeOptions(
+            node_id=n.id,
+            mailbox_capacity=n.mailbox_capacity,
+            max_inflight=n.max_inflight,
+            tenant_max_share=n.tenant_max_share,
+            ask_timeout=n.ask_timeout_seconds,
+            shutdown_deadline=n.shutdown_deadline_seconds,
+            retention=[RetentionRule(r.kind, r.selector, r.max_age, r.max_count) for r in retention.rules],
+            retention_interval=retention.interval,
+        )
+
+    @node_options.setter
+    def node_options(self, value: NodeOptions) -> None:
+        self._node_options = value
 
     @property
     def data_dir(self) -> Path:

@@ -109,3 +109,13 @@ def test_demo_config_is_valid():
 
     cfg = AppConfig.from_toml(DEMO_CONFIG)
     assert {s.name for s in cfg.tree.walk()} == {"counter", "notebook", "lifecycle", "heartbeat", "pipeline"}
+
+
+def test_node_options_follow_the_model_and_tenant_share_is_configurable():
+    cfg = AppConfig.from_toml(GOOD.replace('id = "n1"', 'id = "n1"\ntenant_max_share = 0.25'))
+    assert cfg.node_options.tenant_max_share == 0.25
+    cfg.model.node.max_inflight = 123  # edits after loading take effect (as --data-dir does)
+    assert cfg.node_options.max_inflight == 123
+    with pytest.raises(ConfigError) as ei:
+        AppConfig.from_toml(GOOD.replace('id = "n1"', 'id = "n1"\ntenant_max_share = 1.5'))
+    assert ei.value.field == "node.tenant_max_share"
