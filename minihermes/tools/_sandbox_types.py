@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from .errors import ToolError
+
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 SYSTEM_RO_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 
@@ -32,20 +34,11 @@ NAMESPACE_LAYERS = frozenset(
 )
 
 
-class SandboxError(Exception):
+class SandboxError(ToolError):
     """Misuse of the sandbox by our own code (bad arguments, unavailable layer, broken setup).
 
     Never raised for what the sandboxed program does: that is reported in ``SandboxResult``.
     """
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-
-    def to_dict(self) -> dict[str, Any]:
-        """The project's structured error shape."""
-        return {"error": {"code": self.code, "message": self.message}}
 
 
 @dataclass(frozen=True, slots=True)
