@@ -180,8 +180,7 @@ class Cell:
         self.dirty = migrated  # a migrated state is saved in its new shape right away
         self._use(self.init_context)
         await inst.on_init(self.address, dict(spec.args))
-        if cls._state_fields:
-            await self._checkpoint_if_changed(force_interval=True)
+        await self.flush()  # what on_init (or a migration) changed is durable before the first message
         self.node._arm_idle(self)
 
     async def _control(self, item: Control) -> None:
@@ -326,17 +325,6 @@ class Cell:
         """Until every registered checkpoint of this cell is durable (or failed)."""
         if self.pending_saves:
             await asyncio.wait(set(self.pending_saves))
-
-    async def _checkpoint_if_changed(self, force_interval: bool = False) -> None:
-        inst = self.instance
-        if inst is None:
-            return
-        data = inst.dump_state()
-        if data != self.last_bytes:
-            self.last_bytes = data
-            self.dirty = True
-        if self.dirty and (force_interval or self.since_checkpoint >= self.interval):
-            await self._save(data)
 
     async def _save(self, data: bytes) -> None:
         inst = self.instance

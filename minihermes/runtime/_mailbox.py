@@ -61,17 +61,6 @@ class Mailbox:
             if not w.done():
                 w.set_result(None)
 
-    def put_front(self, item: Envelope | Control) -> None:
-        self._items.appendleft(item)
-        self.put_wake()
-
-    def put_wake(self) -> None:
-        w = self._waiter
-        if w is not None:
-            self._waiter = None
-            if not w.done():
-                w.set_result(None)
-
     async def get(self) -> Envelope | Control:
         while not self._items:
             self._waiter = asyncio.get_running_loop().create_future()

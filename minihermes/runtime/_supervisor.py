@@ -52,15 +52,28 @@ class _Intensity:
         return len(self.times) > self.max_restarts
 
 
-class SingletonChild(Child):
+class _ActorTypeChild(Child):
+    """A child running one actor type; the node routes that type's cell failures and exits to it."""
+
     def __init__(self, node: Node, spec: ActorSpec, parent: Supervisor) -> None:
         self.node = node
         self.spec = spec
         self.name = spec.name
         self.restart = spec.restart
         self.parent = parent
-        self.cell: Cell | None = None
         node.register_owner(spec.name, self)
+
+    def cell_failed(self, cell: Cell, reason: str) -> None:
+        raise NotImplementedError
+
+    def cell_exited(self, cell: Cell, reason: str) -> None:
+        raise NotImplementedError
+
+
+class SingletonChild(_ActorTypeChild):
+    def __init__(self, node: Node, spec: ActorSpec, parent: Supervisor) -> None:
+        super().__init__(node, spec, parent)
+        self.cell: Cell | None = None
 
     async def start(self) -> None:
         self.cell = self.node.singleton(self.spec, self)
@@ -91,20 +104,15 @@ class SingletonChild(Child):
             self.node.fail_pending(self.cell, reason)
 
 
-class DynamicChild(Child):
+class DynamicChild(_ActorTypeChild):
     """Keyed (virtual) or per-tenant instances of one actor type, activated on demand. A crashed instance is
     restarted on its own; too many restarts of the type in the window escalate to the parent."""
 
     def __init__(self, node: Node, spec: ActorSpec, parent: Supervisor) -> None:
-        self.node = node
-        self.spec = spec
-        self.name = spec.name
-        self.restart = spec.restart
-        self.parent = parent
+        super().__init__(node, spec, parent)
         self.running = False
         self.intensity = _Intensity(node, spec.max_restarts, spec.max_restart_window)
         self._held: list[tuple[Cell, list[Envelope]]] = []
-        node.register_owner(spec.name, self)
 
     async def start(self) -> None:
         self.running = True

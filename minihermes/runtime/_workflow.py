@@ -181,12 +181,9 @@ class Workflow(Actor):
         return {"status": self.wf_status, "result": self.wf_result, "workflow_id": self.actor_id}
 
     def _error(self) -> ActorError:
-        err = dict(self.wf_error or {"code": "failed", "message": "workflow failed"})
-        code = str(err.pop("code", "failed"))
-        message = str(err.pop("message", code))
-        if code == "cancelled":
-            return WorkflowCancelled(message, workflow_id=self.actor_id)
-        return ActorError(message, code=code, workflow_id=self.actor_id, **err)
+        # from_dict maps the code back to its class ("cancelled" -> WorkflowCancelled).
+        err = self.wf_error or {"code": "failed", "message": "workflow failed"}
+        return ActorError.from_dict({"error": {**err, "workflow_id": self.actor_id}})
 
     async def _begin(self, args: dict[str, Any]) -> None:
         execute = type(self)._execute
