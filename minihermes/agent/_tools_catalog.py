@@ -52,6 +52,8 @@ class Kind:
     trust: str
     review: bool = False
     """Mutating calls go to review by default."""
+    requires: str | None = None
+    """An actor this tool talks to: the tool is listed and runnable only on nodes that have it."""
 
 
 def _obj(properties: dict[str, Any], required: Iterable[str] = ()) -> dict[str, Any]:
@@ -225,6 +227,8 @@ class ToolDef:
     review: bool
     schema: CompiledSchema = field(repr=False)
     effects_declared: bool = False
+    requires: str | None = None
+    """An actor the tool needs (see ``Kind.requires``)."""
 
     @property
     def input_dependent(self) -> bool:
@@ -273,8 +277,8 @@ class ToolDef:
         return self.schema.input_error(args)
 
 
-BUILTINS: dict[str, ToolDef] = {
-    k.name: ToolDef(
+def _builtin_def(k: Kind) -> ToolDef:
+    return ToolDef(
         name=k.name,
         description=k.description,
         input_schema=k.input_schema,
@@ -285,9 +289,26 @@ BUILTINS: dict[str, ToolDef] = {
         trust=k.trust,
         review=k.review,
         schema=CompiledSchema(k.input_schema),
+        requires=k.requires,
     )
-    for k in KINDS.values()
-}
+
+
+BUILTINS: dict[str, ToolDef] = {k.name: _builtin_def(k) for k in KINDS.values()}
+
+
+def add_kind(kind: Kind) -> ToolDef:
+    """Add a built-in kind (a subsystem's own tool, e.g. ``session_search``). Its schema is checked here;
+    a name that is already taken is refused."""
+    if not TOOL_NAME.match(kind.name):
+        raise ValueError(f"invalid tool name {kind.name!r}")
+    if kind.name in KINDS:
+        raise ValueError(f"a built-in tool named {kind.name!r} already exists")
+    if kind.effects not in EFFECTS or kind.trust not in TRUST:
+        raise ValueError(f"tool {kind.name!r}: effects must be one of {EFFECTS}, trust one of {TRUST}")
+    check_schema(kind.input_schema)
+    KINDS[kind.name] = kind
+    tool = BUILTINS[kind.name] = _builtin_def(kind)
+    return tool
 
 
 # ---------------------------------------------------------------------------------------- registration

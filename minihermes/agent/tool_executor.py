@@ -104,6 +104,7 @@ class ToolExecutor(GenServer):
             except Exception as e:  # a record this version cannot run: keep it stored, leave it out
                 self.host.log.warning("registered tool %s cannot be loaded: %s", name, e)
         self._listing: list[dict[str, Any]] | None = None
+        self._listing_key: tuple[int, frozenset[str]] = (0, frozenset())
         self._digest = ""
         self._running: dict[str, asyncio.Task[Any]] = {}
         self._timed_out: set[str] = set()
@@ -119,8 +120,10 @@ class ToolExecutor(GenServer):
         """Every tool, sorted by name: ``{name, description, input_schema, effects, trust}``. The same
         catalogue always gives the same bytes; ``digest`` changes exactly when the catalogue does. The
         ``input_schema`` objects are shared with the catalogue: copy one before changing it."""
-        if self._listing is None:
-            every = {**BUILTINS, **self._registered}
+        key = self._builtin_key()
+        if self._listing is None or key != self._listing_key:
+            self._listing_key = key
+            every = {**self._builtins(), **self._registered}
             self._listing = [every[n].listing() for n in sorted(every)]
             encoded = json.dumps(self._listing, ensure_ascii=False).encode()
             self._digest = hashlib.sha256(encoded).hexdigest()[:16]
@@ -355,8 +358,22 @@ class ToolExecutor(GenServer):
 
     # -- helpers ------------------------------------------------------------------------------------------
 
+    def _available(self, tool: ToolDef) -> bool:
+        return tool.requires is None or self.host.has_actor(tool.requires)
+
+    def _builtins(self) -> dict[str, ToolDef]:
+        """Built-ins this node can run (a subsystem's tool needs its actor)."""
+        return {n: t for n, t in BUILTINS.items() if self._available(t)}
+
+    def _builtin_key(self) -> tuple[int, frozenset[str]]:
+        missing = frozenset(n for n, t in BUILTINS.items() if not self._available(t))
+        return len(BUILTINS), missing
+
     def _lookup(self, name: str) -> ToolDef | None:
-        return BUILTINS.get(name) or self._registered.get(name)
+        builtin = BUILTINS.get(name)
+        if builtin is not None:
+            return builtin if self._available(builtin) else None
+        return self._registered.get(name)
 
     def _unknown_message(self, name: str) -> str:
         hint = difflib.get_close_matches(name, [*BUILTINS, *self._registered], n=1)

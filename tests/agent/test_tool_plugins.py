@@ -1,0 +1,71 @@
+"""Subsystem tools: a package adds a built-in tool that talks to its own actor; nodes without that actor
+neither list nor run it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from minihermes.agent._tools_catalog import READ, TRUSTED, Kind
+from minihermes.agent._tools_handlers import ToolEnv, register_builtin_tool
+from minihermes.agent.tool_executor import ToolExecutor
+from minihermes.runtime import ActorSpec, GenServer, call
+
+from .conftest import ACME
+
+
+class Echo(GenServer):
+    @call
+    def shout(self, text: str) -> dict[str, Any]:
+        return {"text": text.upper()}
+
+
+async def _echo_tool(args: dict[str, Any], env: ToolEnv) -> Any:
+    return await env.host.ask("echo_svc", "shout", {"text": args["text"]})
+
+
+register_builtin_tool(
+    Kind(
+        "echo_upper",
+        "Upper-case a text (test tool).",
+        {
+            "type": "object",
+            "properties": {"text": {"type": "string"}},
+            "required": ["text"],
+            "additionalProperties": False,
+        },
+        READ,
+        TRUSTED,
+        requires="echo_svc",
+    ),
+    _echo_tool,
+)
+
+
+async def test_a_subsystem_tool_is_listed_and_runs_only_where_its_actor_is(make_node, tmp_path):
+    bare = await make_node(
+        [ActorSpec("tool_executor", ToolExecutor, per_tenant=True)], data_dir=tmp_path / "a"
+    )
+    names = [t["name"] for t in (await bare.ask("tool_executor", "list_tools", {}, ctx=ACME))["tools"]]
+    assert "echo_upper" not in names
+    out = await bare.ask("tool_executor", "execute", {"name": "echo_upper", "input": {"text": "x"}}, ctx=ACME)
+    assert out["status"] == "error" and out["error"]["code"] == "unknown_tool"
+
+    full = await make_node(
+        [ActorSpec("echo_svc", Echo), ActorSpec("tool_executor", ToolExecutor, per_tenant=True)],
+        data_dir=tmp_path / "b",
+    )
+    names = [t["name"] for t in (await full.ask("tool_executor", "list_tools", {}, ctx=ACME))["tools"]]
+    assert "echo_upper" in names
+    out = await full.ask(
+        "tool_executor", "execute", {"name": "echo_upper", "input": {"text": "hi"}}, ctx=ACME
+    )
+    assert out["status"] == "ok" and out["result"] == {"text": "HI"}
+    bad = await full.ask("tool_executor", "execute", {"name": "echo_upper", "input": {}}, ctx=ACME)
+    assert bad["status"] == "error" and bad["error"]["code"] == "invalid_input"
+
+
+def test_a_taken_name_is_refused():
+    import pytest
+
+    with pytest.raises(ValueError, match="already exists"):
+        register_builtin_tool(Kind("calculator", "x", {"type": "object"}, READ, TRUSTED), _echo_tool)
