@@ -42,6 +42,12 @@ UNTRUSTED_NOTICE = (
 )
 
 
+def session_topic(session_id: str) -> str:
+    """The live-progress topic of a session: ``turn_started``, ``text_delta`` (from the gateway),
+    ``tool_call_start``, ``tool_call_end`` and ``final`` (with the reply) events."""
+    return f"session:{session_id}"
+
+
 class Agent(GenServer):
     """Per-session agent (virtual actor keyed by ``session_id``)."""
 
@@ -54,6 +60,7 @@ class Agent(GenServer):
 
     async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
         self.session_id = actor_id.partition("/")[2]
+        self.stream_topic = session_topic(self.session_id)
         self.system_prompt = str(args.get("system_prompt") or DEFAULT_SYSTEM_PROMPT)
         self.max_iterations = int(args.get("max_iterations", 8))
         self.llm_timeout = float(args.get("llm_timeout", 120))
@@ -96,6 +103,7 @@ class Agent(GenServer):
         await self.host.checkpoint()
         self._fsm("processing")
         self._audit("turn_started", f"turn={self.turn['turn_id']}")
+        self._publish({"type": "turn_started", "turn_id": self.turn["turn_id"]})
         return await self._run_loop()
 
     @call
@@ -212,6 +220,7 @@ class Agent(GenServer):
             await self.host.checkpoint()
             await self.host.mark_durable(False)
             self._fsm("idle")
+            self._publish({"type": "final", "reply": self.last_reply})
             raise
 
     def _pending_calls(self) -> list[dict[str, Any]]:
@@ -279,6 +288,9 @@ class Agent(GenServer):
         turn = self.turn
         assert turn is not None
         started = self.host.now()
+        self._publish(
+            {"type": "tool_call_start", "id": call_["id"], "name": call_["name"], "input": call_["input"]}
+        )
         try:
             result = await self.host.ask(
                 "tool_executor",
@@ -295,6 +307,16 @@ class Agent(GenServer):
         payload = result.get("error") if is_error else result.get("result")
         self._tool_result(call_, {"error": payload} if is_error else payload, is_error, untrusted=untrusted)
         self.history[-1]["duration_ms"] = round((self.host.now() - started) * 1000, 3)
+        self._publish(
+            {
+                "type": "tool_call_end",
+                "id": call_["id"],
+                "name": call_["name"],
+                "is_error": is_error,
+                "result": self.history[-1]["content"][:2000],
+                "duration_ms": self.history[-1]["duration_ms"],
+            }
+        )
         turn["tool_calls"] += 1
         self.stats["tool_calls"] += 1
         self.host.incr_counter("agent_tool_calls_total")
@@ -320,12 +342,15 @@ class Agent(GenServer):
         turn = self.turn
         assert turn is not None
         messages = [{"role": "system", "content": await self._system_prompt()}, *self._llm_history()]
-        reply = await self.host.ask(
-            "llm_gateway",
-            "completion",
-            {"messages": messages, "tools": tools, "session_id": self.session_id, "user_id": turn["user_id"]},
-            timeout=self.llm_timeout,
-        )
+        request: dict[str, Any] = {
+            "messages": messages,
+            "tools": tools,
+            "session_id": self.session_id,
+            "user_id": turn["user_id"],
+        }
+        if self.host.has_subscribers(self.stream_topic):
+            request["stream_topic"] = self.stream_topic
+        reply = await self.host.ask("llm_gateway", "completion", request, timeout=self.llm_timeout)
         response: dict[str, Any] = reply["response"]
         return response
 
@@ -381,6 +406,7 @@ class Agent(GenServer):
             "turn_completed", f"turn={reply['turn_id']} status={status} tool_calls={turn['tool_calls']}"
         )
         self.host.incr_counter("agent_chats_total")
+        self._publish({"type": "final", "reply": reply})
         self._learn(turn, reply)
         return reply
 
@@ -388,7 +414,7 @@ class Agent(GenServer):
         turn = self.turn
         assert turn is not None and turn["paused"]
         paused = turn["paused"]
-        return {
+        reply = {
             "status": "paused",
             "response": f"The call to {paused['tool_call']['name']} is waiting for approval "
             f"({paused['approval_id']}).",
@@ -399,6 +425,8 @@ class Agent(GenServer):
             "approval_id": paused["approval_id"],
             "pending_tool": {"name": paused["tool_call"]["name"], "input": paused["tool_call"]["input"]},
         }
+        self._publish({"type": "final", "reply": reply})
+        return reply
 
     def _last_text(self) -> str:
         for m in reversed(self.history):
@@ -416,6 +444,10 @@ class Agent(GenServer):
                 "evaluate_for_learning",
                 {"session_id": self.session_id, "turn_id": reply["turn_id"], "user_intent": turn["message"]},
             )
+
+    def _publish(self, event: dict[str, Any]) -> None:
+        """Live progress for whoever watches this session (SSE, dashboard); costs nothing when no one does."""
+        self.host.publish(self.stream_topic, event)
 
     def _fsm(self, to: str) -> None:
         if "agent_fsm" in self._services:

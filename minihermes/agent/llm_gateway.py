@@ -145,8 +145,10 @@ class LLMGateway(GenServer):
         max_tokens: int = 1024,
         temperature: float | None = None,
         cache_prefix_messages: int = 0,
+        stream_topic: str = "",
     ) -> Deferred:
-        """One LLM completion over the neutral message shape; see docs/agent.md for the reply."""
+        """One LLM completion over the neutral message shape; see docs/agent.md for the reply. With
+        ``stream_topic``, text deltas are published on that topic as they arrive (``text_delta`` events)."""
         request = policy.completion_request(
             messages, tools or [], max_tokens, temperature, cache_prefix_messages
         )

@@ -43,10 +43,13 @@ from ._host import Host
 from ._links import LinkError, RedactSecrets, ServiceLink, ServiceLinks
 from ._metrics import Metrics
 from ._node import SYSTEM_SCOPE, Node, NodeOptions
+from ._pubsub import PubSub, Subscription
 from ._spec import ActorSpec, SupervisorSpec
 from ._workflow import Workflow
 
 __all__ = [
+    "PubSub",
+    "Subscription",
     "DEFAULT_NAMESPACE",
     "DEFAULT_TENANT",
     "SYSTEM_CONTEXT",

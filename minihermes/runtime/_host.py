@@ -374,6 +374,15 @@ class Host:
         """With trap_exit a linked actor's crash arrives as an ``__EXIT__`` cast instead of crashing this one."""
         self._cell.trap_exit = enabled
 
+    # -- live progress ------------------------------------------------------------------------------------
+
+    def publish(self, topic: str, event: Any) -> int:
+        """Offer an event to whoever watches ``topic`` in this tenant right now (never blocks, not durable)."""
+        return self._node.pubsub.publish(_scope(), topic, event)
+
+    def has_subscribers(self, topic: str) -> bool:
+        return self._node.pubsub.has_subscribers(_scope(), topic)
+
     # -- discovery ----------------------------------------------------------------------------------------
 
     def join(self, group: str) -> None:

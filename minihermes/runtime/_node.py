@@ -28,6 +28,7 @@ from ._errors import (
 )
 from ._links import ServiceLinks
 from ._mailbox import DEACTIVATE, Envelope
+from ._pubsub import PubSub, Subscription
 from ._metrics import Metrics
 from ._spec import ActorSpec, SupervisorSpec
 from ._supervisor import DynamicChild, Supervisor
@@ -109,6 +110,7 @@ class Node:
         self._reminder_due: float | None = None
         self._retention_timer: TimerHandle | None = None
         self._channel_events: dict[tuple[Scope, str], asyncio.Event] = {}
+        self.pubsub = PubSub()
         self._deadlines: dict[int, dict[asyncio.Future[Any], tuple[str, str, float]]] = {}
         self.root: Supervisor | None = None
         self.failed: asyncio.Event = asyncio.Event()
@@ -655,6 +657,17 @@ class Node:
         if ev is None:
             ev = self._channel_events[(scope, channel)] = asyncio.Event()
         return ev
+
+    # -- ephemeral topics (live progress) ------------------------------------------------------------------
+
+    def subscribe(
+        self, topic: str, *, ctx: RequestContext | None = None, maxsize: int = 1000
+    ) -> Subscription:
+        """Watch a topic in the scope of ``ctx`` (the HTTP layer passes the caller's context)."""
+        return self.pubsub.subscribe((ctx or current_context()).scope, topic, maxsize)
+
+    def publish(self, topic: str, event: Any, *, ctx: RequestContext | None = None) -> int:
+        return self.pubsub.publish((ctx or current_context()).scope, topic, event)
 
     # -- process groups and registry ----------------------------------------------------------------------
 
