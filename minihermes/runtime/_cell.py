@@ -92,7 +92,9 @@ class Cell:
         self.kill_reason: tuple[str, bool] | None = None
         self.removed = False
         self.tracks_idle = bool(spec.virtual and spec.idle_timeout)
-        self.pending_saves: set[asyncio.Future[None]] = set()
+        self.saves_in_flight = 0
+        """Checkpoints registered with the store and not yet durable (or failed)."""
+        self._drained: asyncio.Future[None] | None = None
         self._ctx: RequestContext | None = None
 
     def __repr__(self) -> str:
@@ -246,22 +248,22 @@ class Cell:
                 self.last_active = self.node.clock.monotonic()
         if h.kind == "cast" and inst.behavior == "GenEvent":
             self._forward_event(inst, env)
-        saving: asyncio.Future[None] | None = None
+        data: bytes | None = None
         if inst._state_fields:
             # still "current": if serializing fails, the caller gets the crash instead of waiting forever
             self.since_checkpoint += 1
-            saving = self._checkpoint_nowait(inst)
+            data = self._checkpoint_due(inst)
         self.current = None
         reply = env.reply
         if type(result) is Deferred:
-            self.node._spawn_reply(self, result, reply, after=saving)
+            after = None if data is None else self._save_future(inst, data)
+            self.node._spawn_reply(self, result, reply, after=after)
+        elif data is not None:
+            # Pipelined: the actor goes on with its next message; this reply leaves once the commit holding
+            # its state is durable (or fails with the crash if the commit fails).
+            self._save_then(inst, data, None if reply is None else (reply, result))
         elif reply is not None and not reply.done():
-            if saving is None:
-                reply.set_result(result)
-            else:
-                # Pipelined: the actor goes on with its next message; this reply leaves once the commit
-                # holding its state is durable (or fails with the crash if the commit fails).
-                saving.add_done_callback(functools.partial(_release, reply, result, self.address))
+            reply.set_result(result)
 
     def _forward_event(self, inst: Actor, env: Envelope) -> None:
         events = getattr(inst, "events", ())
@@ -296,35 +298,66 @@ class Cell:
         if inst is not None and inst._state_fields and self.last_bytes is not None:
             inst.load_state(json.loads(self.last_bytes))
 
-    def _checkpoint_nowait(self, inst: Actor) -> asyncio.Future[None] | None:
-        """Register a checkpoint if the state changed and one is due; returns its durability future."""
+    def _checkpoint_due(self, inst: Actor) -> bytes | None:
+        """The state to save if it changed and a checkpoint is due, else None."""
         data = inst.dump_state()
         if data != self.last_bytes:
             self.last_bytes = data
             self.dirty = True
         if not (self.dirty and self.since_checkpoint >= self.interval):
             return None
-        fut = self.node.store.checkpoints.save_nowait(self.scope, self.address, inst.state_version, data)
         self.dirty = False
         self.since_checkpoint = 0
         self.node.metrics.incr("checkpoints_total")
-        self.pending_saves.add(fut)
+        return data
+
+    def _save_then(self, inst: Actor, data: bytes, reply: tuple[asyncio.Future[Any], Any] | None) -> None:
+        """Register a checkpoint; once durable, release ``reply`` (future, result). No future or extra loop
+        pass of its own when the store offers ``save_callback`` (the hot path: one durable message)."""
+        checkpoints = self.node.store.checkpoints
+        save_callback = getattr(checkpoints, "save_callback", None)
+        if save_callback is None:
+            fut = self._save_future(inst, data)
+            if reply is not None:
+                fut.add_done_callback(functools.partial(_release, reply[0], reply[1], self.address))
+            return
+        self.saves_in_flight += 1
+
+        def done(error: BaseException | None) -> None:
+            self._save_finished(error)
+            if reply is not None:
+                _settle(reply[0], reply[1], self.address, error)
+
+        save_callback(self.scope, self.address, inst.state_version, data, done)
+
+    def _save_future(self, inst: Actor, data: bytes) -> asyncio.Future[None]:
+        fut = self.node.store.checkpoints.save_nowait(self.scope, self.address, inst.state_version, data)
+        self.saves_in_flight += 1
         fut.add_done_callback(self._save_done)
         return fut
 
     def _save_done(self, fut: asyncio.Future[None]) -> None:
-        self.pending_saves.discard(fut)
-        if fut.cancelled() or fut.exception() is None:
+        self._save_finished(asyncio.CancelledError() if fut.cancelled() else fut.exception())
+
+    def _save_finished(self, error: BaseException | None) -> None:
+        self.saves_in_flight -= 1
+        if self.saves_in_flight == 0 and self._drained is not None:
+            drained, self._drained = self._drained, None
+            if not drained.done():
+                drained.set_result(None)
+        if error is None or isinstance(error, asyncio.CancelledError):
             return
         # Memory is now ahead of disk: restart from the last durable checkpoint rather than go on.
-        log.error("actor %s: checkpoint failed: %r", self.address, fut.exception())
+        log.error("actor %s: checkpoint failed: %r", self.address, error)
         if self.task is not None and not self.task.done():
-            self.node.spawn(self.kill(f"checkpoint failed: {fut.exception()}", abnormal=True))
+            self.node.spawn(self.kill(f"checkpoint failed: {error}", abnormal=True))
 
     async def wait_saved(self) -> None:
         """Until every registered checkpoint of this cell is durable (or failed)."""
-        if self.pending_saves:
-            await asyncio.wait(set(self.pending_saves))
+        while self.saves_in_flight:
+            if self._drained is None:
+                self._drained = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._drained)
 
     async def _save(self, data: bytes) -> None:
         inst = self.instance
@@ -347,9 +380,13 @@ class Cell:
 
 
 def _release(reply: asyncio.Future[Any], result: Any, address: str, saved: asyncio.Future[None]) -> None:
+    _settle(reply, result, address, asyncio.CancelledError() if saved.cancelled() else saved.exception())
+
+
+def _settle(reply: asyncio.Future[Any], result: Any, address: str, error: BaseException | None) -> None:
     if reply.done():
         return
-    if saved.cancelled() or saved.exception() is not None:
+    if error is not None:
         reply.set_exception(ActorCrashed(f"{address} could not checkpoint its state", actor=address))
     else:
         reply.set_result(result)

@@ -166,22 +166,31 @@ async def test_pipelined_checkpoints_release_each_reply_after_its_state_is_durab
     assert (await node.ask("c", "get"))["count"] == 50
 
 
-async def test_a_failed_commit_fails_the_reply_and_restarts_from_disk(make_node, monkeypatch):
+@pytest.mark.parametrize("path", ["save_callback", "save_nowait"])
+async def test_a_failed_commit_fails_the_reply_and_restarts_from_disk(make_node, monkeypatch, path):
+    """Both ways a store reports a commit (callback fast path; future for stores without it)."""
     node = await make_node(tree(ActorSpec("c", Counter)))
     await node.ask("c", "add", {"amount": 2})
-    real = node.store.checkpoints.save_nowait
+    checkpoints = node.store.checkpoints
 
-    def failing(*args, **kwargs):
+    def failing_future(*args, **kwargs):
         import asyncio
 
         fut = asyncio.get_running_loop().create_future()
         fut.set_exception(OSError("disk full"))
         return fut
 
-    monkeypatch.setattr(node.store.checkpoints, "save_nowait", failing)
-    with pytest.raises(ActorCrashed):
-        await node.ask("c", "add", {"amount": 5})
-    monkeypatch.setattr(node.store.checkpoints, "save_nowait", real)
+    def failing_callback(scope, actor_id, version, data, callback):
+        callback(OSError("disk full"))
+
+    with monkeypatch.context() as m:
+        if path == "save_callback":
+            m.setattr(checkpoints, "save_callback", failing_callback)
+        else:
+            m.setattr(checkpoints, "save_callback", None)
+            m.setattr(checkpoints, "save_nowait", failing_future)
+        with pytest.raises(ActorCrashed):
+            await node.ask("c", "add", {"amount": 5})
     assert (await node.ask("c", "get"))["count"] == 2  # the unsaved +5 was never confirmed, and is gone
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 from ._common import (
@@ -20,6 +22,8 @@ from ._common import (
 )
 from ._sqlite_common import Corrupt, Part, execute_each, insert_quarantine, prefix_clause
 from .base import JSON, BlobInfo, Checkpoint, KVEntry, QuarantinedRecord, Scope
+
+log = logging.getLogger("minihermes.store")
 
 _LIVE = "(expires_at IS NULL OR expires_at > ?)"
 
@@ -201,13 +205,20 @@ _CKPT_UPSERT = """
         data = excluded.data, updated_at = excluded.updated_at"""
 
 
+def _call(callback: Callable[[BaseException | None], None], error: BaseException | None) -> None:
+    try:
+        callback(error)
+    except Exception:  # one saver's bug must not keep the others of the commit waiting
+        log.exception("checkpoint callback failed")
+
+
 class SqliteCheckpoints(Part):
     """Actor state snapshots. Every save requested during one pass of the event loop goes to the writer as
     one op, so many actors checkpointing at once cost one queue hop and one wake-up;
     several saves of one actor in a pass collapse into the last. Each caller returns once it is durable."""
 
     _pending: dict[tuple[str, str, str], tuple[Any, ...]] | None = None
-    _waiters: list[asyncio.Future[None]] | None = None
+    _waiters: list[asyncio.Future[None] | Callable[[BaseException | None], None]] | None = None
 
     async def save(self, scope: Scope, actor_id: str, state_version: int, data: bytes) -> None:
         await self.save_nowait(scope, actor_id, state_version, data)
@@ -221,15 +232,45 @@ class SqliteCheckpoints(Part):
             raise TypeError(f"state_version must be an int, got {type(state_version).__name__}")
         data = check_bytes("checkpoint data", data)
         loop = asyncio.get_running_loop()
+        # One future per saver: a cancelled saver must not cancel the others' shared commit.
+        fut: asyncio.Future[None] = loop.create_future()
+        self._register(loop, tenant, ns, actor_id, state_version, data, fut)
+        return fut
+
+    def save_callback(
+        self,
+        scope: Scope,
+        actor_id: str,
+        state_version: int,
+        data: bytes,
+        callback: Callable[[BaseException | None], None],
+    ) -> None:
+        """Like ``save_nowait``, but ``callback(error)`` is called straight from the commit's completion (no
+        future, no extra loop pass): the runtime's per-message checkpoint path. ``error`` is None once the
+        save is durable. The callback must not raise."""
+        tenant, ns = check_scope(scope)
+        check_name("actor_id", actor_id)
+        if isinstance(state_version, bool) or not isinstance(state_version, int):
+            raise TypeError(f"state_version must be an int, got {type(state_version).__name__}")
+        data = check_bytes("checkpoint data", data)
+        self._register(asyncio.get_running_loop(), tenant, ns, actor_id, state_version, data, callback)
+
+    def _register(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        tenant: str,
+        ns: str,
+        actor_id: str,
+        state_version: int,
+        data: bytes,
+        waiter: asyncio.Future[None] | Callable[[BaseException | None], None],
+    ) -> None:
         if self._pending is None or self._waiters is None:
             self._pending = {}
             self._waiters = []
             loop.call_soon(self._flush)
         self._pending[(tenant, ns, actor_id)] = (tenant, ns, actor_id, state_version, data, self._now())
-        # One future per saver: a cancelled saver must not cancel the others' shared commit.
-        fut: asyncio.Future[None] = loop.create_future()
-        self._waiters.append(fut)
-        return fut
+        self._waiters.append(waiter)
 
     def _flush(self) -> None:
         rows = list((self._pending or {}).values())
@@ -238,11 +279,14 @@ class SqliteCheckpoints(Part):
         self._waiters = None
 
         def done(write: asyncio.Future[Any]) -> None:
-            error = None if write.cancelled() else write.exception()
+            cancelled = write.cancelled()
+            error = None if cancelled else write.exception()
             for w in waiters:
-                if w.done():
+                if type(w) is not asyncio.Future:
+                    _call(w, asyncio.CancelledError() if cancelled else error)  # type: ignore[arg-type]
+                elif w.done():
                     continue
-                if write.cancelled():
+                elif cancelled:
                     w.cancel()
                 elif error is not None:
                     w.set_exception(error)
@@ -253,7 +297,9 @@ class SqliteCheckpoints(Part):
             self._db.submit(lambda c: execute_each(c, _CKPT_UPSERT, rows)).add_done_callback(done)
         except Exception as e:  # a closed store: every waiting saver gets the error
             for w in waiters:
-                if not w.done():
+                if type(w) is not asyncio.Future:
+                    _call(w, e)  # type: ignore[arg-type]
+                elif not w.done():
                     w.set_exception(e)
 
     def flush_pending(self) -> None:
