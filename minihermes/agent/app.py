@@ -7,6 +7,7 @@ from pathlib import Path
 
 from cryptography.fernet import Fernet
 
+from minihermes.mcp import MCPManager
 from minihermes.runtime import AppConfig, Clock, Node, build_node, register_actor_type
 
 from .agent import Agent
@@ -26,6 +27,7 @@ ROLES = {
     "minihermes.guardrails": Guardrails,
     "minihermes.health_monitor": HealthMonitor,
     "minihermes.llm_gateway": LLMGateway,
+    "minihermes.mcp_manager": MCPManager,
     "minihermes.memory": Memory,
     "minihermes.session_manager": SessionManager,
     "minihermes.tool_executor": ToolExecutor,
@@ -87,6 +89,11 @@ role = "minihermes.tool_executor"
 facets = [{ type = "tenancy", config = { per_tenant = true } }]
 
 [[supervisor.children]]
+name = "mcp_manager"
+role = "minihermes.mcp_manager"
+facets = [{ type = "tenancy", config = { per_tenant = true } }]
+
+[[supervisor.children]]
 name = "guardrails"
 role = "minihermes.guardrails"
 behavior_kind = "GenFSM"
@@ -135,6 +142,8 @@ def build_agent_node(config: AppConfig, *, clock: Clock | None = None) -> Node:
             spec.args.setdefault("credential_key", paths["credential_key"])
         elif spec.cls is ToolExecutor:
             spec.args.setdefault("workspace_root", paths["workspace_root"])
+        elif spec.cls is MCPManager:
+            spec.args.setdefault("log_dir", str(config.data_dir / "mcp"))
     return build_node(config, clock=clock)
 
 

@@ -1,0 +1,21 @@
+"""Tools from MCP servers (stdio and streamable HTTP, with the official ``mcp`` SDK), per tenant.
+
+``MCPManager`` (actor ``mcp_manager``) keeps each tenant's servers and registers their tools with the
+tenant's tool executor; calls go through the executor and the guardrails like any other tool. See
+docs/mcp.md.
+"""
+
+from ._config import check_server, public, tool_name
+from ._connection import MCPConnection, MCPTimeout, MCPToolError, MCPUnavailable
+from .manager import MCPManager
+
+__all__ = [
+    "MCPConnection",
+    "MCPManager",
+    "MCPTimeout",
+    "MCPToolError",
+    "MCPUnavailable",
+    "check_server",
+    "public",
+    "tool_name",
+]

@@ -1,0 +1,146 @@
+"""MCP server configurations: what an admin registers, checked before anything is started or stored.
+
+A server is reached over ``stdio`` (a command the node starts, speaking MCP on its stdin/stdout) or ``http``
+(the streamable HTTP transport at a URL). ``env`` and ``headers`` may carry secrets (an API token for the
+server): they are stored in the tenant's actor state and never shown back (``public`` redacts them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+from minihermes.runtime import InvalidArgument, PermissionDenied
+
+TRANSPORTS = ("stdio", "http")
+SERVER_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$")
+_TOOL_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+MAX_ARGS = 64
+MAX_TEXT = 4096
+MAX_TIMEOUT = 600.0
+MAX_TOOLS_PER_SERVER = 100
+REDACTED = "***"
+RESERVED_ARGS = ("mcp_server", "mcp_tool")
+"""Input fields the ``mcp_call`` tool kind reads itself: an MCP tool may not have arguments named so."""
+
+
+def _bad(op: str, field: str, message: str) -> InvalidArgument:
+    return InvalidArgument(f"{op}: {message}", op=op, field=field)
+
+
+def _text(op: str, field: str, value: Any, *, required: bool = False) -> str:
+    if not isinstance(value, str):
+        raise _bad(op, field, f"{field} must be a string")
+    if required and not value.strip():
+        raise _bad(op, field, f"{field} must not be empty")
+    if len(value) > MAX_TEXT or "\x00" in value:
+        raise _bad(op, field, f"{field} must be at most {MAX_TEXT} characters, without NUL")
+    return value
+
+
+def _string_map(op: str, field: str, value: Any, key_pattern: re.Pattern[str]) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or len(value) > MAX_ARGS:
+        raise _bad(op, field, f"{field} must be an object of at most {MAX_ARGS} string values")
+    out: dict[str, str] = {}
+    for k, v in value.items():
+        if not isinstance(k, str) or not key_pattern.match(k):
+            raise _bad(op, f"{field}.{k}", f"{field}: {k!r} is not a valid name")
+        if any(c in str(v) for c in "\r\n"):
+            raise _bad(op, f"{field}.{k}", f"{field}.{k} must not contain line breaks")
+        out[k] = _text(op, f"{field}.{k}", v)
+    return out
+
+
+def check_server(
+    op: str,
+    *,
+    name: Any,
+    transport: Any,
+    command: Any = "",
+    args: Any = None,
+    env: Any = None,
+    cwd: Any = "",
+    url: Any = "",
+    headers: Any = None,
+    timeout: Any = 30.0,
+    tools: Any = None,
+    review: Any = True,
+    stdio_commands: list[str] | None = None,
+) -> dict[str, Any]:
+    """The record to store for a server, or InvalidArgument / PermissionDenied naming the field."""
+    if not isinstance(name, str) or not SERVER_NAME.match(name):
+        raise _bad(op, "name", "name must start with a letter and use 1-32 letters, digits, '_' or '-'")
+    if transport not in TRANSPORTS:
+        raise _bad(op, "transport", f"transport must be one of {list(TRANSPORTS)}")
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= MAX_TIMEOUT:
+        raise _bad(op, "timeout", f"timeout must be a number of seconds in (0, {MAX_TIMEOUT:g}]")
+    if not isinstance(review, bool):
+        raise _bad(op, "review", "review must be a boolean")
+    allow: list[str] | None = None
+    if tools is not None:
+        if not isinstance(tools, list) or not all(isinstance(t, str) and t for t in tools):
+            raise _bad(op, "tools", "tools must be a list of MCP tool names (the ones to offer)")
+        allow = sorted(set(tools))
+    record: dict[str, Any] = {
+        "name": name,
+        "transport": transport,
+        "timeout": float(timeout),
+        "tools": allow,
+        "review": review,
+    }
+    if transport == "stdio":
+        if url or headers:
+            raise _bad(op, "url", "url and headers are for the http transport")
+        cmd = _text(op, "command", command, required=True)
+        if stdio_commands is not None and "*" not in stdio_commands and cmd not in stdio_commands:
+            raise PermissionDenied(
+                f"{op}: this node does not allow starting {cmd!r} (allowed: {', '.join(stdio_commands) or 'none'})",
+                op=op,
+                field="command",
+            )
+        if args is None:
+            args = []
+        if not isinstance(args, list) or len(args) > MAX_ARGS:
+            raise _bad(op, "args", f"args must be a list of at most {MAX_ARGS} strings")
+        record |= {
+            "command": cmd,
+            "args": [_text(op, f"args[{i}]", a) for i, a in enumerate(args)],
+            "env": _string_map(op, "env", env, _ENV_NAME),
+            "cwd": _text(op, "cwd", cwd or ""),
+        }
+    else:
+        if command or args or env or cwd:
+            raise _bad(op, "command", "command, args, env and cwd are for the stdio transport")
+        text = _text(op, "url", url, required=True)
+        parts = urlsplit(text)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise _bad(op, "url", "url must be an http(s) URL with a host")
+        if parts.username or parts.password:
+            raise _bad(op, "url", "put credentials in headers, not in the url")
+        record |= {"url": text, "headers": _string_map(op, "headers", headers, _HEADER_NAME)}
+    return record
+
+
+def public(record: dict[str, Any]) -> dict[str, Any]:
+    """A server record as shown to people: secret-bearing values (env, headers) redacted, names kept."""
+    out = dict(record)
+    for field in ("env", "headers"):
+        if field in out:
+            out[field] = {k: REDACTED for k in out[field]}
+    return out
+
+
+def tool_name(server: str, tool: str) -> str:
+    """The executor's name for an MCP tool: ``mcp_<server>_<tool>``, within the 64 characters every LLM
+    provider accepts (a long one keeps a readable prefix and a hash, so two tools never share a name)."""
+    name = f"mcp_{server}_{_TOOL_NAME_CHARS.sub('_', tool)}"
+    if len(name) <= 64 and _TOOL_NAME_CHARS.sub("_", tool) == tool:
+        return name
+    digest = hashlib.sha256(f"{server}\0{tool}".encode()).hexdigest()[:10]
+    return f"{name[:53]}_{digest}"

@@ -1,0 +1,258 @@
+"""One live connection to an MCP server, with the official ``mcp`` SDK.
+
+The SDK's ``Client`` is an async context manager whose transport (a child process for stdio, an HTTP session
+for streamable HTTP) lives in task groups that must be entered and left by the same task. So a connection
+owns one task that opens the client, signals that it is ready and holds it open until ``close``; requests
+from any task of the loop go through the open client. A transport that dies (the server process exits, the
+HTTP session is gone) ends that task; the next request sees ``alive`` is false and the owner reconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from pathlib import Path
+from typing import Any, TextIO
+
+from minihermes.runtime import ActorError
+
+MAX_TEXT_CHARS = 200_000
+
+
+class MCPUnavailable(ActorError):
+    """The MCP server could not be reached or stopped answering."""
+
+    code = "mcp_unavailable"
+    http_status = 502
+
+
+class MCPToolError(ActorError):
+    """The MCP server ran the tool and reported an error (``isError``)."""
+
+    code = "mcp_tool_error"
+    http_status = 502
+
+
+class MCPTimeout(ActorError):
+    code = "timeout"
+    http_status = 504
+
+
+def _describe(e: BaseException) -> str:
+    """The innermost message of an error (anyio wraps transport failures in exception groups)."""
+    while isinstance(e, BaseExceptionGroup) and e.exceptions:
+        e = e.exceptions[0]
+    text = str(e) or type(e).__name__
+    return f"{type(e).__name__}: {text}"[:500]
+
+
+class MCPConnection:
+    """A connection to one configured server (see ``_config.check_server`` for the record)."""
+
+    def __init__(self, record: dict[str, Any], log_file: Path | None = None) -> None:
+        self.record = record
+        self.log_file = log_file
+        self._client: Any = None
+        self._task: asyncio.Task[None] | None = None
+        self._closing = asyncio.Event()
+        self._error: str = ""
+
+    @property
+    def alive(self) -> bool:
+        return (
+            self._client is not None
+            and self._task is not None
+            and not self._task.done()
+            and not self._closing.is_set()
+        )
+
+    @property
+    def last_error(self) -> str:
+        return self._error
+
+    def _target(self, errlog: TextIO) -> Any:
+        from mcp import Client
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
+        rec = self.record
+        if rec["transport"] == "stdio":
+            params = StdioServerParameters(
+                command=rec["command"], args=rec["args"], env=rec["env"] or None, cwd=rec["cwd"] or None
+            )
+            return Client(stdio_client(params, errlog=errlog), read_timeout_seconds=rec["timeout"])
+        if rec["headers"]:
+            import httpx2
+            from mcp.client.streamable_http import streamable_http_client
+
+            http = httpx2.AsyncClient(headers=rec["headers"], timeout=rec["timeout"])
+            return Client(
+                streamable_http_client(rec["url"], http_client=http), read_timeout_seconds=rec["timeout"]
+            )
+        return Client(rec["url"], read_timeout_seconds=rec["timeout"])
+
+    async def open(self) -> None:
+        """Connect (start the process / open the session) within the server's timeout."""
+        if self.alive:
+            return
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._closing = asyncio.Event()
+        self._task = asyncio.ensure_future(self._hold(ready))
+        try:
+            await asyncio.wait_for(asyncio.shield(ready), self.record["timeout"])
+        except TimeoutError:
+            await self.close()
+            raise MCPTimeout(
+                f"MCP server {self.record['name']!r} did not finish connecting within {self.record['timeout']:g}s",
+                server=self.record["name"],
+            ) from None
+        except MCPUnavailable:
+            await self.close()
+            raise
+
+    async def _hold(self, ready: asyncio.Future[None]) -> None:
+        errlog = self._errlog()
+        try:
+            async with self._target(errlog) as client:
+                self._client = client
+                if not ready.done():
+                    ready.set_result(None)
+                await self._closing.wait()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:  # the transport's failure, whatever the SDK raised: reported to callers
+            self._error = _describe(e)
+            if not ready.done():
+                ready.set_exception(
+                    MCPUnavailable(
+                        f"cannot connect to MCP server {self.record['name']!r}: {self._error}",
+                        server=self.record["name"],
+                    )
+                )
+        finally:
+            self._client = None
+            errlog.close()
+
+    def _errlog(self) -> TextIO:
+        """Where a stdio server's stderr goes: the node's MCP log folder, or nowhere."""
+        if self.log_file is None:
+            return open(os.devnull, "w")
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        return open(self.log_file, "a", encoding="utf-8")
+
+    async def close(self) -> None:
+        """Leave the client (the SDK ends a stdio server's process) and wait for the holder task."""
+        self._closing.set()
+        task, self._task = self._task, None
+        if task is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(task), 10)
+        except (TimeoutError, Exception):
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+    async def _request(self, what: str, coro_fn: Any) -> Any:
+        if not self.alive:
+            raise MCPUnavailable(
+                f"MCP server {self.record['name']!r} is not connected: {self._error or 'closed'}",
+                server=self.record["name"],
+            )
+        try:
+            return await asyncio.wait_for(coro_fn(self._client), self.record["timeout"])
+        except TimeoutError:
+            raise MCPTimeout(
+                f"MCP server {self.record['name']!r}: {what} took longer than {self.record['timeout']:g}s",
+                server=self.record["name"],
+            ) from None
+        except ActorError:
+            raise
+        except Exception as e:
+            from mcp import MCPError
+            from mcp_types import CONNECTION_CLOSED
+
+            if isinstance(e, MCPError) and e.code != CONNECTION_CLOSED:
+                # The server answered with a JSON-RPC error: the connection is fine, this request is not.
+                raise MCPToolError(
+                    f"MCP server {self.record['name']!r}: {what}: {e.message}"[:1000],
+                    server=self.record["name"],
+                    rpc_code=e.code,
+                ) from None
+            # The transport is gone (the process exited, the session ended): let the holder task end, so the
+            # owner sees a dead connection and opens a new one for the next request.
+            self._error = _describe(e)
+            self._closing.set()
+            raise MCPUnavailable(
+                f"MCP server {self.record['name']!r}: {what} failed: {self._error}",
+                server=self.record["name"],
+            ) from None
+
+    async def list_tools(self) -> list[dict[str, Any]]:
+        """Every tool the server offers (all pages): ``{name, description, input_schema, annotations}``."""
+
+        async def run(client: Any) -> list[dict[str, Any]]:
+            out: list[dict[str, Any]] = []
+            cursor: str | None = None
+            for _ in range(100):  # a server that pages forever cannot hang us
+                page = await client.list_tools(cursor=cursor)
+                for t in page.tools:
+                    ann = t.annotations.model_dump(exclude_none=True) if t.annotations else {}
+                    out.append(
+                        {
+                            "name": t.name,
+                            "description": t.description or t.title or t.name,
+                            "input_schema": t.input_schema,
+                            "annotations": ann,
+                        }
+                    )
+                cursor = page.next_cursor
+                if not cursor:
+                    break
+            return out
+
+        result: list[dict[str, Any]] = await self._request("tools/list", run)
+        return result
+
+    async def call_tool(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Run a tool: ``{text, structured?, content_types}``; a tool's own error is ``MCPToolError``."""
+
+        async def run(client: Any) -> Any:
+            return await client.call_tool(tool, arguments)
+
+        result = await self._request(f"tools/call {tool}", run)
+        return tool_result(self.record["name"], tool, result)
+
+
+def tool_result(server: str, tool: str, result: Any) -> dict[str, Any]:
+    """A ``CallToolResult`` as plain JSON data. Text blocks are joined; other blocks (images, audio,
+    resources) are named by type and size but not inlined: binary data does not belong in a prompt."""
+    texts: list[str] = []
+    others: list[dict[str, Any]] = []
+    for block in result.content or []:
+        kind = getattr(block, "type", "unknown")
+        if kind == "text":
+            texts.append(block.text)
+        elif kind == "resource":
+            res = block.resource
+            text = getattr(res, "text", None)
+            if isinstance(text, str):
+                texts.append(text)
+            else:
+                others.append({"type": "resource", "uri": str(res.uri)})
+        else:
+            data = getattr(block, "data", "")
+            others.append(
+                {"type": kind, "mime_type": getattr(block, "mime_type", None), "size": len(data or "")}
+            )
+    text = "\n".join(texts)
+    if len(text) > MAX_TEXT_CHARS:
+        text = text[:MAX_TEXT_CHARS]
+    if result.is_error:
+        raise MCPToolError(f"{tool}: {text or 'the tool reported an error'}"[:1000], server=server, tool=tool)
+    out: dict[str, Any] = {"text": text}
+    if result.structured_content is not None:
+        out["structured"] = result.structured_content
+    if others:
+        out["other_content"] = others
+    return out
