@@ -9,6 +9,7 @@ from cryptography.fernet import Fernet
 
 from minihermes.mcp import MCPManager
 from minihermes.runtime import AppConfig, Clock, Node, build_node, register_actor_type
+from minihermes.work import WORK_ROLES
 
 from .agent import Agent
 from .agent_fsm import AgentFSM
@@ -31,6 +32,7 @@ ROLES = {
     "minihermes.memory": Memory,
     "minihermes.session_manager": SessionManager,
     "minihermes.tool_executor": ToolExecutor,
+    **WORK_ROLES,
 }
 for _role, _cls in ROLES.items():
     register_actor_type(_role, _cls)
@@ -117,6 +119,28 @@ facets = [
 [[supervisor.children]]
 name = "health_monitor"
 role = "minihermes.health_monitor"
+
+# Work that outlives a turn (minihermes/work): cron, task queue, orchestrator, kanban, goals.
+[[supervisor.children]]
+name = "cron_scheduler"
+role = "minihermes.cron_scheduler"
+facets = [{ type = "tenancy", config = { per_tenant = true } }]
+
+[[supervisor.children]]
+name = "cron_runner"
+role = "minihermes.cron_runner"
+facets = [{ type = "tenancy", config = { per_tenant = true } }]
+
+[[supervisor.children]]
+name = "task_queue"
+role = "minihermes.task_queue"
+facets = [{ type = "tenancy", config = { per_tenant = true } }]
+
+[[supervisor.children]]
+name = "task_worker"
+role = "minihermes.task_worker"
+facets = [{ type = "tenancy", config = { per_tenant = true } }]
+# (end of work actors)
 """
 
 

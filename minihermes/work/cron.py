@@ -1,0 +1,404 @@
+"""The cron scheduler (one per tenant): recurring and one-shot agent prompts that survive node failures.
+
+Seed 000's distributed cron, made exact. A durable reminder ticks the scheduler; each tick takes the
+tenant's ``cron_leader`` lock (TTL longer than the tick), so with several nodes on one store only one
+schedules; it reads the due index earliest first, and sends each due run to the ``cron:pending`` channel
+with its run id (``<job_id>@<scheduled ms>``) as the dedup key. A leader that dies after sending but before
+advancing the job makes the next leader send the same run id again, which the channel drops: a scheduled
+time is dispatched once. The ``cron_runner`` consumes the channel (``runner.py``).
+
+After downtime, fire times missed by more than ``misfire_grace`` follow the job's policy: ``run_once`` fires
+the latest of them once, ``skip`` fires none; either way the job goes on from the next time in the future.
+Failed runs come back through ``cron:retry:`` entries with exponential backoff up to ``max_retries``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from typing import Any, Literal
+
+from minihermes.agent.audit import fire_audit
+from minihermes.runtime import (
+    Conflict,
+    GenServer,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    RequestContext,
+    call,
+    cast,
+    current_context,
+)
+
+from ._cronstore import (
+    CHANNEL,
+    acting_as,
+    check_job_id,
+    due_at,
+    due_key,
+    job_key,
+    retry_key,
+    run_id_for,
+    run_key,
+    run_view,
+    update_run,
+)
+from .schedule import parse_schedule
+
+Misfire = Literal["run_once", "skip"]
+MAX_PROMPT_CHARS = 20_000
+DEFAULT_TICK = 1.0
+BATCH = 200
+MAX_RUNS_KEPT = 200
+_WRITERS = frozenset({"admin", "system", "user"})
+
+
+def _require_writer(op: str) -> None:
+    if not current_context().roles & _WRITERS:
+        raise PermissionDenied(f"{op}: a read-only role cannot change cron jobs", op=op)
+
+
+def _job_view(job: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in job.items() if k != "roles"}
+
+
+class CronScheduler(GenServer):
+    """Per-tenant scheduler. Args: ``tick_interval`` (s), ``lock_ttl`` (s, default 3 ticks, at least 5 s),
+    ``misfire_grace`` (s), ``run_timeout`` (s, handed to runs), ``batch`` (due jobs per store round)."""
+
+    state_version = 1
+
+    async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
+        self.tick_interval = float(args.get("tick_interval", DEFAULT_TICK))
+        self.lock_ttl = float(args.get("lock_ttl", max(5.0, 3 * self.tick_interval)))
+        self.misfire_grace = float(args.get("misfire_grace", max(60.0, 5 * self.tick_interval)))
+        self.batch = int(args.get("batch", BATCH))
+        # The lease holder is this instance, not the node: a restarted process must not inherit a lease it
+        # cannot know it still holds, and two processes started with one node id stay two holders.
+        self.holder = f"{self.host.node_id}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._ticking = False
+        self._stats = {"ticks": 0, "led": 0, "dispatched": 0, "missed": 0, "retries": 0}
+        self._audit = self.host.has_actor("audit_event")
+        ctx = current_context()
+        tick_ctx = RequestContext(
+            tenant=ctx.tenant, namespace=ctx.namespace, principal="cron", roles=frozenset({"system"})
+        )
+        with acting_as(tick_ctx):
+            # Durable: after a restart the tick re-activates this tenant's scheduler by itself.
+            await self.host.set_reminder("cron_tick", "tick", every=self.tick_interval)
+            await self.host.channels.declare(
+                CHANNEL, max_deliveries=10, visibility_timeout=float(args.get("run_timeout", 600)) + 60
+            )
+        self.host.join("svc:cron_scheduler")
+
+    # -- jobs ---------------------------------------------------------------------------------------------
+
+    @call
+    async def create_job(
+        self,
+        job_id: str,
+        prompt: str,
+        schedule: str,
+        session_id: str = "",
+        tz: str = "UTC",
+        misfire: Misfire = "run_once",
+        max_retries: int = 3,
+        retry_backoff: float = 30.0,
+        deliver: dict[str, str] | None = None,
+        replace: bool = False,
+    ) -> dict[str, Any]:
+        """Create (or with ``replace`` redefine) a job. The agent runs ``prompt`` in the cron session
+        ``cron:<session_id or job_id>``. ``deliver``: ``{link, path, method}`` of a service link that gets
+        each non-silent result."""
+        op = "create_job"
+        _require_writer(op)
+        check_job_id(job_id, op)
+        if not prompt.strip() or len(prompt) > MAX_PROMPT_CHARS:
+            raise InvalidArgument(f"{op}: prompt must be 1..{MAX_PROMPT_CHARS} characters", field="prompt")
+        if not 0 <= max_retries <= 20:
+            raise InvalidArgument(f"{op}: max_retries must be 0..20", op=op, field="max_retries")
+        if not 0 < retry_backoff <= 86400:
+            raise InvalidArgument(f"{op}: retry_backoff must be in (0, 86400]", op=op, field="retry_backoff")
+        if deliver is not None and not deliver.get("link"):
+            raise InvalidArgument(f"{op}: deliver needs a 'link' (a service link name)", field="deliver")
+        sched = parse_schedule(schedule, tz)
+        now = self.host.now()
+        first = sched.first_fire(now)
+        key = job_key(job_id)
+        existing = await self.host.kv.get_entry(key)
+        if existing is not None and not replace:
+            raise Conflict(f"{op}: job '{job_id}' exists (give replace=true to redefine it)", job_id=job_id)
+        ctx = current_context()
+        job = {
+            "job_id": job_id,
+            "prompt": prompt,
+            "schedule": sched.spec,
+            "schedule_input": schedule,
+            "kind": sched.kind,
+            "tz": sched.tz,
+            "session_id": session_id or job_id,
+            "cron_session": f"cron:{session_id or job_id}",
+            "status": "active" if first is not None else "done",
+            "misfire": misfire,
+            "max_retries": max_retries,
+            "retry_backoff": retry_backoff,
+            "deliver": dict(deliver) if deliver else None,
+            "owner": ctx.principal,
+            "roles": sorted(ctx.roles & _WRITERS) or ["user"],
+            "created_at": now,
+            "next_run_at": first,
+            "last_fired_at": None,
+            "fired": 0,
+            "missed": 0,
+        }
+        version = existing.version if existing is not None else None
+        if await self.host.kv.cas(key, version, job) is None:
+            raise Conflict(f"{op}: job '{job_id}' changed meanwhile; try again", job_id=job_id)
+        if existing is not None and isinstance(existing.value, dict):
+            await self._drop_due(existing.value)
+        if first is not None:
+            await self.host.kv.put(due_key(first, job_id), {"job_id": job_id})
+        self._audit_event("cron_job_created", f"job_id={job_id} schedule={sched.spec}")
+        return {"status": "ok", "job_id": job_id, "schedule": sched.spec, "next_run_at": first}
+
+    @call
+    async def list_jobs(self, status: str = "", limit: int = 100) -> dict[str, Any]:
+        """Jobs sorted by id: ``jobs: [{job_id, prompt, schedule, status, next_run_at, ...}]``."""
+        if not 1 <= limit <= 10_000:
+            raise InvalidArgument("list_jobs: limit must be 1..10000", op="list_jobs", field="limit")
+        rows = await self.host.kv.list("cron:job:")
+        jobs = [_job_view(v) for _, v in rows if isinstance(v, dict) and (not status or v["status"] == status)]
+        return {"status": "ok", "jobs": jobs[:limit], "count": min(len(jobs), limit), "total": len(jobs)}
+
+    @call
+    async def get_job(self, job_id: str) -> dict[str, Any]:
+        """The job and its latest run (``last_run``, None before the first)."""
+        job = await self._job("get_job", job_id)
+        runs = await self._runs(job_id, 1)
+        return {"status": "ok", "job": _job_view(job), "last_run": runs[0] if runs else None}
+
+    @call
+    async def pause_job(self, job_id: str) -> dict[str, Any]:
+        _require_writer("pause_job")
+        job = await self._change("pause_job", job_id, lambda j: {"status": "paused"})
+        await self._drop_due(job)
+        return {"status": "ok", "job_id": job_id, "job_status": "paused"}
+
+    @call
+    async def resume_job(self, job_id: str) -> dict[str, Any]:
+        """Resume from the next fire time after now (what was missed while paused is not run)."""
+        _require_writer("resume_job")
+        now = self.host.now()
+
+        def change(job: dict[str, Any]) -> dict[str, Any]:
+            if job["status"] != "paused":
+                raise Conflict(f"resume_job: job '{job_id}' is {job['status']}, not paused", job_id=job_id)
+            sched = parse_schedule(job["schedule"], job["tz"])
+            anchor = job.get("next_run_at") or job["created_at"]
+            nxt = sched.at if sched.kind == "once" else sched.following(anchor, now)
+            return {"status": "active", "next_run_at": nxt}
+
+        job = await self._change("resume_job", job_id, change)
+        if job["next_run_at"] is not None:
+            await self.host.kv.put(due_key(job["next_run_at"], job_id), {"job_id": job_id})
+        return {"status": "ok", "job_id": job_id, "job_status": "active", "next_run_at": job["next_run_at"]}
+
+    @call
+    async def delete_job(self, job_id: str) -> dict[str, Any]:
+        """Delete a job and its run history. A run already dispatched is cancelled when it is picked up."""
+        _require_writer("delete_job")
+        job = await self._job("delete_job", job_id)
+        await self._drop_due(job)
+        await self.host.kv.delete(job_key(job_id))
+        runs = await self.host.kv.list(f"cron:run:{job_id}:")
+        await asyncio.gather(*(self.host.kv.delete(k) for k, _ in runs))
+        self._audit_event("cron_job_deleted", f"job_id={job_id}")
+        return {"status": "ok", "job_id": job_id, "deleted": True}
+
+    @call
+    async def run_now(self, job_id: str) -> dict[str, Any]:
+        """Dispatch one run at once (a paused job too); its schedule is unchanged."""
+        _require_writer("run_now")
+        job = await self._job("run_now", job_id)
+        now = self.host.now()
+        run_id = run_id_for(job_id, now)
+        msg_id = await self._dispatch(job, now, now, manual=True)
+        self._wake_runner()
+        return {"status": "ok", "job_id": job_id, "run_id": run_id, "msg_id": msg_id}
+
+    @call
+    async def job_runs(self, job_id: str, limit: int = 20) -> dict[str, Any]:
+        """Runs newest first: ``runs: [{run_id, scheduled_at, status, attempt, result, error, ...}]``."""
+        if not 1 <= limit <= MAX_RUNS_KEPT:
+            raise InvalidArgument(f"job_runs: limit must be 1..{MAX_RUNS_KEPT}", field="limit")
+        check_job_id(job_id, "job_runs")
+        runs = await self._runs(job_id, limit)
+        return {"status": "ok", "job_id": job_id, "runs": runs, "count": len(runs)}
+
+    @call
+    def get_stats(self) -> dict[str, Any]:
+        return {"status": "ok", "holder": self.holder, **self._stats}
+
+    # -- the tick -----------------------------------------------------------------------------------------
+
+    @cast
+    async def tick(self) -> None:
+        """Fired by the durable reminder: lead this tick or stand by."""
+        self._stats["ticks"] += 1
+        self._wake_runner()
+        if self._ticking:
+            return
+        token = await self.host.locks.try_acquire("cron_leader", self.lock_ttl, holder=self.holder)
+        if token is None:
+            return
+        self._ticking = True
+        self._stats["led"] += 1
+        try:
+            await self._dispatch_due()
+            await self._dispatch_retries()
+        finally:
+            self._ticking = False
+
+    async def _dispatch_due(self) -> None:
+        while True:
+            now = self.host.now()
+            rows = await self.host.kv.list("cron:due:", limit=self.batch)
+            due = [(k, due_at(k)) for k, _ in rows if due_at(k) <= now]
+            if not due:
+                return
+            await asyncio.gather(*(self._fire(k, at, now) for k, at in due))
+            if len(due) < self.batch:
+                return
+            if not await self._still_leading():
+                return
+
+    async def _still_leading(self) -> bool:
+        lock = await self.host.locks.get("cron_leader")
+        if lock is None or lock.holder != self.holder:
+            return False
+        return await self.host.locks.renew("cron_leader", lock.token, self.lock_ttl, holder=self.holder)
+
+    async def _fire(self, dkey: str, at: float, now: float) -> None:
+        job_id = dkey.split(":", 3)[3]
+        entry = await self.host.kv.get_entry(job_key(job_id))
+        job = entry.value if entry is not None and isinstance(entry.value, dict) else None
+        if job is None or job["status"] != "active" or job.get("next_run_at") is None:
+            await self.host.kv.delete(dkey)
+            return
+        if abs(job["next_run_at"] - at) > 0.0005:
+            await self.host.kv.delete(dkey)  # stale index entry (the job was redefined or resumed)
+            return
+        sched = parse_schedule(job["schedule"], job["tz"])
+        candidates = [at, *sched.advance(at, now)]
+        on_time = [t for t in candidates if now - t <= self.misfire_grace]
+        late = [t for t in candidates if now - t > self.misfire_grace]
+        fires = list(on_time)
+        if late and not on_time and job["misfire"] == "run_once":
+            fires = [late[-1]]
+        missed = len(candidates) - len(fires)
+        for t in fires:
+            await self._dispatch(job, t, now)
+        nxt = sched.following(candidates[-1], now)
+        assert entry is not None
+        changed = {
+            **job,
+            "next_run_at": nxt,
+            "status": "active" if nxt is not None else "done",
+            "last_fired_at": fires[-1] if fires else job.get("last_fired_at"),
+            "fired": job["fired"] + len(fires),
+            "missed": job["missed"] + missed,
+        }
+        if await self.host.kv.cas(job_key(job_id), entry.version, changed) is None:
+            return  # changed by an op meanwhile; its due entry is authoritative, ours is dropped next tick
+        await self.host.kv.delete(dkey)
+        if nxt is not None:
+            await self.host.kv.put(due_key(nxt, job_id), {"job_id": job_id})
+        self._stats["missed"] += missed
+        if missed:
+            self._audit_event("cron_misfire", f"job_id={job_id} missed={missed} policy={job['misfire']}")
+
+    async def _dispatch(self, job: dict[str, Any], at: float, now: float, *, manual: bool = False) -> str:
+        run_id = run_id_for(job["job_id"], at)
+        run = {
+            "run_id": run_id,
+            "job_id": job["job_id"],
+            "scheduled_at": at,
+            "status": "pending",
+            "attempt": 0,
+            "dispatched_at": now,
+            "lateness": round(max(0.0, now - at), 6),
+            "manual": manual,
+        }
+        # The record first (only if absent): a run that exists is never reset by a second dispatch.
+        await self.host.kv.cas(run_key(run_id), None, run)
+        msg_id = await self.host.channels.send(
+            CHANNEL, "cron_run", {"run_id": run_id, "job_id": job["job_id"], "attempt": 0}, dedup_key=run_id
+        )
+        self._stats["dispatched"] += 1
+        self.host.incr_counter("cron_runs_dispatched_total")
+        if job["fired"] % 50 == 0:
+            await self._trim_runs(job["job_id"])
+        return msg_id
+
+    async def _dispatch_retries(self) -> None:
+        now = self.host.now()
+        rows = await self.host.kv.list("cron:retry:", limit=self.batch)
+        for key, value in rows:
+            if int(key.split(":", 3)[2]) / 1000 > now:
+                break
+            run_id = str(value["run_id"])
+            attempt = int(value["attempt"])
+            await self.host.channels.send(
+                CHANNEL,
+                "cron_run",
+                {"run_id": run_id, "job_id": value["job_id"], "attempt": attempt},
+                dedup_key=f"{run_id}#{attempt}",
+            )
+            await self.host.kv.delete(key)
+            self._stats["retries"] += 1
+
+    # -- helpers ------------------------------------------------------------------------------------------
+
+    def _wake_runner(self) -> None:
+        if self.host.has_actor("cron_runner"):
+            self.host.send("cron_runner", "wake", {})
+
+    async def _job(self, op: str, job_id: str) -> dict[str, Any]:
+        check_job_id(job_id, op)
+        job = await self.host.kv.get(job_key(job_id))
+        if not isinstance(job, dict):
+            raise NotFound(f"{op}: no job '{job_id}'", op=op, job_id=job_id)
+        return job
+
+    async def _change(self, op: str, job_id: str, fn: Any) -> dict[str, Any]:
+        check_job_id(job_id, op)
+        for _ in range(10):
+            entry = await self.host.kv.get_entry(job_key(job_id))
+            if entry is None or not isinstance(entry.value, dict):
+                raise NotFound(f"{op}: no job '{job_id}'", op=op, job_id=job_id)
+            job = {**entry.value, **fn(entry.value)}
+            if await self.host.kv.cas(job_key(job_id), entry.version, job) is not None:
+                return job
+        raise Conflict(f"{op}: job '{job_id}' keeps changing; try again", job_id=job_id)
+
+    async def _drop_due(self, job: dict[str, Any]) -> None:
+        if job.get("next_run_at") is not None:
+            await self.host.kv.delete(due_key(job["next_run_at"], job["job_id"]))
+
+    async def _runs(self, job_id: str, limit: int) -> list[dict[str, Any]]:
+        rows = await self.host.kv.list(f"cron:run:{job_id}:")
+        return [run_view(v) for _, v in reversed(rows[-limit:]) if isinstance(v, dict)]
+
+    async def _trim_runs(self, job_id: str) -> None:
+        rows = await self.host.kv.list(f"cron:run:{job_id}:")
+        for key, _ in rows[: max(0, len(rows) - MAX_RUNS_KEPT)]:
+            await self.host.kv.delete(key)
+
+    def _audit_event(self, event_type: str, detail: str) -> None:
+        if self._audit:
+            fire_audit(self.host, event_type, detail)
+
+
+__all__ = ["CronScheduler", "retry_key", "update_run"]

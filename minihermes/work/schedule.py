@@ -1,0 +1,136 @@
+"""Cron schedules: parsing and "when does it fire next", as pure functions (no actor, no clock of their own).
+
+Forms accepted (``parse_schedule``):
+
+- a 5-field cron expression (``"0 9 * * 1-5"``), evaluated in the job's time zone (IANA name, default UTC);
+- the seed's intervals ``every_1m`` / ``every_5m`` / ``every_1h`` / ``every_24h`` and the general
+  ``every_<n><unit>``, ``every <n><unit>`` (``every 2h``, ``every 90 s``) and a bare ``30m``; units s, m, h, d;
+- a one-shot ISO 8601 time (``2026-05-01T09:00:00+02:00``; a naive time is read in the job's time zone).
+
+An interval schedule fires first one period after it is created, then every period. Anything else is an
+``InvalidArgument`` naming the ``schedule`` field and the accepted forms.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+
+from minihermes.runtime import InvalidArgument
+
+ScheduleKind = Literal["cron", "interval", "once"]
+MIN_INTERVAL = 1.0
+MAX_INTERVAL = 366 * 86400.0
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_INTERVAL = re.compile(
+    r"^(?:every[_ ]\s*)?(?P<n>\d{1,6})\s*(?P<unit>s|sec|secs|seconds?|m|min|mins|minutes?|h|hr|hrs|hours?|d|days?)$"
+)
+_FORMS = (
+    "a 5-field cron expression ('0 9 * * *'), every_1m / every_5m / every_1h / every_24h, 'every 2h', "
+    "'30m', or a one-shot ISO time ('2026-05-01T09:00:00Z')"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A parsed schedule. ``spec`` is its canonical text (stored with the job)."""
+
+    kind: ScheduleKind
+    spec: str
+    tz: str = "UTC"
+    interval: float = 0.0
+    at: float = 0.0
+
+    def first_fire(self, created_at: float) -> float | None:
+        """When a job created at ``created_at`` fires first."""
+        if self.kind == "interval":
+            return created_at + self.interval
+        if self.kind == "once":
+            return self.at
+        return self.next_after(created_at)
+
+    def next_after(self, t: float) -> float | None:
+        """The first fire time strictly after ``t`` (None: a one-shot schedule has no more)."""
+        if self.kind == "once":
+            return None
+        if self.kind == "interval":
+            raise ValueError("interval schedules advance from their last fire: use advance()")
+        start = datetime.fromtimestamp(t, ZoneInfo(self.tz))
+        return float(croniter(self.spec, start).get_next(float))
+
+    def advance(self, fired: float, now: float) -> list[float]:
+        """Fire times after ``fired`` up to and including ``now`` (missed ones after downtime), capped at 1000
+        (the newest kept); the caller applies the misfire policy."""
+        if self.kind == "once":
+            return []
+        out: list[float] = []
+        if self.kind == "interval":
+            missed = int((now - fired) // self.interval)
+            first = max(1, missed - 999)
+            out = [fired + k * self.interval for k in range(first, missed + 1)]
+            return out
+        t = fired
+        while len(out) < 1000:
+            nxt = self.next_after(t)
+            if nxt is None or nxt > now:
+                break
+            out.append(nxt)
+            t = nxt
+        return out
+
+    def following(self, fired: float, now: float) -> float | None:
+        """The first fire time after ``now`` on this schedule's grid (anchored at ``fired``)."""
+        if self.kind == "once":
+            return None
+        if self.kind == "interval":
+            steps = int((now - fired) // self.interval) + 1
+            return fired + steps * self.interval
+        return self.next_after(max(fired, now))
+
+
+def _zone(tz: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InvalidArgument(
+            f"unknown time zone '{tz}' (use an IANA name such as 'Europe/Paris' or 'UTC')", field="tz"
+        ) from None
+
+
+def parse_schedule(schedule: str, tz: str = "UTC") -> Schedule:
+    """Parse a schedule text (see the module docstring); raises ``InvalidArgument`` naming it."""
+    text = " ".join(schedule.strip().split())
+    zone = _zone(tz or "UTC")
+    if not text:
+        raise InvalidArgument(f"schedule must not be empty: give {_FORMS}", field="schedule")
+    low = text.lower()
+    m = _INTERVAL.match(low)
+    if m is not None:
+        seconds = float(int(m.group("n")) * _UNITS[m.group("unit")[0]])
+        if not MIN_INTERVAL <= seconds <= MAX_INTERVAL:
+            raise InvalidArgument(
+                f"schedule '{schedule}': the interval must be between 1s and 366d", field="schedule"
+            )
+        return Schedule("interval", f"every_{int(seconds)}s", tz or "UTC", interval=seconds)
+    if len(text.split(" ")) == 5 and croniter.is_valid(text):
+        return Schedule("cron", text, tz or "UTC")
+    iso = text.replace("z", "Z")
+    if re.match(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}", iso):
+        try:
+            when = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+        except ValueError:
+            when = None
+        if when is not None:
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=zone)
+            at = when.timestamp()
+            spec = datetime.fromtimestamp(at, UTC).isoformat().replace("+00:00", "Z")
+            return Schedule("once", spec, tz or "UTC", at=at)
+    raise InvalidArgument(
+        f"invalid schedule '{schedule}': give {_FORMS}", field="schedule", schedule=schedule
+    )

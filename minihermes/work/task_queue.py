@@ -1,0 +1,245 @@
+"""The task queue (one per tenant): durable background work on the runtime's channels (seed 003).
+
+``enqueue(task_type, payload)`` puts a task on the channel ``tasks:<task_type>``; ``dequeue`` hands tasks out
+(from one type, or from every type seen), invisible to other consumers for the visibility timeout; ``ack``
+completes one, ``nack`` gives it back (``requeue``) or dead-letters it. A task handed out
+``max_deliveries`` times without an ack goes to the dead-letter queue instead of being handed out again.
+An ``idempotency_key`` makes a repeated enqueue return the first task's ``msg_id`` and enqueue nothing.
+
+Consumers ack through this actor: the channel ties an in-flight task to the consumer that received it, so a
+crash of this actor makes its in-flight tasks visible again at once. Task types this node runs itself
+(``agent_prompt``) are consumed by ``task_worker`` (``workers.py``), which stores results here
+(``set_result`` / ``get_result``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from minihermes.agent.audit import fire_audit
+from minihermes.runtime import (
+    Deferred,
+    GenServer,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    call,
+    current_context,
+    state,
+)
+from minihermes.runtime.store import ChannelMessage
+
+TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+MAX_LIMIT = 100
+MAX_WAIT_MS = 60_000
+RESULT_TTL = 7 * 86400.0
+WORKER_TYPES = frozenset({"agent_prompt"})
+_WRITERS = frozenset({"admin", "system", "user"})
+
+
+def channel_of(task_type: str) -> str:
+    return f"tasks:{task_type}"
+
+
+def _task(msg: ChannelMessage) -> dict[str, Any]:
+    body = msg.payload if isinstance(msg.payload, dict) else {}
+    return {
+        "msg_id": msg.msg_id,
+        "task_type": msg.msg_type,
+        "payload": body.get("payload", {}),
+        "enqueued_at": body.get("enqueued_at"),
+        "enqueued_by": body.get("owner"),
+        "deliveries": msg.deliveries,
+    }
+
+
+class TaskQueue(GenServer):
+    """Per-tenant task queue. Args: ``visibility_timeout`` (s, 30), ``max_deliveries`` (5)."""
+
+    state_version = 1
+    enqueued: int = state(default=0)
+    completed: int = state(default=0)
+    failed: int = state(default=0)
+    types: list[str] = state(default_factory=list)
+
+    async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
+        self.visibility_timeout = float(args.get("visibility_timeout", 30.0))
+        self.max_deliveries = int(args.get("max_deliveries", 5))
+        self._audit = self.host.has_actor("audit_event")
+        self.host.join("svc:task_queue")
+        for t in self.types:
+            await self._declare(t)
+        if any(t in WORKER_TYPES for t in self.types):
+            self._wake_worker()
+
+    async def _declare(self, task_type: str) -> None:
+        await self.host.channels.declare(
+            channel_of(task_type),
+            max_deliveries=self.max_deliveries,
+            visibility_timeout=self.visibility_timeout,
+        )
+
+    @call
+    async def enqueue(
+        self, task_type: str = "generic", payload: dict[str, Any] | None = None, idempotency_key: str = ""
+    ) -> dict[str, Any]:
+        """``{status, msg_id, duplicate}``; with ``idempotency_key`` a repeat returns the first ``msg_id``."""
+        op = "enqueue"
+        ctx = current_context()
+        if not ctx.roles & _WRITERS:
+            raise PermissionDenied(f"{op}: a read-only role cannot enqueue tasks", op=op)
+        if not TYPE.match(task_type):
+            raise InvalidArgument(f"{op}: task_type must be 1-64 letters, digits, '_', '.', '-'", field="task_type")
+        if len(idempotency_key) > 200:
+            raise InvalidArgument(f"{op}: idempotency_key is longer than 200 characters", field="idempotency_key")
+        if task_type not in self.types:
+            await self._declare(task_type)
+            self.types = sorted({*self.types, task_type})
+        body = {
+            "payload": payload or {},
+            "enqueued_at": self.host.now(),
+            "owner": ctx.principal,
+            "roles": sorted(ctx.roles & _WRITERS),
+        }
+        dedup = f"idem:{idempotency_key}" if idempotency_key else None
+        duplicate = False
+        if dedup is not None:
+            known = await self.host.kv.get(f"tq:idem:{idempotency_key}")
+            duplicate = isinstance(known, str)
+        msg_id = await self.host.channels.send(channel_of(task_type), task_type, body, dedup_key=dedup)
+        if dedup is not None and not duplicate:
+            await self.host.kv.put(f"tq:idem:{idempotency_key}", msg_id, ttl=RESULT_TTL)
+        if not duplicate:
+            self.enqueued += 1
+            self.host.incr_counter("tasks_enqueued_total", task_type=task_type)
+            self._fire("task_enqueued", f"msg_id={msg_id} type={task_type}")
+        if task_type in WORKER_TYPES:
+            self._wake_worker()
+        return {"status": "ok", "msg_id": msg_id, "task_type": task_type, "duplicate": duplicate}
+
+    @call
+    async def dequeue(
+        self, limit: int = 1, timeout_ms: int = 0, task_type: str = "", visibility_timeout: float = 0.0
+    ) -> Any:
+        """Up to ``limit`` tasks (``tasks: [{msg_id, task_type, payload, deliveries, ...}]``), waiting up to
+        ``timeout_ms`` for the first. Without ``task_type``, from every type enqueued so far."""
+        if not 1 <= limit <= MAX_LIMIT:
+            raise InvalidArgument(f"dequeue: limit must be 1..{MAX_LIMIT}", op="dequeue", field="limit")
+        if not 0 <= timeout_ms <= MAX_WAIT_MS:
+            raise InvalidArgument(f"dequeue: timeout_ms must be 0..{MAX_WAIT_MS}", field="timeout_ms")
+        if task_type and not TYPE.match(task_type):
+            raise InvalidArgument("dequeue: invalid task_type", op="dequeue", field="task_type")
+        if visibility_timeout < 0:
+            raise InvalidArgument("dequeue: visibility_timeout must be >= 0", field="visibility_timeout")
+        types = [task_type] if task_type else list(self.types)
+        vt = visibility_timeout or None
+        # Waiting happens off the mailbox: acks and other consumers' dequeues go on meanwhile.
+        return Deferred(self.host.spawn(self._receive(types, limit, timeout_ms / 1000, vt)))
+
+    async def _receive(
+        self, types: list[str], limit: int, wait: float, vt: float | None
+    ) -> dict[str, Any]:
+        got: list[ChannelMessage] = []
+        clock = self.host.clock
+        deadline = clock.monotonic() + wait
+        while True:
+            for t in types:
+                if len(got) >= limit:
+                    break
+                single = len(types) == 1
+                remaining = max(0.0, deadline - clock.monotonic()) if single else 0.0
+                got += await self.host.channels.receive(
+                    channel_of(t), timeout=remaining, max_messages=limit - len(got), visibility_timeout=vt
+                )
+            left = deadline - clock.monotonic()
+            if got or left <= 0 or len(types) == 1 or not types:
+                break
+            await clock.sleep(min(0.05, left))
+        tasks = [_task(m) for m in got]
+        return {"status": "ok", "tasks": tasks, "count": len(tasks)}
+
+    @call
+    async def ack(self, msg_id: str, task_type: str = "") -> dict[str, Any]:
+        """Complete an in-flight task. ``not_found`` if it is not in flight for this queue (acked already, or
+        its visibility timeout passed and it went back to the queue)."""
+        for t in [task_type] if task_type else self.types:
+            if await self.host.channels.ack(channel_of(t), msg_id):
+                self.completed += 1
+                self.host.incr_counter("tasks_completed_total", task_type=t)
+                return {"status": "ok", "msg_id": msg_id, "task_type": t}
+        raise NotFound(f"ack: task {msg_id} is not in flight", op="ack", msg_id=msg_id)
+
+    @call
+    async def nack(
+        self, msg_id: str, requeue: bool = True, reason: str = "", task_type: str = ""
+    ) -> dict[str, Any]:
+        """Give a task back (``requeue``: ready again now, dead-lettered once it reached max deliveries) or
+        dead-letter it with ``reason``."""
+        for t in [task_type] if task_type else self.types:
+            if await self.host.channels.nack(channel_of(t), msg_id, requeue=requeue, reason=reason[:500]):
+                self.failed += 1
+                self.host.incr_counter("tasks_failed_total", task_type=t)
+                self._fire("task_failed", f"msg_id={msg_id} type={t} requeue={requeue}")
+                return {"status": "ok", "msg_id": msg_id, "requeue": requeue, "task_type": t}
+        raise NotFound(f"nack: task {msg_id} is not in flight", op="nack", msg_id=msg_id)
+
+    @call
+    async def get_stats(self) -> dict[str, Any]:
+        """``enqueued, completed, failed, depth`` (ready), ``in_flight``, ``dead_lettered``, per type."""
+        by_type: dict[str, Any] = {}
+        totals = {"depth": 0, "in_flight": 0, "dead_lettered": 0}
+        for t in self.types:
+            d = await self.host.channels.depth(channel_of(t))
+            by_type[t] = {"depth": d.ready, "in_flight": d.in_flight, "dead_lettered": d.dead}
+            totals["depth"] += d.ready
+            totals["in_flight"] += d.in_flight
+            totals["dead_lettered"] += d.dead
+        return {
+            "status": "ok",
+            "enqueued": self.enqueued,
+            "completed": self.completed,
+            "failed": self.failed,
+            **totals,
+            "by_type": by_type,
+        }
+
+    @call
+    async def dead_letters(self, task_type: str, limit: int = 100) -> dict[str, Any]:
+        if not 1 <= limit <= 1000:
+            raise InvalidArgument("dead_letters: limit must be 1..1000", field="limit")
+        dead = await self.host.channels.dead_letters(channel_of(task_type), limit)
+        items = [
+            {"msg_id": d.msg_id, "task_type": d.msg_type, "payload": (d.payload or {}).get("payload"),
+             "deliveries": d.deliveries, "reason": d.reason, "dead_at": d.dead_at}
+            for d in dead
+        ]
+        return {"status": "ok", "dead_letters": items, "count": len(items)}
+
+    @call
+    async def redrive(self, task_type: str, msg_id: str) -> dict[str, Any]:
+        """Put a dead-lettered task back on the queue with its deliveries reset."""
+        if not await self.host.channels.redrive(channel_of(task_type), msg_id):
+            raise NotFound(f"redrive: no dead letter {msg_id}", op="redrive", msg_id=msg_id)
+        return {"status": "ok", "msg_id": msg_id}
+
+    @call
+    async def set_result(self, msg_id: str, result: dict[str, Any]) -> dict[str, Any]:
+        """Store a task's outcome for ``get_result`` (workers call this before they ack)."""
+        await self.host.kv.put(f"tq:result:{msg_id}", result, ttl=RESULT_TTL)
+        return {"status": "ok", "msg_id": msg_id}
+
+    @call
+    async def get_result(self, msg_id: str) -> dict[str, Any]:
+        result = await self.host.kv.get(f"tq:result:{msg_id}")
+        if result is None:
+            return {"status": "pending", "msg_id": msg_id}
+        return {"status": "ok", "msg_id": msg_id, "result": result}
+
+    def _wake_worker(self) -> None:
+        if self.host.has_actor("task_worker"):
+            self.host.send("task_worker", "wake", {})
+
+    def _fire(self, event_type: str, detail: str) -> None:
+        if self._audit:
+            fire_audit(self.host, event_type, detail)

@@ -1,0 +1,51 @@
+"""Fixtures for the work actors: the whole agent app (simulated LLM) on SQLite with a manual clock."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from minihermes.agent.app import build_agent_node, default_config
+from minihermes.runtime import ManualClock, Node, RequestContext
+
+ACME = RequestContext(tenant="acme", principal="alice", roles=frozenset({"admin"}))
+ACME_VIEWER = RequestContext(tenant="acme", principal="vic", roles=frozenset({"viewer"}))
+GLOBEX = RequestContext(tenant="globex", principal="gary", roles=frozenset({"admin"}))
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+async def app_node(tmp_path: Path, clock: ManualClock) -> AsyncIterator[Callable[..., Awaitable[Node]]]:
+    """``await app_node()`` starts the agent app on ``tmp_path/data`` (again after a stop: a restart)."""
+    nodes: list[Node] = []
+
+    async def factory(data_dir: Path | None = None) -> Node:
+        node = build_agent_node(default_config(data_dir or tmp_path / "data"), clock=clock)
+        await node.start()
+        nodes.append(node)
+        return node
+
+    yield factory
+    for n in nodes:
+        await n.stop(deadline=5)
+
+
+async def until(check: Callable[[], Awaitable[Any]], timeout: float = 20.0, what: str = "") -> Any:
+    """Poll an async check (real time) until it returns something truthy; fail after ``timeout``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        got = await check()
+        if got:
+            return got
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what or check}")
+        await asyncio.sleep(0.01)
