@@ -16,6 +16,12 @@ def build_node(config: AppConfig, *, clock: Clock | None = None) -> Node:
     if n.backend == "sqlite":
         options.setdefault("data_dir", str(config.data_dir))
     store = open_store(n.backend, clock=clock, **options)
-    return Node(
+    node = Node(
         store, config.tree, options=config.node_options, clock=clock, links=ServiceLinks(config.links)
     )
+    if config.model.cluster.enabled:
+        # Imported only for clustered nodes: the fabric is a plug-in over the runtime (nats-py and all).
+        from minihermes.cluster import Cluster, ClusterSettings
+
+        node.fabric = Cluster(ClusterSettings.from_model(config.model.cluster))
+    return node

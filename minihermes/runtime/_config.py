@@ -130,8 +130,39 @@ class LinkModel(_Model):
         return parse_duration(v)
 
 
+class ClusterModel(_Model):
+    """``[cluster]``: join other nodes over NATS (see docs/cluster.md). Off unless ``enabled``; the URL, user,
+    password and secret may come from the environment (``MINIHERMES_NATS_URL``, ...) instead."""
+
+    enabled: bool = False
+    name: str = Field(default="minihermes", pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,31}$")
+    nats_url: str | None = None
+    user: str | None = None
+    password_env: str = "MINIHERMES_NATS_PASSWORD"
+    credentials_file: str | None = None
+    """A NATS ``.creds`` file (JWT + nkey seed) instead of user/password."""
+    secret_env: str = "MINIHERMES_CLUSTER_SECRET"
+    secret_file: str | None = None
+    """The cluster secret (HMAC key over every fabric message): this file, else the env variable."""
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    heartbeat: Any = "1s"
+    node_ttl: Any = "3s"
+    """A node whose heartbeat is this old is dead: its actors may be activated elsewhere."""
+
+    @field_validator("heartbeat", "node_ttl")
+    @classmethod
+    def _durations(cls, v: Any) -> float:
+        d = parse_duration(v)
+        if d <= 0:
+            raise ValueError("must be > 0")
+        return d
+
+
 class AppModel(_Model):
     node: NodeModel = Field(default_factory=NodeModel)
+    cluster: ClusterModel = Field(default_factory=ClusterModel)
     retention: RetentionModel = Field(default_factory=RetentionModel)
     service_links: dict[str, LinkModel] = Field(default_factory=dict)
     supervisor: SupervisorModel = Field(default_factory=SupervisorModel)

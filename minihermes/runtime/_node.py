@@ -10,7 +10,7 @@ import signal
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ._actor import Actor, Handler
 from ._cell import Cell, CellKey, Deferred, Owner, Scope, current_cell
@@ -28,8 +28,8 @@ from ._errors import (
 )
 from ._links import ServiceLinks
 from ._mailbox import DEACTIVATE, Envelope
-from ._pubsub import PubSub, Subscription
 from ._metrics import Metrics
+from ._pubsub import Bridge, PubSub, Subscription
 from ._spec import ActorSpec, SupervisorSpec
 from ._supervisor import DynamicChild, Supervisor
 from .store import RetentionRule, Store
@@ -73,6 +73,50 @@ class NodeOptions:
     retention_interval: float = 3600.0
 
 
+class Fabric(Protocol):
+    """What a node needs from a cluster fabric (``minihermes.cluster``). A node without one runs alone and
+    never calls it: the in-node paths do not change.
+
+    Dynamic actors (virtual and per-tenant) are active on at most one node of the cluster: when a message is
+    for one that is not active here, the node hands it to the fabric, which takes the actor's lease and
+    calls ``Node.activate_here`` or forwards the message to the node holding the lease."""
+
+    pubsub_bridge: Bridge | None
+
+    async def start(self, node: Node) -> None: ...
+    async def stop(self) -> None: ...
+    async def ask(
+        self, target: str, op: str, payload: dict[str, Any] | None, timeout: float | None, ctx: RequestContext
+    ) -> Any: ...
+    def send(
+        self, target: str, op: str, payload: dict[str, Any], ctx: RequestContext, system: bool
+    ) -> None: ...
+    def cell_removed(self, cell: Cell) -> None: ...
+    def directory_changed(self) -> None: ...
+    def remote_members(self, group: str, scope: Scope) -> list[str]: ...
+    def remote_entries(self, scope: Scope) -> list[RegistryEntry]: ...
+    def channel_sent(self, scope: Scope, channel: str) -> None: ...
+    def reminders_changed(self) -> None: ...
+
+
+class _Elsewhere(Exception):
+    """Raised by ``_route`` when a dynamic actor is not active on this node and a fabric decides where."""
+
+
+class _ClusterEvent(asyncio.Event):
+    """A channel wake-up that also wakes receivers on the other nodes (``asyncio.Event.set`` is the local
+    half, used when another node's wake-up arrives)."""
+
+    def __init__(self, fabric: Fabric, scope: Scope, channel: str) -> None:
+        super().__init__()
+        self._fabric = fabric
+        self._where = (scope, channel)
+
+    def set(self) -> None:
+        super().set()
+        self._fabric.channel_sent(*self._where)
+
+
 class Node:
     """One process's actor system. ``await node.start()``, then ``ask``/``send``; ``await node.stop()``."""
 
@@ -114,6 +158,8 @@ class Node:
         self._deadlines: dict[int, dict[asyncio.Future[Any], tuple[str, str, float]]] = {}
         self.root: Supervisor | None = None
         self.failed: asyncio.Event = asyncio.Event()
+        self.fabric: Fabric | None = None
+        """Set (before ``start``) to join a cluster; see ``minihermes.cluster``."""
         for spec in tree.walk():
             if spec.name in self._specs:
                 raise ValueError(f"two actors are named {spec.name!r}")
@@ -129,6 +175,9 @@ class Node:
         if released:
             log.info("redelivering %d channel messages left in flight by a previous run", released)
         self._accepting = True
+        if self.fabric is not None:
+            self.pubsub.bridge = self.fabric.pubsub_bridge
+            await self.fabric.start(self)
         self.root = Supervisor(self, self.tree, parent=None)
         await self.root.start()
         self._started = True
@@ -162,6 +211,8 @@ class Node:
         self._timers.clear()
         for t in list(self._bg):
             t.cancel()
+        if self.fabric is not None:
+            await self.fabric.stop()  # after the actors saved their state: others may take them over now
         await self.store.locks.release_holder(self.node_id)
         await self.links.aclose()
         await self.store.close()
@@ -240,8 +291,36 @@ class Node:
         ck = (scope, name, key)
         cell = self._cells.get(ck)
         if cell is None or cell.removed:
+            if self.fabric is not None and spec.dynamic:
+                raise _Elsewhere(target)
             cell = self._activate(spec, scope, key)
         return cell, handler
+
+    def lease_key(self, target: str, payload: dict[str, Any] | None, ctx: RequestContext) -> CellKey | None:
+        """The cell key a message for ``target`` lands on if its actor is leased cluster-wide (dynamic), else
+        None. Raises what ``_route`` raises for a bad address."""
+        name, _, key = target.partition("/")
+        spec = self.spec(name)
+        if not spec.dynamic:
+            return None
+        if spec.virtual and not key:
+            kf = spec.key_field
+            value = (payload or {}).get(kf) if kf else None
+            if not isinstance(value, str) or not value:
+                raise InvalidArgument(f"'{name}' is addressed per {kf or 'key'}", field=kf or "key")
+            key = value
+        return (ctx.scope, name, key)
+
+    def is_active_here(self, ck: CellKey) -> bool:
+        cell = self._cells.get(ck)
+        return cell is not None and not cell.removed
+
+    def activate_here(self, ck: CellKey) -> None:
+        """Activate a dynamic actor on this node (the fabric holds its lease)."""
+        scope, name, key = ck
+        cell = self._cells.get(ck)
+        if cell is None or cell.removed:
+            self._activate(self.spec(name), scope, key)
 
     def _activate(self, spec: ActorSpec, scope: Scope, key: str) -> Cell:
         owner = self._owners.get(spec.name)
@@ -301,7 +380,11 @@ class Node:
     ) -> Any:
         """Request-reply. Raises ActorError subclasses (structured) on every failure."""
         ctx = ctx or current_context()
-        cell, handler = self._route(target, op, payload, ctx)
+        try:
+            cell, handler = self._route(target, op, payload, ctx)
+        except _Elsewhere:
+            assert self.fabric is not None
+            return await self.fabric.ask(target, op, payload, timeout, ctx)
         kwargs = handler.bind(payload or {})
         if handler.kind == "cast":
             env = Envelope(op, kwargs, ctx, None, self._sender())
@@ -336,10 +419,24 @@ class Node:
     ) -> None:
         """Fire-and-forget. Bad target/op/arguments and overload raise at once; nothing is awaited."""
         ctx = ctx or current_context()
-        cell, handler = self._route(target, op, payload, ctx)
+        try:
+            cell, handler = self._route(target, op, payload, ctx)
+        except _Elsewhere:
+            self._send_elsewhere(target, op, payload or {}, ctx, system=False)
+            return
         env = Envelope(op, handler.bind(payload or {}), ctx, None, self._sender())
         self._admit(cell, env)
         cell.mailbox.put(env)
+
+    def _send_elsewhere(
+        self, target: str, op: str, payload: dict[str, Any], ctx: RequestContext, *, system: bool
+    ) -> None:
+        assert self.fabric is not None
+        spec = self.spec(target.partition("/")[0])
+        spec.cls._handlers[op].bind(payload)  # bad arguments fail here, as for a local send
+        if not system and not self._accepting and current_cell.get() is None:
+            raise ShuttingDown("the node is shutting down")
+        self.fabric.send(target, op, payload, ctx, system)
 
     def _deliver_system(self, target: str, op: str, payload: dict[str, Any], ctx: RequestContext) -> None:
         """Runtime-originated cast (timers, reminders, DOWN/EXIT): never raises; drops what cannot land."""
@@ -348,6 +445,12 @@ class Node:
             env = Envelope(op, handler.bind(payload), ctx, None, "runtime", system=True)
             self._admit(cell, env)
             cell.mailbox.put(env)
+        except _Elsewhere:
+            try:
+                self._send_elsewhere(target, op, payload, ctx, system=True)
+            except ActorError as e:
+                self.metrics.incr("system_messages_dropped_total")
+                log.warning("dropped %s to %s: %s", op, target, e.message)
         except ActorError as e:
             self.metrics.incr("system_messages_dropped_total")
             log.warning("dropped %s to %s: %s", op, target, e.message)
@@ -445,6 +548,8 @@ class Node:
             cell.idle_timer = None
         for t in list(cell.tasks):
             t.cancel()
+        if self.fabric is not None and (cell.groups or cell.registered):
+            self.fabric.directory_changed()
         for scope, group in cell.groups:
             members = self._groups.get(scope, {}).get(group)
             if members and cell.address in members:
@@ -493,6 +598,8 @@ class Node:
         cell.removed = True
         if self._cells.get(cell.ck) is cell:
             del self._cells[cell.ck]
+            if self.fabric is not None and cell.spec.dynamic:
+                self.fabric.cell_removed(cell)
 
     def fail_pending(self, cell: Cell, reason: str) -> None:
         """Answer every queued ask of a cell that will not run again."""
@@ -590,7 +697,14 @@ class Node:
         )
 
     async def reminders_changed(self) -> None:
-        """Re-arm the wake-up after a reminder was added or moved."""
+        """Re-arm the wake-up after a reminder was added or moved (on every node of a cluster)."""
+        if self.fabric is not None:
+            self.fabric.reminders_changed()
+        await self.rearm_reminders()
+
+    async def rearm_reminders(self) -> None:
+        """Re-arm this node's wake-up from the store (a cluster fabric calls it when another node changed
+        the reminders, and now and then in case a notice was missed)."""
         if self._reminder_timer is not None:
             self._reminder_timer.cancel()
             self._reminder_timer = None
@@ -655,8 +769,16 @@ class Node:
     def channel_event(self, scope: Scope, channel: str) -> asyncio.Event:
         ev = self._channel_events.get((scope, channel))
         if ev is None:
-            ev = self._channel_events[(scope, channel)] = asyncio.Event()
+            ev = self._channel_events[(scope, channel)] = (
+                asyncio.Event() if self.fabric is None else _ClusterEvent(self.fabric, scope, channel)
+            )
         return ev
+
+    def wake_channel(self, scope: Scope, channel: str) -> None:
+        """Wake this node's receivers of a channel (another node sent on it)."""
+        ev = self._channel_events.get((scope, channel))
+        if ev is not None:
+            asyncio.Event.set(ev)
 
     # -- ephemeral topics (live progress) ------------------------------------------------------------------
 
@@ -676,23 +798,44 @@ class Node:
         if cell.address not in members:
             members.append(cell.address)
         cell.groups.add((scope, group))
+        if self.fabric is not None:
+            self.fabric.directory_changed()
 
     def leave(self, cell: Cell, group: str, scope: Scope) -> None:
         members = self._groups.get(scope, {}).get(group, [])
         if cell.address in members:
             members.remove(cell.address)
         cell.groups.discard((scope, group))
+        if self.fabric is not None:
+            self.fabric.directory_changed()
 
     def members(self, group: str, scope: Scope) -> list[str]:
         """Members visible from scope: the scope's own, then the shared system services."""
         out = list(self._groups.get(scope, {}).get(group, ()))
         if scope != SYSTEM_SCOPE:
             out.extend(m for m in self._groups.get(SYSTEM_SCOPE, {}).get(group, ()) if m not in out)
+        if self.fabric is not None:
+            out.extend(m for m in self.fabric.remote_members(group, scope) if m not in out)
         return out
+
+    def local_directory(self) -> dict[str, Any]:
+        """This node's groups and registry entries, by scope (what a fabric shares with other nodes)."""
+        groups = {
+            f"{s[0]}/{s[1]}": {g: list(m) for g, m in table.items() if m} for s, table in self._groups.items()
+        }
+        registry = {
+            f"{s[0]}/{s[1]}": [e.to_dict() for e in table.values()] for s, table in self._registry.items()
+        }
+        return {
+            "groups": {k: v for k, v in groups.items() if v},
+            "registry": {k: v for k, v in registry.items() if v},
+        }
 
     def register(self, cell: Cell, entry: RegistryEntry, scope: Scope) -> None:
         self._registry.setdefault(scope, {})[entry.object_id] = entry
         cell.registered.add(scope)
+        if self.fabric is not None:
+            self.fabric.directory_changed()
 
     def discover(
         self, scope: Scope, category: str | None, capability: str | None, object_type: str | None = None
@@ -700,6 +843,10 @@ class Node:
         pools: Iterable[dict[str, RegistryEntry]] = [self._registry.get(scope, {})]
         if scope != SYSTEM_SCOPE:
             pools = [*pools, self._registry.get(SYSTEM_SCOPE, {})]
+        if self.fabric is not None:
+            seen = {oid for pool in pools for oid in pool}
+            remote = {e.object_id: e for e in self.fabric.remote_entries(scope) if e.object_id not in seen}
+            pools = [*pools, remote]
         return [
             e
             for pool in pools
@@ -757,6 +904,9 @@ class Node:
         if cell is None or cell.removed or cell.task is None or cell.task.done():
             if not spec.dynamic:
                 raise ActorNotFound(f"actor '{target}' is not running", actor=target)
+            if self.fabric is not None and (cell is None or cell.removed):
+                # Activating it here would bypass its cluster lease; monitors and links stay in one node.
+                raise ActorNotFound(f"actor '{target}' is not active on this node", actor=target)
             cell = self._activate(spec, scope, key)
         return cell, None
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Protocol
 
 from ._cell import Scope
 
@@ -72,20 +72,50 @@ class Subscription:
             yield await self.get()
 
 
+class Bridge(Protocol):
+    """Carries topics between the nodes of a cluster (``minihermes.cluster``): a watcher on one node sees
+    the events of an actor running on another. Best effort, like the local side."""
+
+    def watch(self, scope: Scope, topic: str) -> None:
+        """The first local subscriber of the topic arrived."""
+
+    def unwatch(self, scope: Scope, topic: str) -> None:
+        """The last local subscriber of the topic left."""
+
+    def forward(self, scope: Scope, topic: str, event: JSON) -> None:
+        """Offer an event published here to the other nodes' subscribers (if any)."""
+
+    def remote_interest(self, scope: Scope, topic: str) -> bool:
+        """Whether some other node has subscribers of the topic."""
+
+
 class PubSub:
     """Topics per scope (tenant, namespace): a tenant can neither read nor write another tenant's topics."""
 
     def __init__(self) -> None:
         self._subs: dict[tuple[Scope, str], list[Subscription]] = {}
+        self.bridge: Bridge | None = None
 
     def subscribe(self, scope: Scope, topic: str, maxsize: int = 1000) -> Subscription:
         key = (scope, topic)
         sub = Subscription(self, key, max(1, maxsize))
-        self._subs.setdefault(key, []).append(sub)
+        subs = self._subs.get(key)
+        if subs is None:
+            subs = self._subs[key] = []
+            if self.bridge is not None:
+                self.bridge.watch(scope, topic)
+        subs.append(sub)
         return sub
 
     def publish(self, scope: Scope, topic: str, event: JSON) -> int:
-        """Offer ``event`` to every subscriber of the topic; returns how many there were."""
+        """Offer ``event`` to every subscriber of the topic (on every node of a cluster); returns how many
+        local subscribers there were."""
+        if self.bridge is not None:
+            self.bridge.forward(scope, topic, event)
+        return self.deliver(scope, topic, event)
+
+    def deliver(self, scope: Scope, topic: str, event: JSON) -> int:
+        """Offer ``event`` to this node's subscribers only (the bridge calls it for remote events)."""
         subs = self._subs.get((scope, topic))
         if not subs:
             return 0
@@ -94,7 +124,9 @@ class PubSub:
         return len(subs)
 
     def has_subscribers(self, scope: Scope, topic: str) -> bool:
-        return bool(self._subs.get((scope, topic)))
+        if self._subs.get((scope, topic)):
+            return True
+        return self.bridge is not None and self.bridge.remote_interest(scope, topic)
 
     def _remove(self, key: tuple[Scope, str], sub: Subscription) -> None:
         subs = self._subs.get(key)
@@ -102,3 +134,5 @@ class PubSub:
             subs.remove(sub)
             if not subs:
                 del self._subs[key]
+                if self.bridge is not None:
+                    self.bridge.unwatch(*key)

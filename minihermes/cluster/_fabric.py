@@ -1,0 +1,481 @@
+"""The cluster fabric: nodes over NATS (JetStream for the heartbeat and lease buckets, core NATS for
+request/reply and notices), plugged into a ``Node`` as its ``fabric``.
+
+- ``ask``/``send`` to a dynamic actor (virtual or per-tenant) that is not active here: take its lease and
+  activate it here, or forward the message to the node holding the lease (request/reply carrying the
+  request context); retried when that node is stopping, has moved the actor or has died.
+- Groups, registry entries and watched topics travel in the heartbeats, so ``members``/``discover`` see the
+  whole cluster and topic events cross to nodes that have watchers.
+- Channel sends and reminder changes are announced, so receivers and reminder timers on every node wake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import nats
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js import JetStreamContext
+from nats.js.api import KeyValueConfig
+from nats.js.errors import BucketNotFoundError
+from nats.js.kv import KeyValue
+
+from minihermes.runtime import ActorError, AskTimeout, RequestContext, ShuttingDown
+from minihermes.runtime._cell import Cell, CellKey
+from minihermes.runtime._node import RegistryEntry
+from minihermes.runtime._pubsub import Bridge
+from minihermes.runtime.store import Scope
+
+from ._directory import Directory, cancel_quietly
+from ._leases import Holder, LeaseTable
+from ._settings import ClusterSettings
+from ._wire import Signer, Subjects, Unauthenticated
+
+if TYPE_CHECKING:
+    from minihermes.runtime import Node
+
+log = logging.getLogger("minihermes.cluster")
+
+_RETRY_CODES = frozenset({"not_owner", "shutting_down"})
+
+
+class ClusterUnavailable(ActorError):
+    code = "cluster_unavailable"
+
+
+class _Retry(Exception):
+    """The holder could not take the message (gone, stopping, moved): read the lease again and retry."""
+
+
+class Cluster:
+    """A node's membership of a cluster: ``node.fabric = Cluster(settings)`` before ``node.start()``."""
+
+    def __init__(self, settings: ClusterSettings) -> None:
+        self.settings = settings
+        self.subjects = Subjects(settings.name)
+        self.signer = Signer(settings.secret)
+        self.pubsub_bridge: Bridge | None = self
+        self._node: Node | None = None
+        self._nc: Client | None = None
+        self._dir: Directory | None = None
+        self._leases: LeaseTable | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._pending: dict[str, set[asyncio.Future[Any]]] = {}
+        self._down: set[asyncio.Future[Any]] = set()
+        self._dir_dirty = asyncio.Event()
+        self._watched: dict[str, tuple[Scope, str]] = {}
+        self._topic_subs: dict[str, Any] = {}
+        self._outbox: asyncio.Queue[tuple[str, bytes, dict[str, str]]] = asyncio.Queue(10_000)
+        self.stats = {"forwarded": 0, "served": 0, "rejected": 0, "takeovers": 0}
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+
+    @property
+    def node(self) -> Node:
+        assert self._node is not None, "the cluster fabric is not started"
+        return self._node
+
+    @property
+    def leases(self) -> LeaseTable:
+        assert self._leases is not None, "the cluster fabric is not started"
+        return self._leases
+
+    @property
+    def directory(self) -> Directory:
+        assert self._dir is not None, "the cluster fabric is not started"
+        return self._dir
+
+    async def start(self, node: Node) -> None:
+        self._node = node
+        s = self.settings
+        self._nc = nc = await nats.connect(
+            **s.connect_options(node.node_id), error_cb=self._nats_error, disconnected_cb=self._nats_down
+        )
+        js = nc.jetstream(timeout=max(2.0, s.node_ttl))
+        nodes = await _bucket(
+            js, KeyValueConfig(bucket=self.subjects.nodes_bucket, history=1, limit_marker_ttl=s.node_ttl)
+        )
+        leases = await _bucket(js, KeyValueConfig(bucket=self.subjects.leases_bucket, history=1))
+        self._dir = Directory(
+            js, nodes, self.signer, self.subjects, node.node_id, node.boot_id, s.node_ttl, self._node_down
+        )
+        self._leases = LeaseTable(leases, self.signer, self._dir)
+        await self._dir.start_watch()
+        self._spawn(self._dir.watch_loop())
+        await nc.subscribe(self.subjects.requests(node.node_id), cb=self._on_request)
+        await nc.subscribe(self.subjects.channels, cb=self._on_channel)
+        await nc.subscribe(self.subjects.reminders, cb=self._on_reminders)
+        await self._dir.beat(node.local_directory(), list(self._watched))
+        self._spawn(self._heartbeat_loop())
+        self._spawn(self._pump())
+        log.info("node %s joined cluster %s at %s", node.node_id, s.name, s.nats_url)
+
+    async def stop(self) -> None:
+        """After the node's actors stopped: release every lease, leave, disconnect."""
+        if self._nc is None:
+            return
+        for t in list(self._tasks):
+            if t.get_name().startswith("mh-release"):
+                await asyncio.wait({t}, timeout=self.settings.node_ttl)
+        released = await self.leases.release_all()
+        try:
+            await self.directory.leave()
+        except Exception as e:
+            log.warning("could not remove the heartbeat: %r", e)
+        await self.directory.stop_watch()
+        for t in list(self._tasks):
+            await cancel_quietly(t)
+        nc, self._nc = self._nc, None
+        await nc.drain()
+        log.info("node %s left the cluster (%d leases released)", self.node.node_id, released)
+
+    def status(self) -> dict[str, Any]:
+        d = self.directory
+        return {
+            "cluster": self.settings.name,
+            "node": d.node_id,
+            "boot": d.boot,
+            "peers": sorted(d.peers),
+            "leases": len(self.leases.held),
+            **self.stats,
+        }
+
+    def _spawn(self, coro: Any, name: str = "mh-fabric") -> asyncio.Task[Any]:
+        task: asyncio.Task[Any] = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(_log_failure)
+        return task
+
+    async def _nats_error(self, e: Exception) -> None:
+        log.warning("nats: %r", e)
+
+    async def _nats_down(self) -> None:
+        if self._nc is not None:  # not while we close it ourselves
+            log.warning("nats: disconnected (reconnecting)")
+
+    # -- routing (the Node side) ---------------------------------------------------------------------------
+
+    async def ask(
+        self, target: str, op: str, payload: dict[str, Any] | None, timeout: float | None, ctx: RequestContext
+    ) -> Any:
+        node = self.node
+        limit = node.options.ask_timeout if timeout is None else timeout
+        return await self._route("ask", target, op, payload or {}, ctx, limit)
+
+    def send(self, target: str, op: str, payload: dict[str, Any], ctx: RequestContext, system: bool) -> None:
+        limit = self.node.options.ask_timeout
+        self._spawn(self._send(target, op, payload, ctx, system, limit), "mh-send")
+
+    async def _send(
+        self, target: str, op: str, payload: dict[str, Any], ctx: RequestContext, system: bool, limit: float
+    ) -> None:
+        try:
+            await self._route("sys" if system else "send", target, op, payload, ctx, limit)
+        except ActorError as e:
+            self.node.metrics.incr("cluster_sends_dropped_total")
+            log.warning("cast %s to %s not delivered: %s", op, target, e.message)
+
+    async def _route(
+        self, kind: str, target: str, op: str, payload: dict[str, Any], ctx: RequestContext, limit: float
+    ) -> Any:
+        node = self.node
+        ck = node.lease_key(target, payload, ctx)
+        assert ck is not None, f"{target} is not a leased actor"
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit
+        fresh, backoff = False, 0.02
+        while True:
+            holder = await self._claim(ck, fresh)
+            remaining = deadline - loop.time()
+            if holder == self.leases.me:
+                return await self._local(kind, target, op, payload, ctx, max(remaining, 0.001))
+            if remaining <= 0:
+                break
+            try:
+                self.stats["forwarded"] += 1
+                return await self._request(holder, kind, target, op, payload, ctx, remaining)
+            except _Retry:
+                self.leases.forget(ck)
+                fresh = True
+                await asyncio.sleep(min(backoff, max(0.0, deadline - loop.time())))
+                backoff = min(backoff * 2, 0.25)
+            if loop.time() >= deadline:
+                break
+        raise AskTimeout(f"{target}.{op} did not answer within {limit:g}s", actor=target, op=op)
+
+    async def _claim(self, ck: CellKey, fresh: bool) -> Holder:
+        node = self.node
+        try:
+            return await self.leases.claim(ck, lambda: node.activate_here(ck), fresh=fresh)
+        except (TimeoutError, nats.errors.Error) as e:
+            raise ClusterUnavailable(f"cluster leases unavailable: {e!r}") from None
+
+    async def _local(
+        self, kind: str, target: str, op: str, payload: dict[str, Any], ctx: RequestContext, timeout: float
+    ) -> Any:
+        node = self.node
+        if kind == "ask":
+            return await node.ask(target, op, payload, timeout, ctx=ctx)
+        if kind == "send":
+            node.send(target, op, payload, ctx=ctx)
+        else:
+            node._deliver_system(target, op, payload, ctx)
+        return {"status": "accepted"}
+
+    async def _request(
+        self,
+        holder: Holder,
+        kind: str,
+        target: str,
+        op: str,
+        payload: dict[str, Any],
+        ctx: RequestContext,
+        timeout: float,
+    ) -> Any:
+        assert self._nc is not None
+        subject = self.subjects.requests(holder.node)
+        body = {
+            "k": kind,
+            "t": target,
+            "o": op,
+            "p": payload,
+            "c": ctx.to_dict(),
+            "to": timeout,
+            "f": self.directory.node_id,
+        }
+        data, headers = self.signer.seal(subject, body)
+        # The remote side answers ask timeouts itself; the margin lets its answer arrive first.
+        task = asyncio.ensure_future(self._nc.request(subject, data, timeout=timeout + 0.5, headers=headers))
+        pending = self._pending.setdefault(holder.node, set())
+        pending.add(task)
+        try:
+            msg = await task
+        except NoRespondersError:
+            raise _Retry() from None
+        except NatsTimeout:
+            raise AskTimeout(
+                f"{target}.{op} did not answer within {timeout:g}s", actor=target, op=op
+            ) from None
+        except asyncio.CancelledError:
+            if task in self._down:
+                raise _Retry() from None  # the holder died with our request: ask again elsewhere
+            raise
+        finally:
+            pending.discard(task)
+            self._down.discard(task)
+        try:
+            reply = self.signer.open(msg.subject, msg.data, msg.headers)
+        except Unauthenticated:
+            raise ClusterUnavailable("a reply without a valid cluster signature") from None
+        err = reply.get("e")
+        if err is not None:
+            e = ActorError.from_dict(err)
+            if e.code in _RETRY_CODES:
+                raise _Retry()
+            raise e
+        return reply.get("r")
+
+    # -- serving other nodes' requests ---------------------------------------------------------------------
+
+    async def _on_request(self, msg: Msg) -> None:
+        # nats-py runs one subscription's callbacks one at a time: serve each request in its own task.
+        self._spawn(self._serve(msg), "mh-serve")
+
+    async def _serve(self, msg: Msg) -> None:
+        node = self.node
+        try:
+            body = self.signer.open(msg.subject, msg.data, msg.headers)
+        except Unauthenticated as e:
+            self.stats["rejected"] += 1
+            node.metrics.incr("cluster_rejected_total")
+            log.warning("rejected a fabric request: %s", e.message)
+            return  # nothing is answered to a stranger
+        self.stats["served"] += 1
+        reply: dict[str, Any]
+        try:
+            if not node._accepting:
+                raise ShuttingDown("the node is shutting down")
+            kind, target, op = str(body["k"]), str(body["t"]), str(body["o"])
+            payload = body.get("p") or {}
+            ctx = RequestContext.from_dict(body.get("c") or {})
+            ck = node.lease_key(target, payload, ctx)
+            if ck is not None and not node.is_active_here(ck):
+                holder = await self._claim(ck, fresh=True)
+                if holder != self.leases.me:
+                    raise ActorError(f"{target} is active on {holder.node}", code="not_owner")
+            timeout = float(body.get("to") or node.options.ask_timeout)
+            reply = {"r": await self._local(kind, target, op, payload, ctx, timeout)}
+        except ActorError as e:
+            reply = {"e": e.to_dict()}
+        except (KeyError, TypeError, ValueError) as e:
+            reply = {"e": {"error": {"code": "invalid_argument", "message": f"bad fabric request: {e}"}}}
+        if msg.reply and self._nc is not None:
+            data, headers = self.signer.seal(msg.reply, reply)
+            await self._nc.publish(msg.reply, data, headers=headers)
+
+    # -- leases, membership ----------------------------------------------------------------------------------
+
+    def cell_removed(self, cell: Cell) -> None:
+        if self._leases is None:
+            return
+        node, ck = self.node, cell.ck
+        self._spawn(self.leases.release(ck, lambda: node.is_active_here(ck)), "mh-release")
+
+    def _node_down(self, node_id: str, boot: str) -> None:
+        if self._leases is not None:
+            self._leases.forget_node(node_id)
+        for task in list(self._pending.get(node_id, ())):
+            self._down.add(task)
+            task.cancel()
+        # Channel messages the dead node had received and not acked go back to the queue now.
+        self._spawn(self.node.store.channels.release_receipt_prefix(f"{node_id}:{boot}:"), "mh-receipts")
+
+    def directory_changed(self) -> None:
+        self._dir_dirty.set()
+
+    def remote_members(self, group: str, scope: Scope) -> list[str]:
+        return self._dir.members(group, scope) if self._dir is not None else []
+
+    def remote_entries(self, scope: Scope) -> list[RegistryEntry]:
+        return self._dir.entries(scope) if self._dir is not None else []
+
+    async def _heartbeat_loop(self) -> None:
+        s, d, node = self.settings, self.directory, self.node
+        while True:
+            try:
+                await asyncio.wait_for(self._dir_dirty.wait(), s.heartbeat)
+                await asyncio.sleep(0.02)  # coalesce a burst of joins/leaves into one heartbeat
+            except TimeoutError:
+                pass
+            self._dir_dirty.clear()
+            try:
+                await d.beat(node.local_directory(), list(self._watched))
+            except Exception as e:
+                log.warning("heartbeat failed: %r", e)
+                if time.monotonic() - d.last_beat_ok > s.node_ttl / 2:
+                    self._fence()
+                self._dir_dirty.set()  # retry soon
+                await asyncio.sleep(min(0.2, s.heartbeat))
+            d.sweep()
+            await node.rearm_reminders()  # in case a reminder notice from another node was missed
+
+    def _fence(self) -> None:
+        """Our heartbeat may have expired: others may take our actors, so they must not run here."""
+        node = self.node
+        dropped = self.leases.drop_all()
+        if dropped:
+            log.error("heartbeat lapsed: stopping %d leased actors", len(dropped))
+        for ck in dropped:
+            cell = node._cells.get(ck)
+            if cell is not None:
+                node._remove(cell)
+                node.spawn(cell.kill("lease lost"))
+                node.fail_pending(cell, "lease lost")
+
+    # -- notices: channel wake-ups, reminders, topics ---------------------------------------------------------
+
+    def _post(self, subject: str, body: dict[str, Any]) -> None:
+        body["f"] = self.directory.node_id
+        data, headers = self.signer.seal(subject, body)
+        try:
+            self._outbox.put_nowait((subject, data, headers))
+        except asyncio.QueueFull:
+            self.node.metrics.incr("cluster_notices_dropped_total")
+
+    async def _pump(self) -> None:
+        while True:
+            subject, data, headers = await self._outbox.get()
+            if self._nc is not None:
+                await self._nc.publish(subject, data, headers=headers)
+
+    def _open_notice(self, msg: Msg) -> dict[str, Any] | None:
+        try:
+            body = self.signer.open(msg.subject, msg.data, msg.headers)
+        except Unauthenticated as e:
+            self.stats["rejected"] += 1
+            log.warning("rejected a fabric notice: %s", e.message)
+            return None
+        return None if body.get("f") == self.directory.node_id else body
+
+    def channel_sent(self, scope: Scope, channel: str) -> None:
+        if self._dir is not None:
+            self._post(self.subjects.channels, {"s": list(scope), "ch": channel})
+
+    async def _on_channel(self, msg: Msg) -> None:
+        body = self._open_notice(msg)
+        if body is not None:
+            tenant, ns = body["s"]
+            self.node.wake_channel((str(tenant), str(ns)), str(body["ch"]))
+
+    def reminders_changed(self) -> None:
+        if self._dir is not None:
+            self._post(self.subjects.reminders, {})
+
+    async def _on_reminders(self, msg: Msg) -> None:
+        if self._open_notice(msg) is not None:
+            self._spawn(self.node.rearm_reminders(), "mh-rearm")
+
+    def watch(self, scope: Scope, topic: str) -> None:
+        subject = self.subjects.topic(scope, topic)
+        self._watched[subject] = (scope, topic)
+        if subject not in self._topic_subs and self._nc is not None:
+            self._topic_subs[subject] = None
+            self._spawn(self._subscribe_topic(subject), "mh-topic")
+        self.directory_changed()
+
+    async def _subscribe_topic(self, subject: str) -> None:
+        assert self._nc is not None
+        sub = await self._nc.subscribe(subject, cb=self._on_topic)
+        if subject in self._watched:
+            self._topic_subs[subject] = sub
+        else:
+            await sub.unsubscribe()
+            self._topic_subs.pop(subject, None)
+
+    def unwatch(self, scope: Scope, topic: str) -> None:
+        subject = self.subjects.topic(scope, topic)
+        self._watched.pop(subject, None)
+        sub = self._topic_subs.pop(subject, None)
+        if sub is not None:
+            self._spawn(sub.unsubscribe(), "mh-topic")
+        self.directory_changed()
+
+    def forward(self, scope: Scope, topic: str, event: Any) -> None:
+        if self._dir is None:
+            return
+        subject = self.subjects.topic(scope, topic)
+        if self._dir.interested(subject):
+            self._post(subject, {"s": list(scope), "t": topic, "e": event})
+
+    def remote_interest(self, scope: Scope, topic: str) -> bool:
+        return self._dir is not None and self._dir.interested(self.subjects.topic(scope, topic))
+
+    async def _on_topic(self, msg: Msg) -> None:
+        body = self._open_notice(msg)
+        if body is None:
+            return
+        tenant, ns = body["s"]
+        scope = (str(tenant), str(ns))
+        topic = str(body["t"])
+        if self.subjects.topic(scope, topic) == msg.subject:  # the scope named is the one signed for
+            self.node.pubsub.deliver(scope, topic, body.get("e"))
+
+
+async def _bucket(js: JetStreamContext, config: KeyValueConfig) -> KeyValue:
+    try:
+        return await js.key_value(config.bucket)
+    except BucketNotFoundError:
+        return await js.create_key_value(config)
+
+
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("cluster task %s failed", task.get_name(), exc_info=task.exception())
