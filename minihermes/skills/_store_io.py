@@ -1,0 +1,136 @@
+"""The skill store's reads and writes of host primitives, and SKILL.md folders on disk."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from minihermes.runtime import Host, InvalidArgument, NotFound
+
+from ._model import parse_skill_md, render_skill_md
+from ._text import slug
+
+TEXT_INDEX = "skills"
+MAX_IMPORT = 10_000
+MAX_SKILL_MD_BYTES = 256 * 1024
+
+
+def record_key(skill_id: str) -> str:
+    return f"skill:{skill_id}"
+
+
+def version_key(skill_id: str, version: int) -> str:
+    return f"skill_v:{skill_id}:{version:06d}"
+
+
+def blob_name(skill_id: str, version: int) -> str:
+    return f"skill/{skill_id}/v{version}"
+
+
+def workflow_key(turn_id: str) -> str:
+    """One extraction workflow per turn; turn ids come from the agent, so they are hashed into a key."""
+    return "learn-" + hashlib.sha256(turn_id.encode()).hexdigest()[:24]
+
+
+def _owner_of(record: dict[str, Any]) -> str:
+    return "" if record["scope"] == "tenant" else str(record["owner"])
+
+
+async def put_record(host: Host, record: dict[str, Any], old: dict[str, Any] | None) -> None:
+    """The record, then the tuples that changed with it. A crash in between leaves a tuple that points at
+    a record with another status; listings read the records, so they stay right."""
+    await host.kv.put(record_key(record["skill_id"]), record)
+    sid = record["skill_id"]
+    if old is None or old["status"] != record["status"] or _owner_of(old) != _owner_of(record):
+        await host.tuples.take_all(["skill", None, None, sid])
+        await host.tuples.write(["skill", record["status"], _owner_of(record), sid])
+    old_triggers = {t.lower() for t in (old or {}).get("triggers", [])}
+    new_triggers = {t.lower() for t in record["triggers"]}
+    for trigger in old_triggers - new_triggers:
+        await host.tuples.take_all(["skill_trigger", trigger, sid])
+    for trigger in new_triggers - old_triggers:
+        await host.tuples.write(["skill_trigger", trigger, sid])
+    old_tags = set((old or {}).get("tags", []))
+    if old is None or old_tags != set(record["tags"]) or old["name"] != record["name"]:
+        await host.tuples.take_all(["skill_tag", None, sid, None])
+        for tag in record["tags"]:
+            await host.tuples.write(["skill_tag", tag, sid, record["name"]])
+
+
+async def index_text(host: Host, record: dict[str, Any], procedure: str) -> None:
+    fields = {
+        "name": record["name"],
+        "description": record["description"],
+        "triggers": " ".join(record["triggers"] + record["tags"]),
+        "procedure": procedure,
+    }
+    await host.text.upsert(TEXT_INDEX, record["skill_id"], fields, {"owner": _owner_of(record)})
+
+
+async def put_version(host: Host, record: dict[str, Any], procedure: str, reason: str, author: str) -> None:
+    sid, version = record["skill_id"], record["version"]
+    await host.blobs.put(blob_name(sid, version), procedure.encode(), "text/markdown")
+    meta = {"version": version, "reason": reason[:500], "author": author, "created_at": host.now()}
+    await host.kv.put(version_key(sid, version), meta)
+
+
+async def get_version(host: Host, skill_id: str, version: int) -> str:
+    data = await host.blobs.get(blob_name(skill_id, version))
+    if data is None:
+        raise NotFound(f"skill '{skill_id}' has no stored version {version}", field="version")
+    return data.decode()
+
+
+async def versions(host: Host, skill_id: str) -> list[dict[str, Any]]:
+    rows = await host.kv.list(f"skill_v:{skill_id}:")
+    return [v for _k, v in rows if isinstance(v, dict)]
+
+
+def render(record: dict[str, Any], procedure: str) -> str:
+    return render_skill_md(record, procedure)
+
+
+async def read_skill_docs(op: str, path: str, documents: list[str]) -> list[dict[str, Any]]:
+    """Parsed SKILL.md files: ``<path>/*/SKILL.md`` (or ``path`` itself when it is one) plus the texts."""
+    texts = list(documents)
+    if path:
+        texts += await asyncio.to_thread(_read_folder, op, path)
+    if len(texts) > MAX_IMPORT:
+        raise InvalidArgument(f"{op}: at most {MAX_IMPORT} skills at once", op=op)
+    return [parse_skill_md(t, op=op) for t in texts]
+
+
+def _read_folder(op: str, path: str) -> list[str]:
+    root = Path(path)
+    if not root.is_absolute() or not root.exists():
+        raise InvalidArgument(f"{op}: path must be an existing absolute path", op=op, field="path")
+    files = [root] if root.is_file() else sorted(root.glob("*/SKILL.md")) + sorted(root.glob("SKILL.md"))
+    out = []
+    for file in files:
+        if file.stat().st_size > MAX_SKILL_MD_BYTES:
+            raise InvalidArgument(f"{op}: {file} is larger than {MAX_SKILL_MD_BYTES} bytes", op=op)
+        out.append(file.read_text(encoding="utf-8"))
+    return out
+
+
+async def write_skill_docs(op: str, path: str, docs: list[dict[str, Any]]) -> int:
+    return await asyncio.to_thread(_write_folder, op, path, docs)
+
+
+def _write_folder(op: str, path: str, docs: list[dict[str, Any]]) -> int:
+    root = Path(path)
+    if not root.is_absolute():
+        raise InvalidArgument(f"{op}: path must be absolute", op=op, field="path")
+    root.mkdir(parents=True, exist_ok=True)
+    used: set[str] = set()
+    for doc in docs:
+        folder = slug(doc["name"])
+        n = 2
+        while folder in used:
+            folder, n = f"{slug(doc['name'])}-{n}", n + 1
+        used.add(folder)
+        (root / folder).mkdir(exist_ok=True)
+        (root / folder / "SKILL.md").write_text(doc["skill_md"], encoding="utf-8")
+    return len(docs)

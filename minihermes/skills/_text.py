@@ -1,0 +1,62 @@
+"""Words for matching skills: one tokenizer for the index, the queries and near-duplicate checks."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+
+_WORD = re.compile(r"[a-z0-9]+(?:_[a-z0-9]+)*")
+STOPWORDS = frozenset(
+    "a an and are as at be by can do does for from how i if in into is it its me my of on or our please "
+    "so than that the their them then there these this to up us was we what when where which while who "
+    "will with you your".split()
+)
+_SUFFIXES = ("ations", "ation", "ings", "ing", "ies", "ed", "es", "s")
+
+
+def stem(word: str) -> str:
+    """A light suffix stripper: enough to make "calculate", "calculates" and "calculating" meet."""
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 4:
+            word = word[: -len(suffix)]
+            if suffix == "ies":
+                word += "y"
+            break
+    if len(word) > 4 and word.endswith("e"):
+        word = word[:-1]
+    return word
+
+
+def tokens(text: str) -> list[str]:
+    """Normalized terms of ``text``: lower case, stop words dropped, stemmed. A snake_case word (a tool
+    name) counts whole and by its parts, so "memory_store" matches "store it in memory"."""
+    out: list[str] = []
+    for word in _WORD.findall(text.lower()):
+        if "_" in word:
+            out.append(word)
+            parts: Iterable[str] = word.split("_")
+        else:
+            parts = (word,)
+        for part in parts:
+            if part and part not in STOPWORDS:
+                out.append(stem(part))
+    return out
+
+
+def term_counts(text: str) -> Counter[str]:
+    return Counter(tokens(text))
+
+
+def jaccard(a: Iterable[str], b: Iterable[str]) -> float:
+    sa, sb = set(a), set(b)
+    if not sa and not sb:
+        return 1.0
+    return len(sa & sb) / len(sa | sb)
+
+
+def slug(text: str, max_len: int = 64) -> str:
+    """A kebab-case name: letters, digits and single hyphens."""
+    words = re.findall(r"[a-z0-9]+", text.lower())
+    out = "-".join(words)[:max_len].strip("-")
+    return out or "skill"

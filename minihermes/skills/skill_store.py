@@ -1,0 +1,637 @@
+"""``skill_store`` (one per tenant): learned and imported procedures, their versions, matching and lifecycle.
+
+Storage, one primitive per access pattern (seed 000 "Three Storage Layers"): the record (metadata, status,
+usage, provenance) in KV under ``skill:<id>``; every version's procedure in a Blob ``skill/<id>/v<n>`` (never
+deleted, so ``rollback`` can restore any of them); tuples ``["skill", status, owner, id]``,
+``["skill_trigger", trigger, id]`` and ``["skill_tag", tag, id, name]`` for pattern listings; the FTS5 text
+index ``skills`` for ``search_skills``. ``match_skills`` runs on an in-memory BM25 index (``_index.py``)
+rebuilt from the KV records on activation: a store query per match would not meet 10 ms at 100k skills.
+
+Lifecycle: ``candidate`` (learned, not yet evaluated or approved: never matched) -> ``active`` -> ``stale``
+(unused for a while; a use makes it active again) -> ``archived`` (``recover`` brings it back). Nothing is
+ever deleted. ``pinned`` skills are left alone by the curator. A skill learned in a user's sessions serves
+only that user (``scope: user``) until an admin promotes it to the tenant. Every transition is audited.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections import Counter, OrderedDict
+from typing import Any, Literal
+
+from minihermes.agent.audit import fire_audit
+from minihermes.runtime import Conflict, GenServer, InvalidArgument, NotFound, call, cast, current_context
+
+from . import _access as access
+from . import _store_io as io
+from ._index import IndexDoc, SkillIndex, weighted_terms
+from ._model import (
+    MAX_DESCRIPTION_CHARS,
+    MAX_NAME_CHARS,
+    MAX_PROCEDURE_CHARS,
+    MAX_QUERY_CHARS,
+    STATUSES,
+    USABLE,
+    check_text,
+    check_words,
+    needs_approval,
+    procedure_tools,
+)
+from ._text import jaccard, term_counts, tokens
+
+StatusFilter = Literal["", "candidate", "active", "stale", "archived", "pinned"]
+Scope = Literal["user", "tenant"]
+_SKILL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+_PROC_TERMS = 300
+"""Procedure terms kept in the record so activation rebuilds the index without reading every blob."""
+DUPLICATE_SIMILARITY = 0.6
+_CACHE = 4096
+
+
+def _check_id(op: str, skill_id: str) -> str:
+    if not _SKILL_ID.match(skill_id):
+        raise InvalidArgument(f"{op}: skill_id is not a valid id", op=op, field="skill_id")
+    return skill_id
+
+
+def _signature(record: dict[str, Any]) -> list[str]:
+    return tokens(" ".join([record["name"], record["description"], *record.get("triggers", [])]))
+
+
+def view(record: dict[str, Any]) -> dict[str, Any]:
+    """A record as replies show it (internal index data left out)."""
+    return {k: v for k, v in record.items() if k != "proc_terms"}
+
+
+class SkillStore(GenServer):
+    """Per-tenant skill store; see the module docstring. Args: ``learn_min_tool_calls`` (3),
+    ``duplicate_similarity`` (0.6), ``workflow`` (the extraction workflow's actor name)."""
+
+    state_version = 1
+
+    async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
+        self.learn_min_tool_calls = int(args.get("learn_min_tool_calls", 3))
+        self.duplicate_similarity = float(args.get("duplicate_similarity", DUPLICATE_SIMILARITY))
+        self.workflow = str(args.get("workflow", "skill_workflow"))
+        self.index = SkillIndex(half_life_days=float(args.get("recency_half_life_days", 30)))
+        self._records: dict[str, dict[str, Any]] = {}
+        """Every record, as in KV: the index's signals and the near-duplicate check read them here."""
+        self._procedures: OrderedDict[tuple[str, int], str] = OrderedDict()
+        for _key, record in await self.host.kv.list("skill:"):
+            if isinstance(record, dict) and "skill_id" in record:
+                self._records[record["skill_id"]] = record
+                self.index.upsert(self._doc(record))
+        self._audit_on = self.host.has_actor("audit_event")
+        self.host.join("svc:skill_store")
+        if self.host.has_actor("curator"):
+            self.host.send("curator", "ensure_scheduled", {})
+
+    # -- proposals and versions ---------------------------------------------------------------------------
+
+    @call
+    async def propose_skill(
+        self,
+        name: str,
+        description: str,
+        procedure: str,
+        triggers: list[str] | None = None,
+        tags: list[str] | None = None,
+        session_id: str = "",
+        user_id: str = "",
+        turn_id: str = "",
+        skill_id: str = "",
+    ) -> dict[str, Any]:
+        """A learned procedure. A new skill starts as ``candidate`` (the evaluation decides); a proposal
+        close to a skill the same user already has patches that skill with a new version instead.
+        Reply: ``{skill_id, created, patched, version, skill_status}``. Idempotent for a given skill_id."""
+        op = "propose_skill"
+        access.require_writer(op)
+        fields = self._fields(op, name, description, procedure, triggers, tags)
+        owner = access.acting_user(user_id)
+        if skill_id:
+            existing = self._records.get(_check_id(op, skill_id))
+            if existing is not None:
+                return self._proposal_reply(existing, created=False, patched=False)
+        probe = {"name": fields["name"], "description": fields["description"], "triggers": fields["triggers"]}
+        twin = self._near_duplicate(probe, procedure_tools(fields["procedure"]), owner)
+        if twin is not None:
+            record = await self._patch(twin, fields, reason=f"merged proposal from session {session_id}")
+            return self._proposal_reply(record, created=False, patched=True)
+        now = self.host.now()
+        sid = skill_id or f"skill-{uuid.uuid4().hex[:16]}"
+        tools = procedure_tools(fields["procedure"])
+        record = {
+            "skill_id": sid,
+            "name": fields["name"],
+            "description": fields["description"],
+            "triggers": fields["triggers"],
+            "tags": fields["tags"],
+            "tools": tools,
+            "status": "candidate",
+            "pinned": False,
+            "scope": "user",
+            "owner": owner,
+            "version": 1,
+            "versions": 1,
+            "provenance": {"session_id": session_id, "user_id": owner, "turn_id": turn_id},
+            "needs_approval": needs_approval(tools),
+            "approved_by": "",
+            "evaluation": None,
+            "created_at": now,
+            "updated_at": now,
+            "status_changed_at": now,
+            "last_used_at": 0.0,
+            "uses": 0,
+            "successes": 0,
+            "failures": 0,
+        }
+        await self._write_version(record, fields["procedure"], "proposed", first=True)
+        await self._save(record, previous_status=None)
+        self._event("skill_proposed", record, f"name={record['name']} tools={','.join(tools)}")
+        self.host.incr_counter("skills_created_total")
+        return self._proposal_reply(record, created=True, patched=False)
+
+    @call
+    async def update_skill(
+        self,
+        skill_id: str,
+        procedure: str,
+        description: str = "",
+        triggers: list[str] | None = None,
+        tags: list[str] | None = None,
+        reason: str = "",
+    ) -> dict[str, Any]:
+        """A new version of the procedure (versions count from 1; all are kept)."""
+        op = "update_skill"
+        record = self._get(op, skill_id)
+        access.require_owner(op, record)
+        fields = self._fields(
+            op,
+            record["name"],
+            description or record["description"],
+            procedure,
+            triggers if triggers is not None else record["triggers"],
+            tags if tags is not None else record["tags"],
+        )
+        record = await self._patch(record, fields, reason=reason or "updated", replace_words=True)
+        return {"status": "ok", "skill_id": skill_id, "version": record["version"], "skill": view(record)}
+
+    @call
+    async def rollback(self, skill_id: str, version: int) -> dict[str, Any]:
+        """Make an earlier version current again (as a new version, so the history only grows)."""
+        op = "rollback"
+        record = self._get(op, skill_id)
+        access.require_owner(op, record)
+        if not 1 <= version <= record["versions"]:
+            raise InvalidArgument(
+                f"{op}: version must be 1..{record['versions']}", op=op, field="version"
+            )
+        text = await self._procedure(skill_id, version)
+        record = dict(record)
+        await self._write_version(record, text, f"rollback to v{version}")
+        await self._save(record, previous_status=record["status"])
+        self._event("skill_rolled_back", record, f"to=v{version} now=v{record['version']}")
+        return {"status": "ok", "skill_id": skill_id, "version": record["version"], "restored": version}
+
+    # -- reads --------------------------------------------------------------------------------------------
+
+    @call
+    async def get_skill(self, skill_id: str, version: int = 0) -> dict[str, Any]:
+        """``{skill: {...record, procedure}, versions: [{version, reason, created_at}]}``; ``version``
+        picks an older procedure."""
+        op = "get_skill"
+        record = self._get(op, skill_id)
+        self._require_visible(op, record)
+        wanted = version or record["version"]
+        if not 1 <= wanted <= record["versions"]:
+            raise InvalidArgument(f"{op}: no version {version}", op=op, field="version")
+        procedure = await self._procedure(skill_id, wanted)
+        history = await io.versions(self.host, skill_id)
+        return {"status": "ok", "skill": {**view(record), "procedure": procedure}, "versions": history}
+
+    @call
+    async def match_skills(
+        self, query: str, limit: int = 3, user_id: str = "", session_id: str = ""
+    ) -> dict[str, Any]:
+        """The usable skills (active or stale) best matching ``query`` that the user may use:
+        ``skills: [{skill_id, name, description, procedure, score, version, status}]``, best first."""
+        op = "match_skills"
+        if len(query) > MAX_QUERY_CHARS:
+            query = query[:MAX_QUERY_CHARS]  # the agent passes the user's message; its head says enough
+        if not 1 <= limit <= 20:
+            raise InvalidArgument(f"{op}: limit must be 1..20", op=op, field="limit")
+        user = access.acting_user(user_id)
+        hits = self.index.search(query, limit, user_id=user, now=self.host.now())
+        skills = []
+        for sid, score in hits:
+            record = self._records[sid]
+            skills.append(
+                {
+                    "skill_id": sid,
+                    "name": record["name"],
+                    "description": record["description"],
+                    "procedure": await self._procedure(sid, record["version"]),
+                    "score": score,
+                    "version": record["version"],
+                    "status": record["status"],
+                }
+            )
+        self.host.incr_counter("skill_matches_total", float(len(skills)))
+        return {"status": "ok", "skills": skills}
+
+    @call
+    async def search_skills(self, query: str, limit: int = 10) -> dict[str, Any]:
+        """Full-text search (FTS5) over every skill the caller may see, any status, with snippets."""
+        op = "search_skills"
+        check_text(op, "query", query, MAX_QUERY_CHARS)
+        if not 1 <= limit <= 100:
+            raise InvalidArgument(f"{op}: limit must be 1..100", op=op, field="limit")
+        user = access.acting_user()
+        found = []
+        for hit in await self.host.text.search(io.TEXT_INDEX, query, limit=limit * 5):
+            record = self._records.get(hit.doc_id)
+            if record is None or not (access.is_admin() or access.can_see(record, user)):
+                continue
+            found.append({**view(record), "score": round(hit.score, 6), "snippet": hit.snippet})
+            if len(found) == limit:
+                break
+        return {"status": "ok", "skills": found, "count": len(found)}
+
+    @call
+    def list_skills(self, status: StatusFilter = "", user_id: str = "", limit: int = 1000) -> dict[str, Any]:
+        """Skills with a status (``pinned``: the pinned ones; empty: all) the caller may see, newest
+        first. Admins see every user's skills (or one user's, with ``user_id``)."""
+        if not 1 <= limit <= 100_000:
+            raise InvalidArgument("list_skills: limit must be 1..100000", op="list_skills", field="limit")
+        admin = access.is_admin()
+        user = access.acting_user(user_id)
+        chosen = [
+            r
+            for r in self._records.values()
+            if (not status or (r["pinned"] if status == "pinned" else r["status"] == status))
+            and ((admin and not user_id) or access.can_see(r, user))
+        ]
+        chosen.sort(key=lambda r: (-r["created_at"], r["skill_id"]))
+        return {
+            "status": "ok",
+            "skills": [view(r) for r in chosen[:limit]],
+            "count": min(len(chosen), limit),
+            "truncated": len(chosen) > limit,
+        }
+
+    @call
+    def get_stats(self) -> dict[str, Any]:
+        by_status = Counter(r["status"] for r in self._records.values())
+        return {
+            "status": "ok",
+            "skills": len(self._records),
+            "by_status": {s: by_status.get(s, 0) for s in STATUSES},
+            "pinned": sum(1 for r in self._records.values() if r["pinned"]),
+        }
+
+    # -- usage and lifecycle ------------------------------------------------------------------------------
+
+    @call
+    async def record_usage(self, skill_id: str, session_id: str = "", success: bool = True) -> dict[str, Any]:
+        """A matched skill was used in a turn (call or cast). A stale skill in use is active again."""
+        record = self._records.get(skill_id)
+        if record is None:
+            raise NotFound(f"no skill '{skill_id}'", op="record_usage", field="skill_id")
+        record = dict(record)
+        record["uses"] += 1
+        record["successes" if success else "failures"] += 1
+        record["last_used_at"] = self.host.now()
+        previous = record["status"]
+        if previous == "stale":
+            record["status"] = "active"
+        await self._save(record, previous_status=previous, reindex=False)
+        if previous == "stale":
+            self._event("skill_reactivated", record, "used while stale", session_id=session_id)
+        return {"status": "ok", "skill_id": skill_id, "uses": record["uses"], "skill_status": record["status"]}
+
+    @call
+    async def pin(self, skill_id: str) -> dict[str, Any]:
+        return await self._set_pinned("pin", skill_id, True)
+
+    @call
+    async def unpin(self, skill_id: str) -> dict[str, Any]:
+        return await self._set_pinned("unpin", skill_id, False)
+
+    @call
+    async def archive(self, skill_id: str, reason: str = "") -> dict[str, Any]:
+        op = "archive"
+        record = self._get(op, skill_id)
+        access.require_owner(op, record)
+        if record["pinned"]:
+            raise Conflict(f"{op}: '{skill_id}' is pinned; unpin it first", op=op, field="skill_id")
+        return await self._transition(record, "archived", reason or f"archived by {current_context().principal}")
+
+    @call
+    async def recover(self, skill_id: str) -> dict[str, Any]:
+        """Bring an archived (or stale) skill back into use; a never-evaluated candidate stays one."""
+        op = "recover"
+        record = self._get(op, skill_id)
+        access.require_owner(op, record)
+        if record["status"] not in ("archived", "stale"):
+            raise Conflict(f"{op}: '{skill_id}' is {record['status']}", op=op, field="skill_id")
+        target = "active" if record.get("was_usable", True) else "candidate"
+        return await self._transition(record, target, f"recovered by {current_context().principal}")
+
+    @call
+    async def set_status(self, skill_id: str, status: str, reason: str) -> dict[str, Any]:
+        """The curator's move (admin/system): active -> stale -> archived. Pinned skills are refused."""
+        op = "set_status"
+        access.require_admin(op)
+        record = self._get(op, skill_id)
+        if status not in ("stale", "archived", "active"):
+            raise InvalidArgument(f"{op}: status must be stale, archived or active", op=op, field="status")
+        if record["pinned"] and status != "active":
+            raise Conflict(f"{op}: '{skill_id}' is pinned", op=op, field="skill_id")
+        return await self._transition(record, status, reason)
+
+    @call
+    async def approve_skill(self, skill_id: str) -> dict[str, Any]:
+        """An admin approves a procedure with outside effects; it goes live if its evaluation passed."""
+        op = "approve_skill"
+        access.require_admin(op)
+        record = dict(self._get(op, skill_id))
+        record["approved_by"] = current_context().principal
+        record["approved_tools"] = list(record["tools"])
+        self._event("skill_approved", record, f"by={record['approved_by']}")
+        if record["status"] == "candidate" and (record.get("evaluation") or {}).get("passed"):
+            return await self._transition(record, "active", "approved after a passed evaluation")
+        await self._save(record, previous_status=record["status"], reindex=False)
+        return {"status": "ok", "skill_id": skill_id, "skill_status": record["status"]}
+
+    @call
+    async def promote_skill(self, skill_id: str) -> dict[str, Any]:
+        """An admin makes a user's skill serve the whole tenant."""
+        op = "promote_skill"
+        access.require_admin(op)
+        record = dict(self._get(op, skill_id))
+        record["scope"] = "tenant"
+        await self._save(record, previous_status=record["status"], reindex=False)
+        self._event("skill_promoted", record, f"from_user={record['owner']}")
+        return {"status": "ok", "skill_id": skill_id, "scope": "tenant"}
+
+    @call
+    async def record_evaluation(
+        self, skill_id: str, version: int, passed: bool, details: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The evaluation's verdict on a version (sent by the skill workflow). Passed: a candidate goes
+        live unless it still needs an admin's approval. Failed: a patched version is rolled back."""
+        op = "record_evaluation"
+        access.require_admin(op)  # a user must not pass their own skill
+        record = dict(self._get(op, skill_id))
+        if version != record["version"]:
+            return {"status": "ok", "skill_id": skill_id, "skill_status": record["status"], "stale": True}
+        record["evaluation"] = {"version": version, "passed": passed, **(details or {}), "at": self.host.now()}
+        self._event("skill_evaluated", record, f"version={version} passed={passed}")
+        if not passed and version > 1 and record["status"] in USABLE:
+            await self._save(record, previous_status=record["status"], reindex=False)
+            await self.rollback(skill_id, version - 1)
+            return {"status": "ok", "skill_id": skill_id, "skill_status": record["status"], "rolled_back": True}
+        approved = not record["needs_approval"] or set(record["tools"]) <= set(record.get("approved_tools", []))
+        if passed and record["status"] == "candidate" and approved:
+            return await self._transition(record, "active", "passed its evaluation")
+        if passed and not approved:
+            self._event("skill_awaiting_approval", record, f"tools={','.join(record['tools'])}")
+        await self._save(record, previous_status=record["status"], reindex=False)
+        return {"status": "ok", "skill_id": skill_id, "skill_status": record["status"], "approved": approved}
+
+    # -- learning -----------------------------------------------------------------------------------------
+
+    @cast
+    async def evaluate_for_learning(
+        self, session_id: str, turn_id: str, user_intent: str, user_id: str = "", tool_calls: int = 0
+    ) -> None:
+        """After every finished turn (from the agent, never awaited): a turn with enough tool calls starts
+        the extraction workflow for it (one workflow per turn, so a repeated cast starts nothing new)."""
+        if tool_calls < self.learn_min_tool_calls or not self.host.has_actor(self.workflow):
+            return
+        args = {
+            "session_id": session_id,
+            "turn_id": turn_id,
+            "user_intent": user_intent,
+            "user_id": access.acting_user(user_id),
+        }
+        self.host.send(f"{self.workflow}/{io.workflow_key(turn_id)}", "start", args)
+        self.host.incr_counter("skill_extractions_started_total")
+
+    # -- import / export ----------------------------------------------------------------------------------
+
+    @call
+    async def import_skills(
+        self, path: str = "", documents: list[str] | None = None, scope: Scope = "tenant"
+    ) -> dict[str, Any]:
+        """SKILL.md folders under ``path`` (admin; on this node's disk) and/or SKILL.md texts. Imported
+        skills are admin-curated: active at once. A name that exists already gets a new version."""
+        op = "import_skills"
+        access.require_admin(op)
+        parsed = await io.read_skill_docs(op, path, documents or [])
+        results = []
+        for doc in parsed:
+            results.append(await self._import_one(doc, scope))
+        return {"status": "ok", "imported": results, "count": len(results)}
+
+    @call
+    async def export_skills(self, path: str = "", status: StatusFilter = "") -> dict[str, Any]:
+        """Skills as SKILL.md (``documents: [{name, skill_md}]``); with ``path`` (admin) also written as
+        ``<path>/<name>/SKILL.md`` folders."""
+        op = "export_skills"
+        if path:
+            access.require_admin(op)
+        listed = self.list_skills(status=status)["skills"]
+        docs = []
+        for record in listed:
+            procedure = await self._procedure(record["skill_id"], record["version"])
+            docs.append({"name": record["name"], "skill_md": io.render(record, procedure)})
+        written = await io.write_skill_docs(op, path, docs) if path else 0
+        return {"status": "ok", "documents": docs, "count": len(docs), "written": written}
+
+    # -- helpers ------------------------------------------------------------------------------------------
+
+    def _fields(
+        self,
+        op: str,
+        name: str,
+        description: str,
+        procedure: str,
+        triggers: list[str] | None,
+        tags: list[str] | None,
+    ) -> dict[str, Any]:
+        return {
+            "name": check_text(op, "name", name, MAX_NAME_CHARS),
+            "description": check_text(op, "description", description, MAX_DESCRIPTION_CHARS),
+            "procedure": check_text(op, "procedure", procedure, MAX_PROCEDURE_CHARS),
+            "triggers": check_words(op, "triggers", triggers),
+            "tags": check_words(op, "tags", tags),
+        }
+
+    def _get(self, op: str, skill_id: str) -> dict[str, Any]:
+        record = self._records.get(skill_id)
+        if record is None:
+            raise NotFound(f"{op}: no skill '{skill_id}'", op=op, field="skill_id")
+        return record
+
+    def _require_visible(self, op: str, record: dict[str, Any]) -> None:
+        if not access.is_admin() and not access.can_see(record, access.acting_user()):
+            raise NotFound(f"{op}: no skill '{record['skill_id']}'", op=op, field="skill_id")
+
+    def _near_duplicate(self, probe: dict[str, Any], tools: list[str], owner: str) -> dict[str, Any] | None:
+        """The closest skill of this owner (or the tenant) that is the same procedure in other words."""
+        words = _signature(probe)
+        query = " ".join([probe["name"], probe["description"], *probe["triggers"]])
+        best: tuple[float, dict[str, Any]] | None = None
+        for sid, _score in self.index.search(query, 10, user_id=owner, usable_only=False):
+            record = self._records[sid]
+            if record["status"] == "archived" or not access.can_see(record, owner):
+                continue
+            similarity = jaccard(words, _signature(record))
+            if record["tools"] == tools:
+                similarity = max(similarity, 0.5 + similarity)  # same steps: wording may differ more
+            if similarity >= self.duplicate_similarity and (best is None or similarity > best[0]):
+                best = (similarity, record)
+        return best[1] if best else None
+
+    async def _patch(
+        self, record: dict[str, Any], fields: dict[str, Any], *, reason: str, replace_words: bool = False
+    ) -> dict[str, Any]:
+        record = dict(record)
+        if not replace_words:
+            fields["triggers"] = check_words("propose_skill", "triggers", record["triggers"] + fields["triggers"])[:32]
+            fields["tags"] = check_words("propose_skill", "tags", record["tags"] + fields["tags"])[:32]
+            fields["description"] = record["description"]
+        record.update(description=fields["description"], triggers=fields["triggers"], tags=fields["tags"])
+        current = await self._procedure(record["skill_id"], record["version"])
+        previous = record["status"]
+        if fields["procedure"].strip() != current.strip():
+            record["tools"] = procedure_tools(fields["procedure"])
+            record["needs_approval"] = needs_approval(record["tools"])
+            approved = set(record["tools"]) <= set(record.get("approved_tools", []))
+            if "admin" in current_context().roles:  # a person's edit; the skill services act as "system"
+                record["approved_by"] = current_context().principal
+                record["approved_tools"] = list(record["tools"])
+            elif record["needs_approval"] and not approved and record["status"] in USABLE:
+                record["status"] = "candidate"
+                record["was_usable"] = True
+            await self._write_version(record, fields["procedure"], reason)
+            self._event("skill_versioned", record, f"version={record['version']} reason={reason}")
+        record["updated_at"] = self.host.now()
+        await self._save(record, previous_status=previous)
+        return record
+
+    async def _write_version(
+        self, record: dict[str, Any], procedure: str, reason: str, *, first: bool = False
+    ) -> None:
+        """Store a new version's procedure (blob first: a record never points at a missing version)."""
+        record["versions"] = 1 if first else record["versions"] + 1
+        record["version"] = record["versions"]
+        record["proc_terms"] = dict(term_counts(procedure).most_common(_PROC_TERMS))
+        record["tools"] = procedure_tools(procedure)
+        await io.put_version(self.host, record, procedure, reason, current_context().principal)
+        self._procedures[(record["skill_id"], record["version"])] = procedure
+
+    async def _procedure(self, skill_id: str, version: int) -> str:
+        key = (skill_id, version)
+        text = self._procedures.get(key)
+        if text is None:
+            text = await io.get_version(self.host, skill_id, version)
+            self._procedures[key] = text
+            if len(self._procedures) > _CACHE:
+                self._procedures.popitem(last=False)
+        else:
+            self._procedures.move_to_end(key)
+        return text
+
+    async def _save(self, record: dict[str, Any], *, previous_status: str | None, reindex: bool = True) -> None:
+        """KV first (the source of truth), then the indexes."""
+        old = self._records.get(record["skill_id"])
+        await io.put_record(self.host, record, old)
+        self._records[record["skill_id"]] = record
+        if reindex or old is None:
+            self.index.upsert(self._doc(record))
+            await io.index_text(self.host, record, await self._procedure(record["skill_id"], record["version"]))
+        else:
+            self.index.update_signals(self._doc(record, with_terms=False))
+
+    def _doc(self, record: dict[str, Any], *, with_terms: bool = True) -> IndexDoc:
+        terms: dict[str, float] = {}
+        if with_terms:
+            fields = {
+                "name": record["name"].replace("-", " "),
+                "description": record["description"],
+                "triggers": " ".join(record["triggers"] + record["tags"]),
+            }
+            terms = weighted_terms(fields, Counter(record.get("proc_terms") or {}))
+        return IndexDoc(
+            skill_id=record["skill_id"],
+            terms=terms,
+            owner="" if record["scope"] == "tenant" else record["owner"],
+            usable=record["status"] in USABLE,
+            stale=record["status"] == "stale",
+            pinned=record["pinned"],
+            uses=record["uses"],
+            successes=record["successes"],
+            last_used_at=record["last_used_at"] or record["created_at"],
+        )
+
+    async def _transition(self, record: dict[str, Any], status: str, reason: str) -> dict[str, Any]:
+        record = dict(record)
+        previous = record["status"]
+        if previous == status:
+            return {"status": "ok", "skill_id": record["skill_id"], "skill_status": status, "changed": False}
+        if status == "archived":
+            record["was_usable"] = previous in USABLE
+        record["status"] = status
+        record["status_changed_at"] = self.host.now()
+        await self._save(record, previous_status=previous, reindex=False)
+        self._event("skill_status_changed", record, f"from={previous} to={status} reason={reason}")
+        return {"status": "ok", "skill_id": record["skill_id"], "skill_status": status, "changed": True}
+
+    async def _set_pinned(self, op: str, skill_id: str, pinned: bool) -> dict[str, Any]:
+        record = dict(self._get(op, skill_id))
+        access.require_owner(op, record)
+        if pinned and record["status"] not in USABLE:
+            raise Conflict(f"{op}: only an active or stale skill can be pinned", op=op, field="skill_id")
+        record["pinned"] = pinned
+        await self._save(record, previous_status=record["status"], reindex=False)
+        self._event("skill_pinned" if pinned else "skill_unpinned", record, "")
+        return {"status": "ok", "skill_id": skill_id, "pinned": pinned}
+
+    async def _import_one(self, doc: dict[str, Any], scope: Scope) -> dict[str, Any]:
+        same = next((r for r in self._records.values() if r["name"] == doc["name"] and r["scope"] == scope), None)
+        if same is not None:
+            record = await self._patch(same, dict(doc), reason="imported", replace_words=True)
+            return {"skill_id": record["skill_id"], "name": doc["name"], "version": record["version"]}
+        reply = await self.propose_skill(
+            doc["name"], doc["description"], doc["procedure"], doc["triggers"], doc["tags"]
+        )
+        record = dict(self._records[reply["skill_id"]])
+        record.update(scope=scope, approved_by=current_context().principal, approved_tools=record["tools"])
+        record["evaluation"] = {"version": record["version"], "passed": True, "imported": True}
+        await self._save(record, previous_status=record["status"], reindex=False)
+        await self._transition(record, "active", "imported by an admin")
+        return {"skill_id": record["skill_id"], "name": doc["name"], "version": record["version"]}
+
+    def _proposal_reply(self, record: dict[str, Any], *, created: bool, patched: bool) -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "skill_id": record["skill_id"],
+            "created": created,
+            "patched": patched,
+            "version": record["version"],
+            "skill_status": record["status"],
+        }
+
+    def _event(self, event_type: str, record: dict[str, Any], detail: str, *, session_id: str = "") -> None:
+        if self._audit_on:
+            data = {"skill_id": record["skill_id"], "status": record["status"], "version": record["version"]}
+            fire_audit(
+                self.host,
+                event_type,
+                f"skill={record['skill_id']} {detail}".strip(),
+                session_id=session_id or record["provenance"].get("session_id", ""),
+                data=data,
+            )

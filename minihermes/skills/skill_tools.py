@@ -1,0 +1,289 @@
+"""``skill_tools`` (one per tenant): Python tools the agent writes for itself (seed 001 "Self-Improvement").
+
+The LLM calls ``skill_manage`` with ``action: create``, a tool name, a description, its parameters, the code
+(defining ``run(**input)``) and a test. The tool is registered only when the code passes the static check
+and its test passes in the sandbox; otherwise the error goes back to the LLM, which may fix and retry at
+most ``max_fix_attempts`` (3) times per tool. Each registered version's code and test are kept (Blob
+``skill_tool/<name>/v<n>``, record in KV ``skill_tool:<name>``); ``rollback`` makes an earlier one current.
+
+A registered tool is listed by the tool executor like any other; calling it goes to the built-in kind
+``run_skill_tool``, whose handler asks this actor to run the code in the sandbox. Nothing the LLM wrote
+ever runs in the server process. Sandbox folder: ``<tools_root>/<tenant>/<tool>/`` (writable, nothing else).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from minihermes.agent._tools_catalog import BUILTINS, MUTATING, TOOL_NAME, TRUSTED, UNTRUSTED, Kind
+from minihermes.agent._tools_handlers import ToolEnv, ToolFailure, register_builtin_tool, safe_component
+from minihermes.agent.audit import fire_audit
+from minihermes.runtime import Conflict, GenServer, InvalidArgument, NotFound, call, current_context
+from minihermes.tools.sandbox import SandboxPolicy, make_workspace
+
+from . import _access as access
+from ._sandbox_code import DEFAULT_LIMITS, CodeRejected, check_code, run_code
+
+RUN_KIND = "run_skill_tool"
+TYPES = {"string": "string", "number": "number", "integer": "integer", "boolean": "boolean"}
+ParamType = Literal["string", "number", "integer", "boolean"]
+
+
+def _schema(parameters: dict[str, str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {k: {"type": TYPES[v]} for k, v in parameters.items()},
+        "required": sorted(parameters),
+        "additionalProperties": False,
+    }
+
+
+class SkillTools(GenServer):
+    """Args: ``tools_root`` (folder for the tools' sandboxes; required to create or run tools),
+    ``max_fix_attempts`` (3)."""
+
+    state_version = 1
+
+    async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
+        root = args.get("tools_root")
+        self.tools_root = Path(root) if root else None
+        self.max_fix_attempts = int(args.get("max_fix_attempts", 3))
+        self.limits = args.get("limits") or DEFAULT_LIMITS
+        self.policy: SandboxPolicy | None = args.get("sandbox_policy")
+        self._audit_on = self.host.has_actor("audit_event")
+
+    @call
+    async def create_tool(
+        self,
+        name: str,
+        description: str,
+        code: str,
+        test: str,
+        parameters: dict[str, ParamType] | None = None,
+        session_id: str = "",
+    ) -> dict[str, Any]:
+        """Check, test in the sandbox and register (a new version when the tool exists). A failure is an
+        ``{status: "error", error: {code, message, attempts_left}}`` reply for the LLM to fix."""
+        op = "create_tool"
+        access.require_writer(op)
+        if not TOOL_NAME.match(name) or name in BUILTINS:
+            raise InvalidArgument(f"{op}: '{name}' is not a free tool name", op=op, field="name")
+        if not description.strip() or len(description) > 2000:
+            raise InvalidArgument(f"{op}: description must be 1..2000 characters", op=op, field="description")
+        params = dict(parameters or {})
+        record = await self.host.kv.get(f"skill_tool:{name}") or {
+            "name": name,
+            "versions": 0,
+            "version": 0,
+            "failures": 0,
+            "created_by": current_context().principal,
+        }
+        assert isinstance(record, dict)
+        if record["failures"] > self.max_fix_attempts:
+            raise Conflict(
+                f"{op}: '{name}' failed {record['failures']} times; no fix attempts are left",
+                op=op,
+                code="too_many_attempts",
+            )
+        error = await self._validate(name, code, test)
+        if error is not None:
+            record["failures"] += 1
+            await self.host.kv.put(f"skill_tool:{name}", record)
+            left = max(0, self.max_fix_attempts - record["failures"] + 1)
+            self._event("skill_tool_rejected", name, f"attempt={record['failures']} {error[:200]}", session_id)
+            return {"status": "error", "error": {"code": "tool_rejected", "message": error, "attempts_left": left}}
+        version = record["versions"] + 1
+        await self.host.blobs.put(
+            f"skill_tool/{name}/v{version}",
+            json.dumps({"code": code, "test": test, "description": description, "parameters": params}).encode(),
+        )
+        record.update(versions=version, version=version, failures=0, description=description, parameters=params)
+        record["updated_at"] = self.host.now()
+        await self.host.kv.put(f"skill_tool:{name}", record)
+        await self._register(name, description, params)
+        self._event("skill_tool_registered", name, f"version={version}", session_id)
+        return {"status": "ok", "name": name, "version": version}
+
+    @call
+    async def rollback_tool(self, name: str, version: int) -> dict[str, Any]:
+        """Make an earlier version current (as a new version; every version is kept)."""
+        op = "rollback_tool"
+        access.require_writer(op)
+        record = await self._record(op, name)
+        if not 1 <= version <= record["versions"]:
+            raise InvalidArgument(f"{op}: version must be 1..{record['versions']}", op=op, field="version")
+        old = await self._version(name, version)
+        new = record["versions"] + 1
+        await self.host.blobs.put(f"skill_tool/{name}/v{new}", json.dumps(old).encode())
+        record.update(versions=new, version=new, description=old["description"], parameters=old["parameters"])
+        await self.host.kv.put(f"skill_tool:{name}", record)
+        await self._register(name, old["description"], old["parameters"])
+        self._event("skill_tool_rolled_back", name, f"to=v{version} now=v{new}", "")
+        return {"status": "ok", "name": name, "version": new, "restored": version}
+
+    @call
+    async def run_tool(self, name: str, input: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Run the current version in the sandbox: ``{status: ok, result}`` or ``{status: error, error}``."""
+        record = await self._record("run_tool", name)
+        code = (await self._version(name, record["version"]))["code"]
+        folder = await self._folder(name)
+        out = await run_code(folder, {"code": code, "mode": "call", "input": input or {}}, limits=self.limits, policy=self.policy)
+        if not out.get("ok"):
+            return {"status": "error", "error": {"code": "tool_failed", "message": out.get("error", ""), "stderr": out.get("stderr", "")}}
+        return {"status": "ok", "result": out.get("result"), "version": record["version"]}
+
+    @call
+    async def get_tool(self, name: str, version: int = 0) -> dict[str, Any]:
+        record = await self._record("get_tool", name)
+        return {"status": "ok", "tool": record, **(await self._version(name, version or record["version"]))}
+
+    @call
+    async def list_tools(self) -> dict[str, Any]:
+        rows = await self.host.kv.list("skill_tool:")
+        tools = [r for _k, r in rows if isinstance(r, dict) and r.get("versions")]
+        return {"status": "ok", "tools": tools, "count": len(tools)}
+
+    # -- helpers ------------------------------------------------------------------------------------------
+
+    async def _validate(self, name: str, code: str, test: str) -> str | None:
+        try:
+            check_code(code, what="code")
+            check_code(test, what="test", needs_run=False)
+        except CodeRejected as e:
+            return e.message
+        folder = await self._folder(name)
+        out = await run_code(folder, {"code": code, "mode": "test", "test": test}, limits=self.limits, policy=self.policy)
+        if out.get("ok"):
+            return None
+        detail = out.get("traceback") or out.get("stderr") or ""
+        return f"the test failed: {out.get('error')}\n{detail}".strip()[:3000]
+
+    async def _folder(self, name: str) -> Path:
+        if self.tools_root is None:
+            raise Conflict("self-written tools need a tools_root folder on this node", code="unavailable")
+        ctx = current_context()
+        path = self.tools_root / safe_component(f"{ctx.tenant}~{ctx.namespace}") / safe_component(name)
+        return await asyncio.to_thread(make_workspace, path, self.policy)
+
+    async def _record(self, op: str, name: str) -> dict[str, Any]:
+        record = await self.host.kv.get(f"skill_tool:{name}")
+        if not isinstance(record, dict) or not record.get("versions"):
+            raise NotFound(f"{op}: no self-written tool '{name}'", op=op, field="name")
+        return record
+
+    async def _version(self, name: str, version: int) -> dict[str, Any]:
+        data = await self.host.blobs.get(f"skill_tool/{name}/v{version}")
+        if data is None:
+            raise NotFound(f"tool '{name}' has no version {version}", field="version")
+        out: dict[str, Any] = json.loads(data)
+        return out
+
+    async def _register(self, name: str, description: str, parameters: dict[str, str]) -> None:
+        if not self.host.has_actor("tool_executor"):
+            return
+        with access.as_system("skill_tools"):
+            await self.host.ask(
+                "tool_executor",
+                "register_tool",
+                {
+                    "name": name,
+                    "description": f"{description} (self-written; runs in the sandbox)",
+                    "input_schema": _schema(parameters),
+                    "handler_type": RUN_KIND,
+                    "handler_config": {"fixed_input": {"skill_tool": name}, "timeout": DEFAULT_LIMITS.wall_seconds + 10},
+                },
+            )
+
+    def _event(self, event_type: str, name: str, detail: str, session_id: str) -> None:
+        if self._audit_on:
+            fire_audit(self.host, event_type, f"tool={name} {detail}", session_id=session_id, data={"tool": name})
+
+
+# ------------------------------------------------------------------------------------------ LLM-facing tools
+
+
+async def _skill_manage(args: dict[str, Any], env: ToolEnv) -> Any:
+    action = args["action"]
+    name = args.get("name", "")
+    if action == "list":
+        return await env.host.ask("skill_tools", "list_tools", {})
+    if not name:
+        raise ToolFailure("invalid_input", "input.name: required for this action", field="name")
+    if action == "rollback":
+        if "version" not in args:
+            raise ToolFailure("invalid_input", "input.version: required for rollback", field="version")
+        return await env.host.ask("skill_tools", "rollback_tool", {"name": name, "version": args["version"]})
+    missing = [k for k in ("description", "code", "test") if not args.get(k)]
+    if missing:
+        raise ToolFailure("invalid_input", f"input.{missing[0]}: required to create a tool", field=missing[0])
+    payload = {k: args[k] for k in ("name", "description", "code", "test") if k in args}
+    payload["parameters"] = args.get("parameters") or {}
+    payload["session_id"] = env.session_id
+    reply = await env.host.ask("skill_tools", "create_tool", payload, timeout=120)
+    if reply.get("status") == "error":
+        err = reply["error"]
+        raise ToolFailure(err["code"], err["message"], attempts_left=err.get("attempts_left", 0))
+    return reply
+
+
+async def _run_skill_tool(args: dict[str, Any], env: ToolEnv) -> Any:
+    rest = dict(args)
+    name = rest.pop("skill_tool")
+    reply = await env.host.ask("skill_tools", "run_tool", {"name": name, "input": rest}, timeout=120)
+    if reply.get("status") == "error":
+        err = reply["error"]
+        raise ToolFailure(err["code"], err["message"])
+    return reply["result"]
+
+
+register_builtin_tool(
+    Kind(
+        "skill_manage",
+        "Create your own Python tool when no tool fits: give a name, a description, parameters (name -> "
+        "string|number|integer|boolean), code defining run(**input) that returns JSON data (standard library "
+        "only: math, json, re, datetime, statistics, ...), and a test (Python asserts calling run). It is "
+        "registered once its test passes in the sandbox; on failure you get the error and may fix it (3 "
+        "attempts). action=rollback restores an earlier version; action=list shows your tools.",
+        {
+            "type": "object",
+            "properties": {
+                "action": {"type": "string", "enum": ["create", "rollback", "list"]},
+                "name": {"type": "string", "minLength": 1, "maxLength": 64},
+                "description": {"type": "string", "maxLength": 2000},
+                "parameters": {
+                    "type": "object",
+                    "additionalProperties": {"type": "string", "enum": list(TYPES)},
+                },
+                "code": {"type": "string", "maxLength": 20000},
+                "test": {"type": "string", "maxLength": 20000},
+                "version": {"type": "integer", "minimum": 1},
+            },
+            "required": ["action"],
+            "additionalProperties": False,
+        },
+        MUTATING,
+        TRUSTED,
+        requires="skill_tools",
+    ),
+    _skill_manage,
+)
+
+register_builtin_tool(
+    Kind(
+        RUN_KIND,
+        "Run one of your self-written tools (made with skill_manage) in the sandbox: skill_tool names it, "
+        "the other fields are its input.",
+        {
+            "type": "object",
+            "properties": {"skill_tool": {"type": "string", "minLength": 1, "maxLength": 64}},
+            "required": ["skill_tool"],
+        },
+        MUTATING,
+        UNTRUSTED,
+        requires="skill_tools",
+    ),
+    _run_skill_tool,
+)
