@@ -9,6 +9,7 @@ from cryptography.fernet import Fernet
 
 from minihermes.mcp import MCPManager
 from minihermes.runtime import AppConfig, Clock, Node, build_node, register_actor_type
+from minihermes.skills import SKILL_ROLES, SkillTools
 from minihermes.work import WORK_ROLES
 
 from .agent import Agent
@@ -33,6 +34,7 @@ ROLES = {
     "minihermes.session_manager": SessionManager,
     "minihermes.tool_executor": ToolExecutor,
     **WORK_ROLES,
+    **SKILL_ROLES,
 }
 for _role, _cls in ROLES.items():
     register_actor_type(_role, _cls)
@@ -102,6 +104,27 @@ behavior_kind = "GenFSM"
 facets = [{ type = "tenancy", config = { per_tenant = true } }]
 
 [[supervisor.children]]
+name = "skill_store"
+role = "minihermes.skill_store"
+facets = [{ type = "tenancy", config = { per_tenant = true } }]
+
+[[supervisor.children]]
+name = "skill_workflow"
+role = "minihermes.skill_workflow"
+behavior_kind = "Workflow"
+facets = [{ type = "virtual_actor", config = { idle_timeout = "10m" } }]
+
+[[supervisor.children]]
+name = "curator"
+role = "minihermes.curator"
+facets = [{ type = "tenancy", config = { per_tenant = true } }]
+
+[[supervisor.children]]
+name = "skill_tools"
+role = "minihermes.skill_tools"
+facets = [{ type = "tenancy", config = { per_tenant = true } }]
+
+[[supervisor.children]]
 name = "agent_fsm"
 role = "minihermes.agent_fsm"
 behavior_kind = "GenFSM"
@@ -166,6 +189,8 @@ def build_agent_node(config: AppConfig, *, clock: Clock | None = None) -> Node:
             spec.args.setdefault("credential_key", paths["credential_key"])
         elif spec.cls is ToolExecutor:
             spec.args.setdefault("workspace_root", paths["workspace_root"])
+        elif spec.cls is SkillTools:
+            spec.args.setdefault("tools_root", str(config.data_dir / "skill_tools"))
         elif spec.cls is MCPManager:
             spec.args.setdefault("log_dir", str(config.data_dir / "mcp"))
     return build_node(config, clock=clock)
