@@ -1,142 +1,372 @@
-"""``minihermes chat``: a terminal chat with the agent, embedded or against a running server."""
+"""``minihermes chat``: a terminal chat with the agent, embedded or against a running server.
+
+Turns stream: the answer's text as it is produced and each tool call as it starts and ends. Embedded, the
+chat watches the session's live topic (``session:<id>``) while the turn runs; against a server it reads the
+Server-Sent Events of ``POST /api/v1/sessions/{id}/messages`` (``"stream": true``), and falls back to a plain
+``agent.chat`` call on a server without that endpoint. Slash commands reach the other services; a subsystem
+the node does not run answers "not enabled".
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import shlex
 import sys
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
-Ask = Callable[[str, str, dict[str, Any]], Awaitable[Any]]
+from ._backend import Backend, CommandError, Embedded, Remote, open_backend
+from .commands import NotEnabled, pick_op
+
+ReadLine = Callable[[str], Awaitable[str]]
 
 HELP = """Commands:
-  /new              start a new session
-  /history          show this session's messages
-  /tools            list the tools
-  /model P [M]      switch provider (and model) for this session
-  /approvals        list approvals waiting for a person
-  /approve ID       approve a paused tool call      /deny ID   deny it
-  /help             this help                        /quit      leave (Ctrl-D too)"""
+  /new                  start a new session
+  /model [P [M]]        list providers, or switch this session to provider P (and model M)
+  /skills [QUERY]       list skills, or search them
+  /memory [list | search Q | store KEY VALUE | forget KEY]
+  /goal [TEXT]          list goals, or set one for this session
+  /approve [ID]         list approvals waiting for a person, or approve one    /deny ID   deny it
+  /history              this session's messages              /tools     the tools
+  /help                 this help                             /quit      leave (Ctrl-D too)"""
 
 
 async def run_chat(*, session: str, url: str | None, data_dir: Path, token: str | None) -> int:
     console = Console()
-    if url:
-        return await _remote(console, session, url, token)
-    from minihermes.embed import MiniHermes
-
-    async with MiniHermes(data_dir=data_dir) as mh:
-
-        async def ask(actor: str, op: str, payload: dict[str, Any]) -> Any:
-            return await mh.ask(actor, op, payload, timeout=300)
-
-        return await _loop(console, session, ask)
+    async with open_backend(url=url, data_dir=data_dir, token=token) as backend:
+        return await ChatLoop(console, backend, session).run(_stdin_line)
 
 
-async def _remote(console: Console, session: str, url: str, token: str | None) -> int:
-    import httpx
-
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    async with httpx.AsyncClient(base_url=url.rstrip("/"), headers=headers, timeout=310) as client:
-
-        async def ask(actor: str, op: str, payload: dict[str, Any]) -> Any:
-            resp = await client.post(f"/api/v1/actors/{actor}/{op}", json=payload)
-            body = resp.json()
-            if resp.status_code >= 400:
-                err = body.get("error", {}) if isinstance(body, dict) else {}
-                raise ChatError(f"{err.get('code', resp.status_code)}: {err.get('message', resp.text)}")
-            return body
-
-        return await _loop(console, session, ask)
-
-
-class ChatError(Exception):
-    pass
-
-
-async def _loop(console: Console, session: str, ask: Ask) -> int:
-    console.print(
-        f"[bold]MiniHermes[/bold] session [cyan]{session}[/cyan]. /help for commands, /quit to leave."
-    )
-    while True:
-        try:
-            line = await asyncio.to_thread(_read, "you> ")
-        except EOFError:
-            console.print()
-            return 0
-        line = line.strip()
+async def _stdin_line(prompt: str) -> str:
+    def read() -> str:
+        sys.stdout.write(prompt)
+        sys.stdout.flush()
+        line = sys.stdin.readline()
         if not line:
-            continue
-        try:
-            if line.startswith("/"):
-                result = await _command(console, line, session, ask)
-                if result == "quit":
-                    return 0
-                if result and result.startswith("session:"):
-                    session = result.split(":", 1)[1]
-                continue
-            reply = await ask("agent", "chat", {"message": line, "session_id": session})
-            _show_reply(console, reply)
-        except ChatError as e:
-            console.print(f"[red]error[/red] {e}")
-        except Exception as e:  # an actor error or a connection failure: report, keep the chat going
-            msg = getattr(e, "message", None) or str(e)
-            console.print(f"[red]error[/red] {getattr(e, 'code', type(e).__name__)}: {msg}")
+            raise EOFError
+        return line
+
+    return await asyncio.to_thread(read)
 
 
-def _read(prompt: str) -> str:
-    sys.stdout.write(prompt)
-    sys.stdout.flush()
-    line = sys.stdin.readline()
-    if not line:
-        raise EOFError
-    return line
+class Renderer:
+    """Shows one turn's live events: text as it streams, tool calls as they start and end."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.streamed_text = False
+        self._mid_line = False
+
+    def event(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        c = self.console
+        if kind == "text_delta":
+            text = str(event.get("text", ""))
+            if not self._mid_line:
+                c.print("[bold green]agent>[/bold green] ", end="")
+            c.print(escape(text), end="", soft_wrap=True, highlight=False)
+            self.streamed_text = True
+            self._mid_line = True
+        elif kind == "tool_call_start":
+            self._newline()
+            args = json.dumps(event.get("input", {}), ensure_ascii=False)
+            c.print(
+                f"[cyan]⚙ {escape(str(event.get('name')))}[/cyan] {escape(_short(args, 200))}",
+                highlight=False,
+            )
+        elif kind == "tool_call_end":
+            self._newline()
+            mark = "[red]✗[/red]" if event.get("is_error") else "[green]✓[/green]"
+            ms = event.get("duration_ms")
+            took = f" [dim]{ms:.0f} ms[/dim]" if isinstance(ms, int | float) else ""
+            c.print(
+                f"  {mark} {escape(str(event.get('name')))}{took} {escape(_short(str(event.get('result', '')), 200))}",
+                highlight=False,
+            )
+        elif kind == "dropped":
+            self._newline()
+            c.print(f"[dim]({event.get('count')} live events skipped)[/dim]")
+
+    def _newline(self) -> None:
+        if self._mid_line:
+            self.console.print()
+            self._mid_line = False
+
+    def reply(self, reply: dict[str, Any]) -> None:
+        """The turn's end: the whole answer unless it already streamed, then what it cost."""
+        meta = f"[dim]({reply.get('tool_calls', 0)} tool calls, {reply.get('iterations', 0)} LLM calls)[/dim]"
+        if reply.get("status") == "paused":
+            self._newline()
+            self.console.print(
+                f"[yellow]paused[/yellow] {escape(str(reply.get('response', '')))}  /approve {reply.get('approval_id')}"
+            )
+            return
+        if self.streamed_text:
+            self._newline()
+            self.console.print(meta)
+            return
+        self.console.print(f"[bold green]agent>[/bold green] {escape(str(reply.get('response', '')))} {meta}")
 
 
-def _show_reply(console: Console, reply: dict[str, Any]) -> None:
-    meta = f"[dim]({reply.get('tool_calls', 0)} tool calls, {reply.get('iterations', 0)} LLM calls)[/dim]"
-    if reply.get("status") == "paused":
-        console.print(
-            f"[yellow]paused[/yellow] {reply.get('response', '')}  /approve {reply.get('approval_id')}"
+def _short(text: str, limit: int) -> str:
+    text = text.replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class ChatLoop:
+    """Reads lines, runs turns with live output, and answers slash commands."""
+
+    def __init__(self, console: Console, backend: Backend, session: str) -> None:
+        self.console = console
+        self.backend = backend
+        self.session = session
+
+    async def run(self, read_line: ReadLine) -> int:
+        self.console.print(
+            f"[bold]MiniHermes[/bold] session [cyan]{self.session}[/cyan] ({self.backend.where}). "
+            "/help for commands, /quit to leave."
         )
-        return
-    console.print(f"[bold green]agent>[/bold green] {reply.get('response', '')} {meta}")
+        while True:
+            try:
+                line = (await read_line("you> ")).strip()
+            except EOFError:
+                self.console.print()
+                return 0
+            if not line:
+                continue
+            try:
+                if line.startswith("/"):
+                    if await self.command(line) == "quit":
+                        return 0
+                    continue
+                await self.turn(line)
+            except NotEnabled as e:
+                self.console.print(f"[yellow]not enabled[/yellow]: {e}")
+            except CommandError as e:
+                self.console.print(f"[red]error[/red] {e.code}: {escape(e.message)}")
+            except Exception as e:  # a connection failure: report it, keep the chat going
+                self.console.print(f"[red]error[/red] {type(e).__name__}: {escape(str(e))}")
 
+    # -- turns --------------------------------------------------------------------------------------------
 
-async def _command(console: Console, line: str, session: str, ask: Ask) -> str | None:
-    cmd, *args = line.split()
-    if cmd in ("/quit", "/exit"):
-        return "quit"
-    if cmd == "/help":
-        console.print(HELP)
-    elif cmd == "/new":
-        new = f"cli-{uuid.uuid4().hex[:8]}"
-        console.print(f"new session [cyan]{new}[/cyan]")
-        return f"session:{new}"
-    elif cmd == "/history":
-        for m in (await ask("agent", "get_history", {"session_id": session}))["messages"]:
-            console.print(f"[dim]{m['role']:>9}[/dim] {str(m.get('content', ''))[:300]}")
-    elif cmd == "/tools":
-        for t in (await ask("tool_executor", "list_tools", {}))["tools"]:
-            console.print(f"[cyan]{t['name']}[/cyan] {t.get('description', '')}")
-    elif cmd == "/model" and args:
-        payload = {"provider": args[0], "session_id": session}
+    async def turn(self, message: str) -> dict[str, Any]:
+        renderer = Renderer(self.console)
+        if isinstance(self.backend, Embedded):
+            reply = await self._embedded_turn(self.backend, message, renderer)
+        elif isinstance(self.backend, Remote):
+            reply = await self._remote_turn(self.backend, message, renderer)
+        else:
+            reply = await self.backend.ask("agent", "chat", {"message": message, "session_id": self.session})
+        renderer.reply(reply)
+        return reply
+
+    async def _embedded_turn(self, backend: Embedded, message: str, renderer: Renderer) -> dict[str, Any]:
+        from minihermes.agent.agent import session_topic
+
+        # Subscribe before asking: the first events are published as soon as the turn starts.
+        with_sub = backend.node.subscribe(session_topic(self.session), ctx=backend.mh.ctx)
+        try:
+            ask = asyncio.ensure_future(
+                backend.ask("agent", "chat", {"message": message, "session_id": self.session})
+            )
+            while not ask.done():
+                getter = asyncio.ensure_future(with_sub.get())
+                done, _ = await asyncio.wait({ask, getter}, return_when=asyncio.FIRST_COMPLETED)
+                if getter in done:
+                    renderer.event(getter.result())
+                else:
+                    getter.cancel()
+            while (event := with_sub.get_nowait()) is not None:  # what came in with the reply
+                renderer.event(event)
+            reply: dict[str, Any] = ask.result()
+            return reply
+        finally:
+            with_sub.close()
+
+    async def _remote_turn(self, backend: Remote, message: str, renderer: Renderer) -> dict[str, Any]:
+        path = f"/api/v1/sessions/{self.session}/messages"
+        final: dict[str, Any] | None = None
+        try:
+            async with backend.client.stream("POST", path, json={"content": message, "stream": True}) as resp:
+                if resp.status_code in (404, 405):
+                    final = None  # a server without streaming: ask the agent directly
+                elif resp.status_code >= 400:
+                    await resp.aread()
+                    from ._backend import _body
+
+                    _body(resp)
+                else:
+                    async for event in sse_events(resp.aiter_lines()):
+                        if event.get("type") == "final":
+                            final = event.get("reply", event)
+                        elif event.get("type") == "error":
+                            err = event.get("error", event)
+                            raise CommandError(str(err.get("code", "error")), str(err.get("message", "")))
+                        else:
+                            renderer.event(event)
+                    if final is None:
+                        raise CommandError("stream_ended", "the stream ended without a final reply")
+        except CommandError:
+            raise
+        if final is None:
+            final = await backend.ask("agent", "chat", {"message": message, "session_id": self.session})
+        return final
+
+    # -- slash commands -----------------------------------------------------------------------------------
+
+    async def command(self, line: str) -> str | None:
+        try:
+            cmd, *args = shlex.split(line)
+        except ValueError as e:
+            self.console.print(f"[red]error[/red] {e}")
+            return None
+        c, ask = self.console, self.backend.ask
+        if cmd in ("/quit", "/exit"):
+            return "quit"
+        if cmd == "/help":
+            c.print(HELP, highlight=False)
+        elif cmd == "/new":
+            self.session = f"cli-{uuid.uuid4().hex[:8]}"
+            c.print(f"new session [cyan]{self.session}[/cyan]")
+        elif cmd == "/history":
+            for m in (await ask("agent", "get_history", {"session_id": self.session}))["messages"]:
+                c.print(f"[dim]{m['role']:>9}[/dim] {escape(str(m.get('content', ''))[:300])}")
+        elif cmd == "/tools":
+            for t in (await ask("tool_executor", "list_tools", {}))["tools"]:
+                c.print(f"[cyan]{t['name']}[/cyan] {escape(t.get('description', ''))}")
+        elif cmd == "/model":
+            await self._model(args)
+        elif cmd == "/skills":
+            await self._skills(args)
+        elif cmd == "/memory":
+            await self._memory(args)
+        elif cmd == "/goal":
+            await self._goal(args)
+        elif cmd in ("/approve", "/approvals") and not args:
+            await self._approvals()
+        elif cmd in ("/approve", "/deny"):
+            reply = await ask("guardrails", cmd[1:], {"approval_id": args[0]})
+            c.print(f"{reply.get('decision')}")
+            if reply.get("turn"):
+                Renderer(c).reply(reply["turn"])
+        else:
+            c.print(f"unknown command {escape(cmd)}; /help lists them")
+        return None
+
+    async def _model(self, args: list[str]) -> None:
+        if not args:
+            listing = await self.backend.ask("llm_gateway", "list_providers", {})
+            for p in listing["providers"]:
+                mark = "[green]*[/green]" if p.get("active") else " "
+                self.console.print(
+                    f"{mark} {p['name']:<12} {p['kind']:<10} {p.get('model') or '-'} [dim]{p.get('circuit')}[/dim]"
+                )
+            return
+        payload = {"provider": args[0], "session_id": self.session}
         if len(args) > 1:
             payload["model"] = args[1]
-        reply = await ask("llm_gateway", "switch_provider", payload)
-        console.print(f"provider {reply.get('provider')} model {reply.get('model')}")
-    elif cmd == "/approvals":
-        for a in (await ask("guardrails", "list_approvals", {}))["approvals"]:
-            console.print(f"{a['approval_id']} {a['tool']} {a['input']} session={a['session_id']}")
-    elif cmd in ("/approve", "/deny") and args:
-        reply = await ask("guardrails", cmd[1:], {"approval_id": args[0]})
-        console.print(f"{reply.get('decision')}")
-        if reply.get("turn"):
-            _show_reply(console, reply["turn"])
-    else:
-        console.print(f"unknown command {cmd}; /help lists them")
-    return None
+        reply = await self.backend.ask("llm_gateway", "switch_provider", payload)
+        self.console.print(f"provider {reply.get('provider')} model {reply.get('model')} (this session)")
+
+    async def _skills(self, args: list[str]) -> None:
+        if args:
+            op = await pick_op(self.backend, "skill_store", ("search_skills",))
+            reply = await self.backend.ask("skill_store", op, {"query": " ".join(args), "limit": 10})
+        else:
+            op = await pick_op(self.backend, "skill_store", ("list_skills",))
+            reply = await self.backend.ask("skill_store", op, {"limit": 50})
+        skills = reply.get("skills", [])
+        if not skills:
+            self.console.print("[dim]no skills[/dim]")
+        for s in skills:
+            pin = " [magenta]pinned[/magenta]" if s.get("pinned") else ""
+            self.console.print(
+                f"[cyan]{escape(str(s.get('name')))}[/cyan] [dim]{s.get('status', '')}{pin}[/dim] "
+                f"{escape(_short(str(s.get('description', '')), 120))}"
+            )
+
+    async def _memory(self, args: list[str]) -> None:
+        sub, rest = (args[0], args[1:]) if args else ("list", [])
+        ask = self.backend.ask
+        if sub == "list":
+            found = (await ask("memory", "list_memories", {"limit": 50}))["memories"]
+        elif sub == "search" and rest:
+            found = (await ask("memory", "search_memories", {"query": " ".join(rest), "limit": 10}))[
+                "memories"
+            ]
+        elif sub == "store" and len(rest) >= 2:
+            reply = await ask("memory", "store_memory", {"key": rest[0], "value": " ".join(rest[1:])})
+            self.console.print(f"remembered [cyan]{escape(reply['key'])}[/cyan]")
+            return
+        elif sub == "forget" and rest:
+            reply = await ask("memory", "delete_memory", {"key": rest[0]})
+            self.console.print("forgotten" if reply.get("deleted") else "nothing to forget")
+            return
+        else:
+            self.console.print("usage: /memory [list | search Q | store KEY VALUE | forget KEY]")
+            return
+        if not found:
+            self.console.print("[dim]no memories[/dim]")
+        for m in found:
+            self.console.print(
+                f"[cyan]{escape(str(m['key']))}[/cyan] = {escape(str(m.get('value')))} [dim]{m.get('scope')}/{m.get('tier', '')}[/dim]"
+            )
+
+    async def _goal(self, args: list[str]) -> None:
+        if args:
+            op = await pick_op(self.backend, "goals", ("set_goal",))
+            reply = await self.backend.ask("goals", op, {"goal": " ".join(args), "session_id": self.session})
+            self.console.print(f"goal set [dim]{escape(str(reply.get('goal_id', '')))}[/dim]")
+            return
+        op = await pick_op(self.backend, "goals", ("list_goals",))
+        goals = (await self.backend.ask("goals", op, {"session_id": self.session})).get("goals", [])
+        if not goals:
+            self.console.print("[dim]no goals[/dim]")
+        for g in goals:
+            text = g.get("goal") or g.get("text") or g.get("title") or ""
+            self.console.print(
+                f"[cyan]{escape(str(g.get('goal_id', '')))}[/cyan] {escape(str(text))} [dim]{g.get('status', '')}[/dim]"
+            )
+
+    async def _approvals(self) -> None:
+        approvals = (await self.backend.ask("guardrails", "list_approvals", {}))["approvals"]
+        if not approvals:
+            self.console.print("[dim]no approvals waiting[/dim]")
+        for a in approvals:
+            args = escape(_short(json.dumps(a["input"], ensure_ascii=False), 200))
+            self.console.print(
+                f"[yellow]{a['approval_id']}[/yellow] {escape(a['tool'])} {args} [dim]session={a['session_id']}[/dim]"
+            )
+
+
+async def sse_events(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:
+    """Server-Sent Events as dicts: the JSON ``data`` of each event, with ``type`` from ``event:`` when the
+    data has none. Comments (keep-alives) are skipped."""
+    name = ""
+    data: list[str] = []
+    async for raw in lines:
+        line = raw.rstrip("\r")
+        if not line:
+            if data:
+                try:
+                    value = json.loads("\n".join(data))
+                except ValueError:
+                    value = {"text": "\n".join(data)}
+                if not isinstance(value, dict):
+                    value = {"value": value}
+                if name and "type" not in value:
+                    value["type"] = name
+                yield value
+            name, data = "", []
+        elif line.startswith(":"):
+            continue
+        elif line.startswith("event:"):
+            name = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].removeprefix(" "))

@@ -176,6 +176,45 @@ def chat(
     raise typer.Exit(asyncio.run(run_chat(session=session, url=url, data_dir=data_dir, token=token)))
 
 
+# -- doctor ---------------------------------------------------------------------------------------------------
+
+
+@app.command()
+def doctor(
+    data_dir: Annotated[Path, typer.Option(help="The node's data dir.")] = Path("./data"),
+    host: Annotated[str, typer.Option(help="Address 'serve' binds.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="HTTP port 'serve' uses.")] = 8091,
+    url: Annotated[str | None, typer.Option(help="Read providers from this running server.")] = None,
+    token_env: Annotated[str | None, typer.Option(help="Environment variable with a JWT or API key.")] = None,
+    probe_timeout: Annotated[float, typer.Option(help="Seconds to wait for each provider.")] = 3.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the checks as JSON.")] = False,
+) -> None:
+    """Check providers, storage, sandbox isolation and the HTTP port; exit code 1 when a required check fails."""
+    from rich.console import Console
+
+    from . import doctor as dr
+
+    logging.disable(logging.WARNING)  # the embedded node's start-up lines are not findings
+    checks = asyncio.run(
+        dr.run_checks(
+            data_dir=data_dir,
+            host=host,
+            port=port,
+            url=url,
+            token=dr.env_token(token_env),
+            probe_timeout=probe_timeout,
+        )
+    )
+    console = Console()
+    if as_json:
+        import json
+
+        typer.echo(json.dumps({"checks": dr.as_dicts(checks), "ok": dr.exit_code(checks) == 0}, indent=2))
+    else:
+        console.print(dr.render(checks))
+    raise typer.Exit(dr.exit_code(checks))
+
+
 # -- keys -----------------------------------------------------------------------------------------------------
 
 
@@ -243,6 +282,22 @@ def keys_revoke(
         typer.echo("error: no active key with that id", err=True)
         raise typer.Exit(1)
     typer.echo("revoked")
+
+
+def _scripting() -> None:
+    from .commands import call, cron_app, kanban_app, memory_app
+    from .mcp_servers import mcp_app
+    from .skills import skills_app
+
+    app.command("call")(call)
+    app.add_typer(skills_app, name="skills")
+    app.add_typer(cron_app, name="cron")
+    app.add_typer(kanban_app, name="kanban")
+    app.add_typer(memory_app, name="memory")
+    app.add_typer(mcp_app, name="mcp")
+
+
+_scripting()
 
 
 def main() -> None:

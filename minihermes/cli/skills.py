@@ -1,0 +1,253 @@
+"""``minihermes skills ...``: list, show, search, pin, unpin, archive, recover, roll back, import, export.
+
+Imports and exports move SKILL.md files between this machine and the node (embedded or remote), one skill
+at a time with a progress bar: ``import DIR`` reads ``DIR/<name>/SKILL.md`` (or ``DIR/*.md``) here and sends
+their texts; ``export DIR`` writes ``DIR/<name>/SKILL.md`` here from the node's documents.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ._backend import Backend, CommandError
+from .commands import DEFAULT_DATA, DataDirOpt, JsonOpt, TokenOpt, UrlOpt, op_command, pick_op, run_command
+
+skills_app = typer.Typer(
+    help="Skills: list, show, pin, archive, roll back, import, export.", no_args_is_help=True
+)
+_SKILL_COLUMNS = ["skill_id", "name", "status", "pinned", "version", "uses", "success_rate", "description"]
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
+
+
+@skills_app.command("list")
+def skills_list(
+    status: Annotated[str, typer.Option(help="active, stale, archived, pinned, ... (default: all)")] = "",
+    limit: Annotated[int, typer.Option(help="At most this many.")] = 1000,
+    url: UrlOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA,
+    token_env: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List skills, newest first."""
+    run_command(
+        url=url,
+        data_dir=data_dir,
+        token_env=token_env,
+        as_json=as_json,
+        columns=_SKILL_COLUMNS,
+        body=op_command("skill_store", ("list_skills",), {"status": status, "limit": limit}),
+    )
+
+
+@skills_app.command("show")
+def skills_show(
+    skill_id: str,
+    version: Annotated[int, typer.Option(help="A version (default: the current one).")] = 0,
+    url: UrlOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA,
+    token_env: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """A skill with its procedure."""
+    run_command(
+        url=url,
+        data_dir=data_dir,
+        token_env=token_env,
+        as_json=as_json,
+        body=op_command("skill_store", ("get_skill",), {"skill_id": skill_id, "version": version}),
+    )
+
+
+@skills_app.command("search")
+def skills_search(
+    query: str,
+    limit: Annotated[int, typer.Option(help="At most this many.")] = 10,
+    url: UrlOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA,
+    token_env: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Search skills by words."""
+    run_command(
+        url=url,
+        data_dir=data_dir,
+        token_env=token_env,
+        as_json=as_json,
+        columns=[*_SKILL_COLUMNS, "score"],
+        body=op_command("skill_store", ("search_skills",), {"query": query, "limit": limit}),
+    )
+
+
+def _skill_op(name: str, op: str, doc: str) -> None:
+    def command(
+        skill_id: str,
+        url: UrlOpt = None,
+        data_dir: DataDirOpt = DEFAULT_DATA,
+        token_env: TokenOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        run_command(
+            url=url,
+            data_dir=data_dir,
+            token_env=token_env,
+            as_json=as_json,
+            body=op_command("skill_store", (op,), {"skill_id": skill_id}),
+        )
+
+    command.__doc__ = doc
+    skills_app.command(name)(command)
+
+
+_skill_op("pin", "pin", "Pin a skill (the curator never archives it).")
+_skill_op("unpin", "unpin", "Unpin a skill.")
+_skill_op("recover", "recover", "Bring an archived skill back.")
+
+
+@skills_app.command("archive")
+def skills_archive(
+    skill_id: str,
+    reason: Annotated[str, typer.Option(help="Why (kept with the skill).")] = "",
+    url: UrlOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA,
+    token_env: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Archive a skill (never deleted; recover brings it back)."""
+    run_command(
+        url=url,
+        data_dir=data_dir,
+        token_env=token_env,
+        as_json=as_json,
+        body=op_command("skill_store", ("archive",), {"skill_id": skill_id, "reason": reason}),
+    )
+
+
+@skills_app.command("rollback")
+def skills_rollback(
+    skill_id: str,
+    version: int,
+    url: UrlOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA,
+    token_env: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Make an earlier version the current one."""
+    run_command(
+        url=url,
+        data_dir=data_dir,
+        token_env=token_env,
+        as_json=as_json,
+        body=op_command("skill_store", ("rollback",), {"skill_id": skill_id, "version": version}),
+    )
+
+
+def skill_files(folder: Path) -> list[Path]:
+    """SKILL.md files under ``folder`` (``<name>/SKILL.md``, or ``*.md`` directly in it), sorted."""
+    if not folder.is_dir():
+        raise CommandError("not_found", f"{folder} is not a folder", "path")
+    found = sorted(p for p in folder.glob("*/SKILL.md") if p.is_file())
+    if not found:
+        found = sorted(p for p in folder.glob("*.md") if p.is_file())
+    return found
+
+
+async def import_files(backend: Backend, console: Console, files: list[Path]) -> dict[str, Any]:
+    """Send each file's text to ``import_skills``, one per call, with a progress bar. A file the node
+    refuses is reported and the import goes on."""
+    op = await pick_op(backend, "skill_store", ("import_skills",))
+    imported: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+    with _progress(console) as progress:
+        task = progress.add_task("importing skills", total=len(files))
+        for path in files:
+            try:
+                reply = await backend.ask(
+                    "skill_store", op, {"documents": [path.read_text(encoding="utf-8")]}
+                )
+                imported.extend(reply.get("imported", []))
+            except CommandError as e:
+                failed.append({"file": str(path), "error": f"{e.code}: {e.message}"})
+            except (OSError, UnicodeDecodeError) as e:
+                failed.append({"file": str(path), "error": str(e)})
+            progress.advance(task)
+    return {
+        "status": "ok" if not failed else "partial",
+        "imported": imported,
+        "count": len(imported),
+        "failed": failed,
+    }
+
+
+async def export_files(backend: Backend, console: Console, folder: Path, status: str) -> dict[str, Any]:
+    """Fetch the node's SKILL.md documents and write ``folder/<name>/SKILL.md`` for each, with a progress bar."""
+    op = await pick_op(backend, "skill_store", ("export_skills",))
+    reply = await backend.ask("skill_store", op, {"status": status})
+    docs = reply.get("documents", [])
+    written: list[str] = []
+    with _progress(console) as progress:
+        task = progress.add_task("exporting skills", total=len(docs))
+        for doc in docs:
+            name = _SAFE_NAME.sub("_", str(doc["name"])).lstrip(".") or "skill"
+            target = folder / name / "SKILL.md"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(doc["skill_md"], encoding="utf-8")
+            written.append(str(target))
+            progress.advance(task)
+    return {"status": "ok", "written": written, "count": len(written)}
+
+
+@skills_app.command("import")
+def skills_import(
+    folder: Annotated[Path, typer.Argument(help="Folder of <name>/SKILL.md folders (or of .md files).")],
+    url: UrlOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA,
+    token_env: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Import SKILL.md files from this machine (admin-curated: active at once)."""
+
+    async def body(backend: Backend, console: Console) -> Any:
+        return await import_files(backend, Console(stderr=True), skill_files(folder))
+
+    run_command(
+        url=url,
+        data_dir=data_dir,
+        token_env=token_env,
+        as_json=as_json,
+        body=body,
+        columns=["skill_id", "name", "version", "status"],
+    )
+
+
+@skills_app.command("export")
+def skills_export(
+    folder: Annotated[Path, typer.Argument(help="Where to write <name>/SKILL.md folders.")],
+    status: Annotated[str, typer.Option(help="Only skills with this status.")] = "",
+    url: UrlOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA,
+    token_env: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Export skills as SKILL.md folders on this machine."""
+
+    async def body(backend: Backend, console: Console) -> Any:
+        return await export_files(backend, Console(stderr=True), folder, status)
+
+    run_command(url=url, data_dir=data_dir, token_env=token_env, as_json=as_json, body=body)
