@@ -13,10 +13,13 @@ import pytest
 
 pytest.importorskip("nats", reason="nats-py is not installed (pip install -e '.[dev]')")
 
-from minihermes.cluster import Cluster, ClusterSettings  # noqa: E402
-from minihermes.cluster import local_nats  # noqa: E402
-from minihermes.runtime import Node, NodeOptions, SupervisorSpec  # noqa: E402
-from minihermes.runtime.store import open_store  # noqa: E402
+from minihermes.cluster import (
+    Cluster,
+    ClusterSettings,
+    local_nats,
+)
+from minihermes.runtime import Node, NodeOptions, SupervisorSpec
+from minihermes.runtime.store import open_store
 
 NATS_ENV = ("MINIHERMES_NATS_URL", "MINIHERMES_NATS_PASSWORD", "MINIHERMES_CLUSTER_SECRET")
 

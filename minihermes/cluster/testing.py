@@ -1,0 +1,238 @@
+"""A demo node for cluster tests, ``bench/cluster.py`` and trying a cluster by hand: the agent app plus two
+small actors for queued work and reminders, an LLM provider with a fixed latency, a record of every
+activation of a leased actor, and a line protocol on stdin/stdout to drive the node from another process.
+
+    python -m minihermes.cluster.testing NODE_ID DATA_DIR CLUSTER_NAME   # env: MINIHERMES_NATS_* and secret
+
+Each stdin line is a JSON command ``{"id": 1, "cmd": "ask", "target": "agent", "op": "chat", "payload":
+{...}, "tenant": "acme", "timeout": 30}`` (or ``"cmd": "status"``); each answer is one stdout line
+``{"id": 1, "ok": ...}`` or ``{"id": 1, "err": {"code": ..., "message": ...}}``. ``READY <node>`` comes first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sqlite3
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from minihermes.llm import (
+    Completion,
+    CompletionRequest,
+    Provider,
+    ProviderConfig,
+    StreamEvent,
+    Usage,
+    events_from_completion,
+    register_provider,
+)
+from minihermes.runtime import ActorError, AppConfig, GenServer, Node, RequestContext, call
+from minihermes.runtime._cell import Cell
+from minihermes.runtime._config import ClusterModel
+from minihermes.runtime._context import set_context
+from minihermes.runtime.store import backend_names
+
+ECHO_KIND = "cluster_echo"
+TENANT = "acme"
+
+
+class EchoProvider(Provider):
+    """Answers every request with the last user message after ``latency`` seconds (no tools)."""
+
+    kind = ECHO_KIND
+
+    def __init__(self, config: ProviderConfig) -> None:
+        super().__init__(config)
+        self.latency = float(config.options.get("latency", 0.0))
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        if self.latency > 0:
+            await asyncio.sleep(self.latency)
+        last = next((m for m in reversed(request.messages) if m.role == "user"), None)
+        text = last.content if last is not None and isinstance(last.content, str) else ""
+        return Completion(
+            content=f"echo: {text}", usage=Usage(input_tokens=10, output_tokens=5), provider=self.name
+        )
+
+    async def stream(self, request: CompletionRequest) -> AsyncIterator[StreamEvent]:
+        for event in events_from_completion(await self.complete(request)):
+            yield event
+
+
+register_provider(ECHO_KIND, EchoProvider, replace=True)
+
+
+class JobWorker(GenServer):
+    """Queued work on the ``jobs`` channel of tenant ``acme``: ``enqueue`` acknowledges message ids; a loop on
+    every node takes jobs, records ``("job_done", msg_id, node)`` and acks (at-least-once)."""
+
+    async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
+        self.host.spawn(self._work())
+
+    async def _work(self) -> None:
+        set_context(RequestContext(tenant=TENANT, principal="worker", roles=frozenset({"system"})))
+        ch = self.host.channels
+        while True:
+            for m in await ch.receive("jobs", timeout=1.0, max_messages=10, visibility_timeout=10.0):
+                await self.host.tuples.write(("job_done", m.msg_id, self.host.node_id))
+                await ch.ack("jobs", m.msg_id)
+
+    @call
+    async def enqueue(self, n: int, tag: str) -> list[str]:
+        return await self.host.channels.send_batch("jobs", [("job", {"tag": tag, "i": i}) for i in range(n)])
+
+    @call
+    async def done(self) -> list[list[Any]]:
+        return [list(t) for t in await self.host.tuples.read_all(("job_done", None, None))]
+
+
+class Ticker(GenServer):
+    """Durable one-shot reminders; each fire records ``("tick", i, node, fired_at)``."""
+
+    @call
+    async def schedule(self, n: int, start_in: float, spacing: float, tag: str) -> dict[str, Any]:
+        t0 = self.host.now() + start_in
+        for i in range(n):
+            await self.host.set_reminder(f"{tag}-{i}", "fire", {"i": i}, at=t0 + i * spacing)
+        return {"first": t0, "last": t0 + (n - 1) * spacing}
+
+    @call
+    async def fire(self, i: int) -> None:
+        await self.host.tuples.write(("tick", i, self.host.node_id, self.host.now()))
+
+    @call
+    async def fired(self) -> list[list[Any]]:
+        return [list(t) for t in await self.host.tuples.read_all(("tick", None, None, None))]
+
+
+DEMO_CHILDREN = """
+[[supervisor.children]]
+name = "jobs"
+role = "minihermes.cluster.testing:JobWorker"
+
+[[supervisor.children]]
+name = "ticker"
+role = "minihermes.cluster.testing:Ticker"
+"""
+
+
+class ActivationLog:
+    """Every start and exit of a leased (dynamic) actor on this node, written synchronously to a SQLite file
+    shared by the nodes: the check that no actor was ever active on two nodes at once reads it."""
+
+    def __init__(self, path: Path, node: Node) -> None:
+        self._db = sqlite3.connect(path, timeout=30, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS activations (actor TEXT, node TEXT, boot TEXT, event TEXT, at REAL)"
+        )
+        self._node = node
+        started, exited = node._cell_started, node._cell_exited
+
+        def on_started(cell: Cell) -> None:
+            self._record(cell, "start")
+            started(cell)
+
+        def on_exited(cell: Cell, reason: str, abnormal: bool) -> None:
+            self._record(cell, "exit")
+            exited(cell, reason, abnormal)
+
+        node._cell_started = on_started  # type: ignore[method-assign]
+        node._cell_exited = on_exited  # type: ignore[method-assign]
+
+    def _record(self, cell: Cell, event: str) -> None:
+        if cell.spec.dynamic:
+            actor = f"{cell.scope[0]}/{cell.scope[1]}/{cell.address}"
+            n = self._node
+            self._db.execute(
+                "INSERT INTO activations VALUES (?, ?, ?, ?, ?)",
+                (actor, n.node_id, n.boot_id, event, time.time()),
+            )
+
+
+def demo_config(node_id: str, data_dir: str, cluster_name: str) -> AppConfig:
+    """The agent app plus the demo actors, clustered (NATS and secret from the environment)."""
+    from minihermes.agent.app import AGENT_CONFIG
+
+    cfg = AppConfig.from_toml(AGENT_CONFIG + DEMO_CHILDREN, "<cluster-demo>")
+    cfg.model.node.id = node_id
+    cfg.model.node.data_dir = data_dir
+    cfg.model.node.shutdown_deadline_seconds = 3.0
+    cfg.model.cluster = ClusterModel(enabled=True, name=cluster_name, heartbeat="0.5s", node_ttl="2s")
+    dsn = os.environ.get("MINIHERMES_PG_DSN")
+    if dsn and "postgres" in backend_names() and os.environ.get("MINIHERMES_CLUSTER_BACKEND") != "sqlite":
+        cfg.model.node.backend = "postgres"
+        cfg.model.node.backend_options = {"dsn": dsn}
+    return cfg
+
+
+async def serve(node_id: str, data_dir: str, cluster_name: str) -> None:
+    logging.basicConfig(
+        level=logging.WARNING, format=f"%(asctime)s {node_id} %(name)s %(levelname)s %(message)s"
+    )
+    from minihermes.agent.app import build_agent_node
+
+    node = build_agent_node(demo_config(node_id, data_dir, cluster_name))
+    ActivationLog(Path(data_dir) / "activations.db", node)
+    await node.start()
+    stopping = asyncio.Event()
+    node.install_signal_handlers(stopping.set)
+    out = sys.stdout
+
+    def answer(obj: dict[str, Any]) -> None:
+        out.write(json.dumps(obj, default=str) + "\n")
+        out.flush()
+
+    async def run(cmd: dict[str, Any]) -> None:
+        cid = cmd.get("id")
+        try:
+            if cmd["cmd"] == "status":
+                status = getattr(node.fabric, "status", None)
+                answer({"id": cid, "ok": status() if status is not None else {}})
+                return
+            ctx = RequestContext(tenant=str(cmd.get("tenant", TENANT)), principal="driver")
+            result = await node.ask(
+                cmd["target"], cmd["op"], cmd.get("payload") or {}, cmd.get("timeout"), ctx=ctx
+            )
+            answer({"id": cid, "ok": result})
+        except ActorError as e:
+            answer({"id": cid, "err": e.to_dict()["error"]})
+
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    answer({"ready": node_id})
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def read() -> None:
+        while line := await reader.readline():
+            cmd = json.loads(line)
+            if cmd.get("cmd") == "stop":
+                break
+            t = asyncio.ensure_future(run(cmd))
+            tasks.add(t)
+            t.add_done_callback(tasks.discard)
+        stopping.set()
+
+    reading = asyncio.ensure_future(read())
+    await stopping.wait()
+    reading.cancel()
+    await node.stop()
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    asyncio.run(serve(*argv))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
