@@ -7,7 +7,8 @@
     version = await store.kv.put(("acme", "agents"), "greeting", {"text": "hi"})
     await store.close()
 
-Backends: "sqlite" (embedded; ``minihermes.runtime.store.sqlite.SqliteStore``). Add one with
+Backends: "sqlite" (embedded; ``minihermes.runtime.store.sqlite.SqliteStore``) and "postgres" (shared by
+several nodes; ``minihermes.runtime.store.postgres.PostgresStore``, needs psycopg and pgvector). Add one with
 ``register_backend(name, factory)``; shared, dialect-independent rules live in ``_common`` and ``_chain``.
 ``sqlite_v1_fixture`` writes a data dir in the oldest storage format, for migration tests.
 """
@@ -43,6 +44,8 @@ from .base import (
     Store,
     TextIndex,
     TupleSpace,
+    VectorHit,
+    VectorIndex,
 )
 from .testing import sqlite_v1_fixture
 
@@ -79,6 +82,8 @@ __all__ = [
     "StoreError",
     "TextIndex",
     "TupleSpace",
+    "VectorHit",
+    "VectorIndex",
     "backend_names",
     "get_backend",
     "open_store",

@@ -17,6 +17,7 @@ BackendFactory = Callable[..., Store]
 # PostgreSQL client) is only needed by programs that select that backend.
 _backends: dict[str, BackendFactory | str] = {
     "sqlite": "minihermes.runtime.store.sqlite:SqliteStore",
+    "postgres": "minihermes.runtime.store.postgres:PostgresStore",
 }
 
 
@@ -59,6 +60,6 @@ def open_store(backend: str = "sqlite", *, clock: Clock | None = None, **options
 
     Construction validates the name and options but does no I/O, so a bad configuration fails at start-up
     before anything is touched. options are the backend's (sqlite: path or data_dir, synchronous, readers,
-    busy_timeout).
+    busy_timeout; postgres: dsn or dsn_env, schema, password_file, pool sizes, TLS settings).
     """
     return get_backend(backend)(clock=clock, **options)

@@ -144,6 +144,14 @@ class SearchHit:
     meta: JSON = None
 
 
+@dataclass(frozen=True, slots=True)
+class VectorHit:
+    doc_id: str
+    score: float
+    """Cosine similarity of the stored and the query vector, in [-1, 1]; higher is better."""
+    meta: JSON = None
+
+
 @dataclass(slots=True)
 class RetentionRule:
     """Delete what is older than ``max_age`` seconds and/or keep at most ``max_count`` newest entries.
@@ -375,6 +383,24 @@ class TextIndex(Protocol):
 
 
 @runtime_checkable
+class VectorIndex(Protocol):
+    """Nearest-neighbour search by cosine similarity (pgvector HNSW on PostgreSQL, an exact scan on SQLite).
+    Vectors are grouped in named indexes per scope and stored as float32; at most 2000 dimensions, never
+    all zeros. An index may hold vectors of several dimensions (e.g. two embedding models): a search only
+    compares vectors of its own dimension."""
+
+    async def upsert(
+        self, scope: Scope, index: str, doc_id: str, vector: Sequence[float], meta: JSON = None
+    ) -> None: ...
+    async def delete(self, scope: Scope, index: str, doc_id: str) -> bool: ...
+    async def search(
+        self, scope: Scope, index: str, vector: Sequence[float], limit: int = 10
+    ) -> list[VectorHit]:
+        """Up to limit hits, most similar first."""
+        ...
+
+
+@runtime_checkable
 class Quarantine(Protocol):
     async def put(self, kind: str, scope: Scope, key: str, reason: str, data: bytes) -> None: ...
     async def list(self, limit: int = 100) -> list[QuarantinedRecord]: ...
@@ -393,6 +419,7 @@ class Store(Protocol):
     checkpoints: CheckpointStore
     reminders: ReminderStore
     text: TextIndex
+    vectors: VectorIndex
     quarantine: Quarantine
 
     async def open(self) -> None:

@@ -1,0 +1,129 @@
+"""PostgreSQL tuple space.
+
+Each tuple also stores ``elems``, the typed encoding of every element (``encode_element``: 1 -> '1',
+1.0 -> '1.0', True -> 'true', "1" -> '"1"'), so a pattern is matched entirely in SQL by equality on the
+non-wildcard positions. That keeps the typed-equality rule of ``tuple_matches`` (1 != 1.0 != "1" != True)
+and lets ``take`` lock only matching rows: ``FOR UPDATE SKIP LOCKED`` hands concurrent takers different
+tuples without blocking one another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ._common import (
+    check_limit,
+    check_scope,
+    check_tuple,
+    decode_tuple,
+    encode_element,
+    encode_tuple,
+)
+from ._pg_common import Corrupt, Part, insert_quarantine
+from ._pg_engine import Conn
+from .base import Scalar, Scope
+
+_DELETE_EXACT = "DELETE FROM tuples WHERE id = %s AND body = %s"
+
+
+def _where(tenant: str, ns: str, pattern: tuple[Scalar, ...]) -> tuple[str, list[object]]:
+    clauses = ["tenant = %s", "ns = %s", "arity = %s"]
+    params: list[object] = [tenant, ns, len(pattern)]
+    for i, element in enumerate(pattern):
+        if element is not None:
+            clauses.append(f"elems[{i + 1}] = %s")
+            params.append(encode_element(element))
+    return " AND ".join(clauses), params
+
+
+def _decode(
+    tenant: str, ns: str, arity: int, rows: list[tuple[object, ...]]
+) -> tuple[list[tuple[Scalar, ...]], list[Corrupt]]:
+    found: list[tuple[Scalar, ...]] = []
+    corrupt: list[Corrupt] = []
+    for row_id, body in rows:
+        try:
+            found.append(decode_tuple(body, arity))
+        except ValueError as exc:
+            corrupt.append(
+                Corrupt("tuple", tenant, ns, str(row_id), str(exc), body, _DELETE_EXACT, (row_id, body))
+            )
+    return found, corrupt
+
+
+class PgTuples(Part):
+    """Linda-style tuple space; each tuple is taken at most once, across connections and nodes."""
+
+    async def write(self, scope: Scope, tup: Sequence[Scalar]) -> None:
+        tenant, ns = check_scope(scope)
+        values = check_tuple(tup)
+        elems = [encode_element(v) for v in values]
+        sql = (
+            "INSERT INTO tuples (tenant, ns, arity, elems, body, created_at) VALUES (%s, %s, %s, %s, %s, %s)"
+        )
+        await self._db.rowcount(sql, (tenant, ns, len(values), elems, encode_tuple(values), self._now()))
+
+    async def read(self, scope: Scope, pattern: Sequence[Scalar]) -> tuple[Scalar, ...] | None:
+        found = await self.read_all(scope, pattern, limit=1)
+        return found[0] if found else None
+
+    async def read_all(
+        self, scope: Scope, pattern: Sequence[Scalar], limit: int | None = None
+    ) -> list[tuple[Scalar, ...]]:
+        tenant, ns = check_scope(scope)
+        pat = check_tuple(pattern, pattern=True)
+        limit = check_limit(limit)
+        if limit == 0:
+            return []
+        where, params = _where(tenant, ns, pat)
+        sql = f"SELECT id, body FROM tuples WHERE {where} ORDER BY id LIMIT %s"
+        while True:
+            rows = await self._db.fetchall(sql, (*params, limit))
+            found, corrupt = _decode(tenant, ns, len(pat), rows)
+            if not corrupt:
+                return found
+            await self._quarantine(corrupt)  # then rescan: more matches may fit under the limit
+
+    async def take(self, scope: Scope, pattern: Sequence[Scalar]) -> tuple[Scalar, ...] | None:
+        tenant, ns = check_scope(scope)
+        pat = check_tuple(pattern, pattern=True)
+        where, params = _where(tenant, ns, pat)
+        sql = (
+            f"DELETE FROM tuples WHERE id = (SELECT id FROM tuples WHERE {where} ORDER BY id LIMIT 1"
+            " FOR UPDATE SKIP LOCKED) RETURNING id, body"
+        )
+        now = self._now()
+
+        async def op(conn: Conn) -> tuple[Scalar, ...] | None:
+            while True:
+                cur = await conn.execute(sql, params)
+                rows = await cur.fetchall()
+                if not rows:
+                    return None
+                found, corrupt = _decode(tenant, ns, len(pat), rows)
+                if found:
+                    return found[0]
+                # The row is already deleted; keep its content for the operator and take the next one.
+                item = corrupt[0]
+                await _record(conn, item, now)
+
+        return await self._db.transaction(op)
+
+    async def take_all(self, scope: Scope, pattern: Sequence[Scalar]) -> int:
+        tenant, ns = check_scope(scope)
+        pat = check_tuple(pattern, pattern=True)
+        where, params = _where(tenant, ns, pat)
+        now = self._now()
+
+        async def op(conn: Conn) -> int:
+            cur = await conn.execute(f"DELETE FROM tuples WHERE {where} RETURNING id, body", params)
+            _, corrupt = _decode(tenant, ns, len(pat), await cur.fetchall())
+            for item in corrupt:
+                await _record(conn, item, now)
+            return (cur.rowcount or 0) - len(corrupt)
+
+        return await self._db.transaction(op)
+
+
+async def _record(conn: Conn, item: Corrupt, at: float) -> None:
+    await insert_quarantine(conn, item.kind, item.tenant, item.ns, item.key, item.reason, item.raw, at)
