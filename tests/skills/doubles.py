@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from minihermes.llm import CompletionRequest, SimulatedProvider
-from minihermes.runtime import GenServer, call
+from minihermes.runtime import GenServer, NotFound, call
 
 SUMS = "what is 2+2 and 3*3 and 5-1"
 
@@ -57,9 +57,13 @@ class SimGateway(GenServer):
         self.log = args.get("log")
         self.hang_on = args.get("hang_on")
         self.parts: list[str] = []
+        self.overrides: dict[str, str] = {}
 
     @call
     async def completion(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, **kw: Any) -> Any:
+        if self.overrides.get(kw.get("session_id", "")) == "cheap":
+            merged = {"procedure": "1. calculator: evaluate every expression in the request, all at once"}
+            return {"status": "ok", "response": {"content": json.dumps(merged), "stop_reason": "end_turn", "tool_calls": []}}
         part = part_of(messages)
         self.parts.append(part)
         if self.log:
@@ -70,6 +74,14 @@ class SimGateway(GenServer):
             await asyncio.Event().wait()
         done = await self.model.complete(CompletionRequest(messages=messages, tools=tools or []))
         return {"status": "ok", "response": done.model_dump()}
+
+    @call
+    def switch_provider(self, provider: str, model: str = "", session_id: str = "") -> dict[str, Any]:
+        """Only the provider "cheap" is registered here; its session answers merges (see completion)."""
+        if provider != "cheap":
+            raise NotFound(f"provider '{provider}' is not registered", field="provider")
+        self.overrides[session_id] = provider
+        return {"status": "ok", "provider": provider, "session_id": session_id}
 
     @call
     def get_parts(self) -> list[str]:
