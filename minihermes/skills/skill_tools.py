@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from minihermes.agent._tools_catalog import BUILTINS, MUTATING, TOOL_NAME, TRUSTED, UNTRUSTED, Kind
+from minihermes.agent._tools_catalog import BUILTINS, MUTATING, TOOL_NAME, TRUSTED, Kind
 from minihermes.agent._tools_handlers import ToolEnv, ToolFailure, register_builtin_tool, safe_component
 from minihermes.agent.audit import fire_audit
 from minihermes.runtime import Conflict, GenServer, InvalidArgument, NotFound, call, current_context
@@ -282,7 +282,7 @@ register_builtin_tool(
             "required": ["skill_tool"],
         },
         MUTATING,
-        UNTRUSTED,
+        TRUSTED,  # it computes: no network, no files but its own folder, so no outside content comes in
         requires="skill_tools",
     ),
     _run_skill_tool,
