@@ -124,7 +124,20 @@ def _v1_to_v2(conn: sqlite3.Connection) -> None:
     )
 
 
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {2: _v1_to_v2}
+def _v2_to_v3(conn: sqlite3.Connection) -> None:
+    """v3: the vectors primitive. Vectors are little-endian float32 bytes with their norm precomputed;
+    searches scan one (scope, index, dimension) exactly, so the index leads with those columns."""
+    conn.execute(
+        """CREATE TABLE vectors (
+            tenant TEXT NOT NULL, ns TEXT NOT NULL, idx TEXT NOT NULL, doc_id TEXT NOT NULL,
+            dim INTEGER NOT NULL, data BLOB NOT NULL, norm REAL NOT NULL, meta TEXT NOT NULL,
+            updated_at REAL NOT NULL,
+            PRIMARY KEY (tenant, ns, idx, doc_id)) WITHOUT ROWID"""
+    )
+    conn.execute("CREATE INDEX vectors_dim ON vectors (tenant, ns, idx, dim)")
+
+
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {2: _v1_to_v2, 3: _v2_to_v3}
 """target version -> step from the previous version. Steps run inside the caller's transaction."""
 
 LATEST_VERSION = max(MIGRATIONS)

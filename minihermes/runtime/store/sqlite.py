@@ -29,6 +29,7 @@ from ._sqlite_retention import apply_rules, incremental_vacuum
 from ._sqlite_schema import DB_FILENAME, LATEST_VERSION, prepare, read_version
 from ._sqlite_text import SqliteText
 from ._sqlite_tuples import SqliteTuples
+from ._sqlite_vectors import SqliteVectors
 from .base import (
     BlobStore,
     ChannelStore,
@@ -42,6 +43,7 @@ from .base import (
     RetentionRule,
     TextIndex,
     TupleSpace,
+    VectorIndex,
 )
 
 _SYNCHRONOUS = ("normal", "full")
@@ -98,6 +100,7 @@ class SqliteStore:
         self.checkpoints: CheckpointStore = self._checkpoints
         self.reminders: ReminderStore = SqliteReminders(engine, clk)
         self.text: TextIndex = SqliteText(engine, clk)
+        self.vectors: VectorIndex = SqliteVectors(engine, clk)
         self.quarantine: Quarantine = SqliteQuarantine(engine, clk)
 
     def __repr__(self) -> str:
