@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
@@ -77,7 +78,7 @@ async def test_limit_and_many_vectors(store: Store) -> None:
     query = vectors["d17"]
     hits = await store.vectors.search(A, "big", query, limit=5)
     assert len(hits) == 5 and hits[0].doc_id == "d17" and hits[0].score == pytest.approx(1.0, abs=1e-5)
-    assert all(a.score >= b.score for a, b in zip(hits, hits[1:], strict=False))
+    assert all(a.score >= b.score for a, b in itertools.pairwise(hits))
 
     def cos(u: list[float], v: list[float]) -> float:
         return sum(x * y for x, y in zip(u, v, strict=True)) / math.hypot(*u) / math.hypot(*v)
