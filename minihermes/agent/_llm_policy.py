@@ -28,12 +28,15 @@ from urllib.parse import urlsplit
 from pydantic import ValidationError
 
 from minihermes.llm import (
+    BadResponseError,
     Completion,
     CompletionRequest,
+    Done,
     ErrorKind,
     Provider,
     ProviderError,
     ProviderTimeoutError,
+    TextDelta,
     UnknownProviderError,
     Usage,
     provider_kinds,
@@ -94,10 +97,12 @@ class Failure:
     provider: str
     error: str
     retry_after: float | None = None
+    streamed: bool = False
+    """The provider failed after text had been streamed to watchers: the chain stops here."""
 
 
 def unavailable(failures: Sequence[Failure]) -> LLMUnavailable:
-    why = "; ".join(f"{f.provider}: {f.error}" for f in failures)
+    why = "; ".join(f"{f.provider}: {f.error}{' mid-stream' if f.streamed else ''}" for f in failures)
     waits = [f.retry_after for f in failures if f.retry_after is not None]
     return LLMUnavailable(
         f"no LLM provider could answer ({why})",
@@ -420,11 +425,48 @@ def retry_delay(
     return step / 2 + rng.random() * step / 2
 
 
+class StreamProgress:
+    """What a streamed attempt has shown so far: once a delta reached watchers, the call cannot be retried
+    or failed over transparently (they would see the answer start twice)."""
+
+    __slots__ = ("deltas", "publish")
+
+    def __init__(self, publish: Callable[[str], None]) -> None:
+        self.publish = publish
+        self.deltas = 0
+
+
+async def stream_completion(
+    provider: Provider, request: CompletionRequest, progress: StreamProgress
+) -> Completion:
+    """Run ``provider.stream``, publishing each text delta as it arrives; the final ``Completion``."""
+    events = provider.stream(request)
+    try:
+        async for event in events:
+            if isinstance(event, TextDelta):
+                if event.text:
+                    progress.deltas += 1
+                    progress.publish(event.text)
+            elif isinstance(event, Done):
+                return event.completion
+    finally:
+        # Adapters stream from async generators: closing one releases its connection at once.
+        close = getattr(events, "aclose", None)
+        if close is not None:
+            await close()
+    raise BadResponseError("the stream ended without a final event", provider=provider.name)
+
+
 async def call_with_timeout(
-    provider: Provider, request: CompletionRequest, timeout: float, clock: Clock
+    provider: Provider,
+    request: CompletionRequest,
+    timeout: float,
+    clock: Clock,
+    progress: StreamProgress | None = None,
 ) -> Completion | ProviderError:
     """One attempt under ``timeout`` seconds of ``clock`` (the node's, so tests drive it). Provider errors
-    come back as values; anything else a provider raises is a bug and raises ``LLMInternalError``.
+    come back as values; anything else a provider raises is a bug and raises ``LLMInternalError``. With
+    ``progress`` the provider streams and each text delta is published as it arrives.
 
     Like ``asyncio.timeout`` (a timer that cancels the running task), but on the node's clock; no extra
     task per call, which matters when the provider itself answers in microseconds.
@@ -442,7 +484,10 @@ async def call_with_timeout(
     result: Completion | ProviderError | None = None
     bug: Exception | None = None
     try:
-        result = await provider.complete(request)
+        if progress is None:
+            result = await provider.complete(request)
+        else:
+            result = await stream_completion(provider, request, progress)
     except asyncio.CancelledError:
         if not expired or task.uncancel() > 0:
             raise  # the gateway itself is being stopped

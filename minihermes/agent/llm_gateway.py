@@ -152,12 +152,26 @@ class LLMGateway(GenServer):
         request = policy.completion_request(
             messages, tools or [], max_tokens, temperature, cache_prefix_messages
         )
+        progress = self._stream_progress(stream_topic)
         caller = Caller(user_id or current_context().principal, session_id, cron_job)
         if self._clock.monotonic() > self._tick_due + self._settings.tick_interval:
             self._arm_tick()  # a tick was dropped (full mailbox): recovery must not stop for good
         # Spawned here, inside the handler, so the task runs in this request's tenant context.
-        task = self.host.spawn(self._outcome(request, self._route(session_id), caller))
+        task = self.host.spawn(self._outcome(request, self._route(session_id), caller, progress))
         return Deferred(_reply(task))
+
+    def _stream_progress(self, topic: str) -> policy.StreamProgress | None:
+        """Text deltas go to ``topic`` (in the caller's tenant) as the provider streams them."""
+        if not topic:
+            return None
+        if len(topic) > 256:
+            raise InvalidArgument("stream_topic must be at most 256 characters", field="stream_topic")
+        host = self.host
+
+        def publish(text: str) -> None:
+            host.publish(topic, {"type": "text_delta", "text": text})
+
+        return policy.StreamProgress(publish)
 
     def _route(self, session_id: str) -> list[tuple[str, str]]:
         primary = (self.session_overrides.get(session_id) if session_id else None) or self.active
@@ -165,24 +179,36 @@ class LLMGateway(GenServer):
         return [(first, primary.get("model", ""))] + [(n, "") for n in self.failover if n != first]
 
     async def _outcome(
-        self, request: CompletionRequest, route: list[tuple[str, str]], caller: Caller
+        self,
+        request: CompletionRequest,
+        route: list[tuple[str, str]],
+        caller: Caller,
+        progress: policy.StreamProgress | None,
     ) -> dict[str, Any] | ActorError:
         # A structured error is this call's reply, not a failure of the background task (which the runtime
         # would log as one): it travels as a value to ``_reply``.
         try:
-            return await self._complete(request, route, caller)
+            return await self._complete(request, route, caller, progress)
         except ActorError as error:
             return error
 
     async def _complete(
-        self, request: CompletionRequest, route: list[tuple[str, str]], caller: Caller
+        self,
+        request: CompletionRequest,
+        route: list[tuple[str, str]],
+        caller: Caller,
+        progress: policy.StreamProgress | None,
     ) -> dict[str, Any]:
         await self._check_budgets(caller)
         failures: list[Failure] = []
         for name, model in route:
-            outcome = await self._try_provider(name, model, request, caller)
+            outcome = await self._try_provider(name, model, request, caller, progress)
             if isinstance(outcome, Failure):
                 failures.append(outcome)
+                if outcome.streamed:
+                    # Watchers saw this answer begin: another provider's answer cannot replace it unseen.
+                    self.host.incr_counter("llm_stream_aborted_total", provider=name, error=outcome.error)
+                    break
                 self.host.incr_counter("llm_failovers_total", provider=name, error=outcome.error)
                 continue
             outcome["attempts"] = [{"provider": f.provider, "error": f.error} for f in failures]
@@ -193,7 +219,12 @@ class LLMGateway(GenServer):
         raise policy.unavailable(failures)
 
     async def _try_provider(
-        self, name: str, model: str, request: CompletionRequest, caller: Caller
+        self,
+        name: str,
+        model: str,
+        request: CompletionRequest,
+        caller: Caller,
+        progress: policy.StreamProgress | None,
     ) -> dict[str, Any] | Failure:
         entry = self.providers.get(name)
         if entry is None:
@@ -215,7 +246,7 @@ class LLMGateway(GenServer):
                 await self._settle_failure(name, failed.kind, retries=0)
                 return Failure(name, failed.kind)
             try:
-                return await self._attempts(name, entry, lease.provider, model, request, caller)
+                return await self._attempts(name, entry, lease.provider, model, request, caller, progress)
             finally:
                 self._pool.release(lease)
         finally:
@@ -230,6 +261,7 @@ class LLMGateway(GenServer):
         model: str,
         request: CompletionRequest,
         caller: Caller,
+        progress: policy.StreamProgress | None,
     ) -> dict[str, Any] | Failure:
         clock = self._clock
         if model:
@@ -238,14 +270,22 @@ class LLMGateway(GenServer):
         while True:
             started = clock.monotonic()
             try:
-                result = await policy.call_with_timeout(provider, request, float(entry["timeout"]), clock)
+                result = await policy.call_with_timeout(
+                    provider, request, float(entry["timeout"]), clock, progress
+                )
             except LLMInternalError as bug:
                 self.host.log.error("llm_gateway: %s", bug.message)
                 raise
             if isinstance(result, Completion):
                 elapsed = clock.monotonic() - started
+                if progress is not None:
+                    self.host.incr_counter("llm_streamed_calls_total", provider=name)
                 return await self._settle_success(name, entry, result, elapsed, retries, caller)
             kind = str(result.kind)
+            if progress is not None and progress.deltas:
+                # Failing after text was streamed: neither a retry nor failover may start it over.
+                await self._settle_failure(name, kind, retries=retries)
+                return Failure(name, kind, result.retry_after, streamed=True)
             delay = policy.retry_delay(kind, result.retry_after, retries, self._settings, self._rng)
             if delay is None:
                 await self._settle_failure(name, kind, retries=retries)
