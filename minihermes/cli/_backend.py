@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from minihermes.runtime import ActorError
+from minihermes.runtime import ActorError, RequestContext
 
 
 class CommandError(Exception):
@@ -51,8 +51,9 @@ class Backend(Protocol):
 class Embedded:
     """The agent app in this process, on a data dir."""
 
-    def __init__(self, mh: Any) -> None:
+    def __init__(self, mh: Any, ctx: RequestContext | None = None) -> None:
         self.mh = mh
+        self.ctx: RequestContext = ctx or mh.ctx
         self.where = f"data dir {mh.config.data_dir}"
 
     @property
@@ -63,7 +64,7 @@ class Embedded:
         self, actor: str, op: str, payload: dict[str, Any] | None = None, timeout: float = 300
     ) -> Any:
         try:
-            return await self.mh.ask(actor, op, payload or {}, timeout=timeout)
+            return await self.node.ask(actor, op, payload or {}, timeout, ctx=self.ctx)
         except ActorError as e:
             raise CommandError.from_actor_error(e) from None
 

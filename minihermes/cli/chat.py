@@ -170,7 +170,7 @@ class ChatLoop:
         from minihermes.agent.agent import session_topic
 
         # Subscribe before asking: the first events are published as soon as the turn starts.
-        with_sub = backend.node.subscribe(session_topic(self.session), ctx=backend.mh.ctx)
+        with_sub = backend.node.subscribe(session_topic(self.session), ctx=backend.ctx)
         try:
             ask = asyncio.ensure_future(
                 backend.ask("agent", "chat", {"message": message, "session_id": self.session})
@@ -251,7 +251,15 @@ class ChatLoop:
         elif cmd in ("/approve", "/approvals") and not args:
             await self._approvals()
         elif cmd in ("/approve", "/deny"):
-            reply = await ask("guardrails", cmd[1:], {"approval_id": args[0]})
+            try:
+                reply = await ask("guardrails", cmd[1:], {"approval_id": args[0]})
+            except CommandError as e:
+                if e.code == "permission_denied" and "own request" in e.message:
+                    e.message += (
+                        " (another admin decides: the dashboard, or minihermes chat --url ... --token-env"
+                        " with that admin's key)"
+                    )
+                raise
             c.print(f"{reply.get('decision')}")
             if reply.get("turn"):
                 Renderer(c).reply(reply["turn"])

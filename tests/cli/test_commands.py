@@ -1,0 +1,107 @@
+"""Scripting commands: the same ops embedded (``--data-dir``) and against a server (``--url``), JSON output,
+"not enabled" for absent subsystems, structured errors as exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from minihermes.cli.commands import NotEnabled, op_command, pick_op
+from minihermes.cli.main import app
+from minihermes.cli.skills import export_files, import_files, skill_files
+
+runner = CliRunner()
+
+
+def _json(result) -> dict:
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_memory_commands_on_the_local_data_dir(tmp_path):
+    d = ["--data-dir", str(tmp_path / "data")]
+    stored = _json(runner.invoke(app, ["memory", "store", "colour", "teal", "--tier", "core", *d, "--json"]))
+    assert stored["key"] == "colour" and stored["created"] is True
+    listed = _json(runner.invoke(app, ["memory", "list", *d, "--json"]))
+    assert [(m["key"], m["value"], m["tier"]) for m in listed["memories"]] == [("colour", "teal", "core")]
+    found = _json(runner.invoke(app, ["memory", "search", "teal", *d, "--json"]))
+    assert found["memories"][0]["key"] == "colour"
+    table = runner.invoke(app, ["memory", "list", *d])
+    assert table.exit_code == 0 and "colour" in table.stdout and "teal" in table.stdout
+    forgot = _json(runner.invoke(app, ["memory", "forget", "colour", *d, "--json"]))
+    assert forgot["deleted"] is True
+    assert _json(runner.invoke(app, ["memory", "list", *d, "--json"]))["memories"] == []
+
+
+def test_errors_and_absent_actors_have_their_exit_codes(tmp_path):
+    d = ["--data-dir", str(tmp_path / "data")]
+    bad = runner.invoke(app, ["memory", "store", "k", "v", "--scope", "galaxy", *d])
+    assert bad.exit_code == 1 and "invalid_argument" in bad.stderr and "scope" in bad.stderr
+    absent = runner.invoke(app, ["call", "no_such_actor", "op", *d])
+    assert absent.exit_code == 3 and "not enabled" in absent.stderr
+    not_json = runner.invoke(app, ["call", "memory", "list_memories", "{nope", *d])
+    assert not_json.exit_code == 2
+    listed = _json(runner.invoke(app, ["call", "tool_executor", "list_tools", "{}", *d]))
+    assert "calculator" in [t["name"] for t in listed["tools"]]
+
+
+def test_a_running_server_is_reached_with_url(tmp_path):
+    # A url nobody listens on: a connection failure is a structured error, not a traceback.
+    out = runner.invoke(app, ["memory", "list", "--url", "http://127.0.0.1:9", "--json"])
+    assert out.exit_code == 1 and "connection_failed" in out.stderr
+
+
+async def test_kanban_ops_through_the_http_api(remote):
+    console = Console(record=True)
+    created = await op_command("kanban", ("create_task", "create_card"), {"title": "Ship", "body": None})(
+        remote, console
+    )
+    task_id = created["task_id"]
+    moved = await op_command("kanban", ("move_task",), {"task_id": task_id, "status": "doing"})(
+        remote, console
+    )
+    assert moved["to"] == "doing"
+    listed = await op_command("kanban", ("list_tasks",), {"status": "doing"})(remote, console)
+    assert [t["title"] for t in listed["tasks"]] == ["Ship"]
+    from minihermes.cli._backend import CommandError
+
+    with pytest.raises(CommandError) as e:
+        await op_command("kanban", ("get_task",), {"task_id": "t99"})(remote, console)
+    assert e.value.code == "not_found" and e.value.field == "task_id"
+    with pytest.raises(NotEnabled, match="goals is not enabled"):
+        await pick_op(remote, "goals", ("list_goals",))
+    with pytest.raises(CommandError, match="offers none of"):
+        await pick_op(remote, "kanban", ("archive_board",))
+
+
+async def test_skills_import_and_export_with_progress(remote, tmp_path):
+    src = tmp_path / "in"
+    for name in ("deploy", "triage"):
+        (src / name).mkdir(parents=True)
+        (src / name / "SKILL.md").write_text(f"---\nname: {name}\n---\nSteps for {name}.\n")
+    (src / "broken").mkdir()
+    (src / "broken" / "SKILL.md").write_text("no front matter")
+    files = skill_files(src)
+    assert [p.parent.name for p in files] == ["broken", "deploy", "triage"]
+    progress = Console(record=True, width=120)
+    reply = await import_files(remote, progress, files)
+    assert [s["name"] for s in reply["imported"]] == ["deploy", "triage"]
+    assert reply["status"] == "partial" and reply["failed"][0]["file"].endswith("broken/SKILL.md")
+    shown = progress.export_text()  # export_text empties the record: read it once
+    assert "importing skills" in shown and "3/3" in shown
+
+    out = tmp_path / "out"
+    exported = await export_files(remote, Console(record=True), out, "")
+    assert exported["count"] == 2
+    assert (out / "deploy" / "SKILL.md").read_text() == "---\nname: deploy\n---\nSteps for deploy.\n"
+
+
+async def test_export_never_writes_outside_the_folder(remote, tmp_path):
+    await remote.ask("skill_store", "import_skills", {"documents": ["---\nname: ../../evil\n---\nx\n"]})
+    out = tmp_path / "out"
+    await export_files(remote, Console(record=True), out, "")
+    written = [p for p in tmp_path.rglob("SKILL.md")]
+    assert written and all(out in p.parents for p in written)

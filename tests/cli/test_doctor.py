@@ -1,0 +1,166 @@
+"""``minihermes doctor``: storage, sandbox, port and provider checks, the exit code and JSON output."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+
+from typer.testing import CliRunner
+
+from minihermes.cli import doctor as dr
+from minihermes.cli.main import app
+from minihermes.embed import MiniHermes
+
+from .conftest import core_config
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _by(checks, group, name=None):
+    return [c for c in checks if c.group == group and (name is None or c.name.startswith(name))]
+
+
+def test_storage_checks_on_a_fresh_and_an_existing_data_dir(tmp_path):
+    fresh = dr.check_storage(tmp_path / "new")
+    assert {c.name: c.status for c in fresh} == {
+        "data dir": "ok",
+        "sqlite": "ok",
+        "WAL": "ok",
+        "FTS5": "ok",
+        "schema": "ok",
+    }
+    assert not list((tmp_path / "new").glob(".doctor*"))  # the scratch files are gone
+
+    async def make_db() -> None:
+        async with MiniHermes(data_dir=tmp_path / "used", config=core_config()):
+            pass
+
+    asyncio.run(make_db())
+    (schema,) = _by(dr.check_storage(tmp_path / "used"), "storage", "schema")
+    assert schema.status == "ok" and "(current), journal_mode=wal" in schema.detail
+
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    (data_dir,) = dr.check_storage(blocked / "data")
+    assert data_dir.status == "fail" and data_dir.required
+
+
+def test_sandbox_level_is_reported():
+    (check,) = dr.check_sandbox()
+    assert check.status in ("ok", "warn") and check.detail.startswith("level ")
+
+
+async def test_port_free_taken_by_another_program_or_by_a_minihermes_server(tmp_path):
+    port = _free_port()
+    check, ours = await dr.check_port("127.0.0.1", port)
+    assert check.status == "ok" and check.detail == "free" and not ours
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+        s.listen()
+        check, ours = await dr.check_port("127.0.0.1", port)  # answers no HTTP
+    assert check.status == "fail" and check.required and not ours
+
+    from minihermes.api import serve_http
+
+    async with MiniHermes(data_dir=tmp_path / "srv", config=core_config()) as mh:
+        stop = asyncio.Event()
+        started = asyncio.Event()
+        server = asyncio.ensure_future(
+            serve_http(
+                mh.node,
+                "127.0.0.1",
+                port,
+                None,
+                stop=stop,
+                on_started=lambda h, p: started.set(),
+                log_level="error",
+            )
+        )
+        await asyncio.wait_for(started.wait(), 30)
+        try:
+            check, ours = await dr.check_port("127.0.0.1", port)
+            assert check.status == "ok" and "MiniHermes server" in check.detail and ours
+            # The running server is asked for its providers (no second node on its data dir).
+            checks = await dr.run_checks(
+                data_dir=tmp_path / "srv", host="127.0.0.1", port=port, url=None, token=None, probe_timeout=1
+            )
+            assert _by(checks, "providers", "simulated (active)")[0].status == "ok"
+        finally:
+            stop.set()
+            await server
+
+
+async def test_providers_reachable_unreachable_and_required(tmp_path):
+    dead = _free_port()  # nothing listens there
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen()
+    async with MiniHermes(data_dir=tmp_path / "d", config=core_config()) as mh:
+        for name, port in (("down", dead),):
+            await mh.ask(
+                "llm_gateway",
+                "register_provider",
+                {"name": name, "kind": "openai", "model": "m", "base_url": f"http://127.0.0.1:{port}/v1"},
+            )
+        listing = await mh.ask("llm_gateway", "list_providers", {})
+    checks = await dr.check_providers(listing, timeout=1)
+    (down,) = _by(checks, "providers", "down")
+    assert down.status == "warn" and "unreachable" in down.detail and not down.required
+    assert _by(checks, "providers", "simulated (active)")[0].status == "ok"
+    assert {c.status for c in _by(checks, "providers", "openai")} == {"skip"}
+    assert dr.exit_code(checks) == 0
+
+    listing["active"] = {"provider": "down", "model": ""}
+    checks = await dr.check_providers(listing, timeout=1)
+    (down,) = _by(checks, "providers", "down")
+    assert down.status == "fail" and down.required and dr.exit_code(checks) == 1
+    listening.close()
+
+
+async def test_a_provider_whose_server_answers_is_reachable(tmp_path):
+    from minihermes.api import serve_http
+
+    port = _free_port()
+    async with MiniHermes(data_dir=tmp_path / "d", config=core_config()) as mh:
+        stop, started = asyncio.Event(), asyncio.Event()
+        server = asyncio.ensure_future(
+            serve_http(
+                mh.node,
+                "127.0.0.1",
+                port,
+                None,
+                stop=stop,
+                on_started=lambda h, p: started.set(),
+                log_level="error",
+            )
+        )
+        await asyncio.wait_for(started.wait(), 30)
+        try:
+            status, detail = await dr.probe_provider(
+                {"kind": "ollama", "model": "llama", "base_url": f"http://127.0.0.1:{port}"}, timeout=2
+            )
+        finally:
+            stop.set()
+            await server
+    assert status == "ok" and "answers (HTTP 404)" in detail
+
+
+def test_the_command_prints_json_and_sets_the_exit_code(tmp_path):
+    port = str(_free_port())
+    result = CliRunner().invoke(app, ["doctor", "--data-dir", str(tmp_path / "d"), "--port", port, "--json"])
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.stdout)
+    assert body["ok"] is True
+    groups = {c["group"] for c in body["checks"]}
+    assert groups == {"storage", "sandbox", "port", "providers"}
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", int(port)))
+        s.listen()
+        taken = CliRunner().invoke(app, ["doctor", "--data-dir", str(tmp_path / "d"), "--port", port])
+    assert taken.exit_code == 1 and "in use by another program" in taken.stdout
