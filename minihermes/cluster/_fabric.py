@@ -124,15 +124,21 @@ class Cluster:
             if t.get_name().startswith("mh-release"):
                 await asyncio.wait({t}, timeout=self.settings.node_ttl)
         released = await self.leases.release_all()
-        try:
-            await self.directory.leave()
-        except Exception as e:
-            log.warning("could not remove the heartbeat: %r", e)
-        await self.directory.stop_watch()
+        # Each step is a courtesy to the other nodes (the heartbeat's TTL ends our membership anyway), so a
+        # failure of one (the connection is already gone) does not keep the node from stopping.
+        for step in (self.directory.leave, self.directory.stop_watch):
+            try:
+                await step()
+            except Exception as e:
+                log.warning("leaving the cluster: %s failed: %r", step.__name__, e)
         for t in list(self._tasks):
             await cancel_quietly(t)
         nc, self._nc = self._nc, None
-        await nc.drain()
+        if not nc.is_closed:
+            try:
+                await nc.drain()
+            except Exception as e:
+                log.warning("leaving the cluster: drain failed: %r", e)
         log.info("node %s left the cluster (%d leases released)", self.node.node_id, released)
 
     def status(self) -> dict[str, Any]:

@@ -147,8 +147,8 @@ class ClusterModel(_Model):
     tls_ca: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
-    heartbeat: Any = "1s"
-    node_ttl: Any = "3s"
+    heartbeat: Any = 1.0
+    node_ttl: Any = 3.0
     """A node whose heartbeat is this old is dead: its actors may be activated elsewhere."""
 
     @field_validator("heartbeat", "node_ttl")
