@@ -35,7 +35,7 @@ def acting_user(user_id: str = "") -> str:
 
 
 def can_see(record: dict[str, Any], user_id: str) -> bool:
-    return record["scope"] == "tenant" or record["owner"] == user_id
+    return bool(record["scope"] == "tenant" or record["owner"] == user_id)
 
 
 def require_owner(op: str, record: dict[str, Any]) -> None:

@@ -51,16 +51,29 @@ async def offered_tools(host: Host) -> list[dict[str, Any]]:
     if not host.has_actor("tool_executor"):
         from minihermes.agent._tools_catalog import BUILTINS
 
-        return [{"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in BUILTINS.values()]
+        return [
+            {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+            for t in BUILTINS.values()
+        ]
     listing = await host.ask("tool_executor", "list_tools", {})
     return [
-        {"name": t["name"], "description": t.get("description", ""), "input_schema": t.get("input_schema", {})}
+        {
+            "name": t["name"],
+            "description": t.get("description", ""),
+            "input_schema": t.get("input_schema", {}),
+        }
         for t in listing.get("tools", [])
     ]
 
 
 async def replay(
-    host: Host, intent: str, tools: list[dict[str, Any]], skill: dict[str, Any] | None, *, session_id: str, user_id: str
+    host: Host,
+    intent: str,
+    tools: list[dict[str, Any]],
+    skill: dict[str, Any] | None,
+    *,
+    session_id: str,
+    user_id: str,
 ) -> Replay:
     system = BASE_PROMPT + (f"\n\n{format_skills([skill])}" if skill else "")
     messages: list[dict[str, Any]] = [{"role": "user", "content": intent}]
@@ -79,7 +92,9 @@ async def replay(
         )
         response = reply["response"]
         tool_calls = [c for c in response.get("tool_calls") or [] if isinstance(c, dict)]
-        messages.append({"role": "assistant", "content": str(response.get("content") or ""), "tool_calls": tool_calls})
+        messages.append(
+            {"role": "assistant", "content": str(response.get("content") or ""), "tool_calls": tool_calls}
+        )
         if response.get("stop_reason") != "tool_use" or not tool_calls:
             return Replay(iteration, calls, errors, True)
         for c in tool_calls:
@@ -87,7 +102,13 @@ async def replay(
             calls += 1
             errors += int(failed)
             messages.append(
-                {"role": "tool", "tool_call_id": c.get("id", ""), "name": c.get("name"), "content": json.dumps(result), "is_error": failed}
+                {
+                    "role": "tool",
+                    "tool_call_id": c.get("id", ""),
+                    "name": c.get("name"),
+                    "content": json.dumps(result),
+                    "is_error": failed,
+                }
             )
     return Replay(MAX_ITERATIONS, calls, errors, False)
 

@@ -94,7 +94,7 @@ def fallback_name(intent: str, calls: list[TurnCall]) -> dict[str, str]:
     words = intent_words(intent, 3)
     name = slug(" ".join([*words, "via", *tools]) if words else " ".join([*tools, "steps"]), MAX_NAME_CHARS)
     description = (
-        f"Handle requests like \"{intent.strip()[:300]}\" with {', then '.join(tools)}"
+        f'Handle requests like "{intent.strip()[:300]}" with {", then ".join(tools)}'
         f" ({len(calls)} tool calls when learned)."
     )
     return {"name": name, "description": description[:MAX_DESCRIPTION_CHARS]}

@@ -52,14 +52,14 @@ class IndexDoc:
 def weighted_terms(fields: dict[str, str], extra: Counter[str] | None = None) -> dict[str, float]:
     """Term frequencies over a skill's fields, each field's words counted with its weight. ``extra``:
     counts already made (e.g. stored procedure terms) added with the procedure weight."""
-    out: Counter[str] = Counter()
+    out: dict[str, float] = {}
     for name, text in fields.items():
         weight = FIELD_WEIGHTS.get(name, 1.0)
         for term in tokens(text):
-            out[term] += weight
+            out[term] = out.get(term, 0.0) + weight
     for term, count in (extra or {}).items():
-        out[term] += FIELD_WEIGHTS["procedure"] * count
-    return dict(out)
+        out[term] = out.get(term, 0.0) + FIELD_WEIGHTS["procedure"] * count
+    return out
 
 
 @dataclass(slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import yaml
+import yaml  # type: ignore[import-untyped]
 
 from minihermes.runtime import InvalidArgument
 

@@ -84,11 +84,16 @@ def check_code(code: str, *, what: str = "code", needs_run: bool = True) -> None
         for module in modules:
             if module.split(".")[0] not in ALLOWED_IMPORTS:
                 allowed = ", ".join(sorted(ALLOWED_IMPORTS))
-                raise CodeRejected(f"{what} line {node.lineno}: import of '{module}' is not allowed (allowed: {allowed})")
+                raise CodeRejected(
+                    f"{what} line {getattr(node, 'lineno', 0)}: import of '{module}' is not allowed "
+                    f"(allowed: {allowed})"
+                )
         if isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
             raise CodeRejected(f"{what} line {node.lineno}: '{node.id}' is not allowed")
         if isinstance(node, ast.Attribute) and node.attr.startswith("__"):
-            raise CodeRejected(f"{what} line {node.lineno}: dunder attributes ('{node.attr}') are not allowed")
+            raise CodeRejected(
+                f"{what} line {node.lineno}: dunder attributes ('{node.attr}') are not allowed"
+            )
     if needs_run and not any(isinstance(n, ast.FunctionDef) and n.name == "run" for n in tree.body):
         raise CodeRejected(f"{what} must define a top-level function run(...) that returns JSON data")
 
@@ -119,7 +124,11 @@ def _outcome(result: SandboxResult, marker: str) -> dict[str, Any]:
             "stderr": result.stderr_text[-2000:],
         }
     if cut < 0:
-        return {"ok": False, "error": f"exited with code {result.exit_code}", "stderr": result.stderr_text[-2000:]}
+        return {
+            "ok": False,
+            "error": f"exited with code {result.exit_code}",
+            "stderr": result.stderr_text[-2000:],
+        }
     try:
         out: dict[str, Any] = json.loads(stdout[cut + len(marker) :].strip())
     except ValueError:

@@ -89,11 +89,24 @@ class Curator(GenServer):
                     await self._move(r, "stale", f"unused for {int((now - idle_since) // DAY)} days")
                     staled.append(r["skill_id"])
                 elif r["status"] == "stale" and now - idle_since >= self.archive_after:
-                    await self._move(r, "archived", f"stale and unused for {int((now - idle_since) // DAY)} days")
+                    await self._move(
+                        r, "archived", f"stale and unused for {int((now - idle_since) // DAY)} days"
+                    )
                     archived.append(r["skill_id"])
-            usable = [r for r in listing["skills"] if r["status"] in ("active", "stale") and r["skill_id"] not in staled]
+            usable = [
+                r
+                for r in listing["skills"]
+                if r["status"] in ("active", "stale") and r["skill_id"] not in staled
+            ]
             merged, by = await self._consolidate(usable)
-        summary = {"status": "ok", "staled": staled, "archived": archived, "merged": merged, "by": by, "at": now}
+        summary = {
+            "status": "ok",
+            "staled": staled,
+            "archived": archived,
+            "merged": merged,
+            "by": by,
+            "at": now,
+        }
         self.last_run = {k: (len(v) if isinstance(v, list) else v) for k, v in summary.items()}
         if self.host.has_actor("audit_event"):
             fire_audit(

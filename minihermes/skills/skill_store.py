@@ -184,9 +184,7 @@ class SkillStore(GenServer):
         record = self._get(op, skill_id)
         access.require_owner(op, record)
         if not 1 <= version <= record["versions"]:
-            raise InvalidArgument(
-                f"{op}: version must be 1..{record['versions']}", op=op, field="version"
-            )
+            raise InvalidArgument(f"{op}: version must be 1..{record['versions']}", op=op, field="version")
         text = await self._procedure(skill_id, version)
         record = dict(record)
         await self._write_version(record, text, f"rollback to v{version}")
@@ -308,7 +306,12 @@ class SkillStore(GenServer):
         await self._save(record, previous_status=previous, reindex=False)
         if previous == "stale":
             self._event("skill_reactivated", record, "used while stale", session_id=session_id)
-        return {"status": "ok", "skill_id": skill_id, "uses": record["uses"], "skill_status": record["status"]}
+        return {
+            "status": "ok",
+            "skill_id": skill_id,
+            "uses": record["uses"],
+            "skill_status": record["status"],
+        }
 
     @call
     async def pin(self, skill_id: str) -> dict[str, Any]:
@@ -325,7 +328,9 @@ class SkillStore(GenServer):
         access.require_owner(op, record)
         if record["pinned"]:
             raise Conflict(f"{op}: '{skill_id}' is pinned; unpin it first", op=op, field="skill_id")
-        return await self._transition(record, "archived", reason or f"archived by {current_context().principal}")
+        return await self._transition(
+            record, "archived", reason or f"archived by {current_context().principal}"
+        )
 
     @call
     async def recover(self, skill_id: str) -> dict[str, Any]:
@@ -386,13 +391,25 @@ class SkillStore(GenServer):
         record = dict(self._get(op, skill_id))
         if version != record["version"]:
             return {"status": "ok", "skill_id": skill_id, "skill_status": record["status"], "stale": True}
-        record["evaluation"] = {"version": version, "passed": passed, **(details or {}), "at": self.host.now()}
+        record["evaluation"] = {
+            "version": version,
+            "passed": passed,
+            **(details or {}),
+            "at": self.host.now(),
+        }
         self._event("skill_evaluated", record, f"version={version} passed={passed}")
         if not passed and version > 1 and record["status"] in USABLE:
             await self._save(record, previous_status=record["status"], reindex=False)
             await self.rollback(skill_id, version - 1)
-            return {"status": "ok", "skill_id": skill_id, "skill_status": record["status"], "rolled_back": True}
-        approved = not record["needs_approval"] or set(record["tools"]) <= set(record.get("approved_tools", []))
+            return {
+                "status": "ok",
+                "skill_id": skill_id,
+                "skill_status": record["status"],
+                "rolled_back": True,
+            }
+        approved = not record["needs_approval"] or set(record["tools"]) <= set(
+            record.get("approved_tools", [])
+        )
         if passed and record["status"] == "candidate" and approved:
             return await self._transition(record, "active", "passed its evaluation")
         if passed and not approved:
@@ -500,7 +517,9 @@ class SkillStore(GenServer):
     ) -> dict[str, Any]:
         record = dict(record)
         if not replace_words:
-            fields["triggers"] = check_words("propose_skill", "triggers", record["triggers"] + fields["triggers"])[:32]
+            fields["triggers"] = check_words(
+                "propose_skill", "triggers", record["triggers"] + fields["triggers"]
+            )[:32]
             fields["tags"] = check_words("propose_skill", "tags", record["tags"] + fields["tags"])[:32]
             fields["description"] = record["description"]
         record.update(description=fields["description"], triggers=fields["triggers"], tags=fields["tags"])
@@ -545,14 +564,18 @@ class SkillStore(GenServer):
             self._procedures.move_to_end(key)
         return text
 
-    async def _save(self, record: dict[str, Any], *, previous_status: str | None, reindex: bool = True) -> None:
+    async def _save(
+        self, record: dict[str, Any], *, previous_status: str | None, reindex: bool = True
+    ) -> None:
         """KV first (the source of truth), then the indexes."""
         old = self._records.get(record["skill_id"])
         await io.put_record(self.host, record, old)
         self._records[record["skill_id"]] = record
         if reindex or old is None:
             self.index.upsert(self._doc(record))
-            await io.index_text(self.host, record, await self._procedure(record["skill_id"], record["version"]))
+            await io.index_text(
+                self.host, record, await self._procedure(record["skill_id"], record["version"])
+            )
         else:
             self.index.update_signals(self._doc(record, with_terms=False))
 
@@ -601,7 +624,9 @@ class SkillStore(GenServer):
         return {"status": "ok", "skill_id": skill_id, "pinned": pinned}
 
     async def _import_one(self, doc: dict[str, Any], scope: Scope) -> dict[str, Any]:
-        same = next((r for r in self._records.values() if r["name"] == doc["name"] and r["scope"] == scope), None)
+        same = next(
+            (r for r in self._records.values() if r["name"] == doc["name"] and r["scope"] == scope), None
+        )
         if same is not None:
             record = await self._patch(same, dict(doc), reason="imported", replace_words=True)
             return {"skill_id": record["skill_id"], "name": doc["name"], "version": record["version"]}

@@ -73,7 +73,7 @@ class SkillTools(GenServer):
             raise InvalidArgument(f"{op}: '{name}' is not a free tool name", op=op, field="name")
         if not description.strip() or len(description) > 2000:
             raise InvalidArgument(f"{op}: description must be 1..2000 characters", op=op, field="description")
-        params = dict(parameters or {})
+        params: dict[str, str] = dict(parameters or {})
         record = await self.host.kv.get(f"skill_tool:{name}") or {
             "name": name,
             "versions": 0,
@@ -93,14 +93,23 @@ class SkillTools(GenServer):
             record["failures"] += 1
             await self.host.kv.put(f"skill_tool:{name}", record)
             left = max(0, self.max_fix_attempts - record["failures"] + 1)
-            self._event("skill_tool_rejected", name, f"attempt={record['failures']} {error[:200]}", session_id)
-            return {"status": "error", "error": {"code": "tool_rejected", "message": error, "attempts_left": left}}
+            self._event(
+                "skill_tool_rejected", name, f"attempt={record['failures']} {error[:200]}", session_id
+            )
+            return {
+                "status": "error",
+                "error": {"code": "tool_rejected", "message": error, "attempts_left": left},
+            }
         version = record["versions"] + 1
         await self.host.blobs.put(
             f"skill_tool/{name}/v{version}",
-            json.dumps({"code": code, "test": test, "description": description, "parameters": params}).encode(),
+            json.dumps(
+                {"code": code, "test": test, "description": description, "parameters": params}
+            ).encode(),
         )
-        record.update(versions=version, version=version, failures=0, description=description, parameters=params)
+        record.update(
+            versions=version, version=version, failures=0, description=description, parameters=params
+        )
         record["updated_at"] = self.host.now()
         await self.host.kv.put(f"skill_tool:{name}", record)
         await self._register(name, description, params)
@@ -130,9 +139,21 @@ class SkillTools(GenServer):
         record = await self._record("run_tool", name)
         code = (await self._version(name, record["version"]))["code"]
         folder = await self._folder(name)
-        out = await run_code(folder, {"code": code, "mode": "call", "input": input or {}}, limits=self.limits, policy=self.policy)
+        out = await run_code(
+            folder,
+            {"code": code, "mode": "call", "input": input or {}},
+            limits=self.limits,
+            policy=self.policy,
+        )
         if not out.get("ok"):
-            return {"status": "error", "error": {"code": "tool_failed", "message": out.get("error", ""), "stderr": out.get("stderr", "")}}
+            return {
+                "status": "error",
+                "error": {
+                    "code": "tool_failed",
+                    "message": out.get("error", ""),
+                    "stderr": out.get("stderr", ""),
+                },
+            }
         return {"status": "ok", "result": out.get("result"), "version": record["version"]}
 
     @call
@@ -155,7 +176,9 @@ class SkillTools(GenServer):
         except CodeRejected as e:
             return e.message
         folder = await self._folder(name)
-        out = await run_code(folder, {"code": code, "mode": "test", "test": test}, limits=self.limits, policy=self.policy)
+        out = await run_code(
+            folder, {"code": code, "mode": "test", "test": test}, limits=self.limits, policy=self.policy
+        )
         if out.get("ok"):
             return None
         detail = out.get("traceback") or out.get("stderr") or ""
@@ -193,13 +216,18 @@ class SkillTools(GenServer):
                     "description": f"{description} (self-written; runs in the sandbox)",
                     "input_schema": _schema(parameters),
                     "handler_type": RUN_KIND,
-                    "handler_config": {"fixed_input": {"skill_tool": name}, "timeout": DEFAULT_LIMITS.wall_seconds + 10},
+                    "handler_config": {
+                        "fixed_input": {"skill_tool": name},
+                        "timeout": DEFAULT_LIMITS.wall_seconds + 10,
+                    },
                 },
             )
 
     def _event(self, event_type: str, name: str, detail: str, session_id: str) -> None:
         if self._audit_on:
-            fire_audit(self.host, event_type, f"tool={name} {detail}", session_id=session_id, data={"tool": name})
+            fire_audit(
+                self.host, event_type, f"tool={name} {detail}", session_id=session_id, data={"tool": name}
+            )
 
 
 # ------------------------------------------------------------------------------------------ LLM-facing tools
@@ -219,7 +247,7 @@ async def _skill_manage(args: dict[str, Any], env: ToolEnv) -> Any:
     missing = [k for k in ("description", "code", "test") if not args.get(k)]
     if missing:
         raise ToolFailure("invalid_input", f"input.{missing[0]}: required to create a tool", field=missing[0])
-    payload = {k: args[k] for k in ("name", "description", "code", "test") if k in args}
+    payload: dict[str, Any] = {k: args[k] for k in ("name", "description", "code", "test") if k in args}
     payload["parameters"] = args.get("parameters") or {}
     payload["session_id"] = env.session_id
     reply = await env.host.ask("skill_tools", "create_tool", payload, timeout=120)

@@ -32,7 +32,9 @@ class SkillWorkflow(Workflow):
         self.use_llm = bool(args.get("use_llm", True))
         await super().on_init(actor_id, args)
 
-    async def execute(self, session_id: str, turn_id: str, user_intent: str, user_id: str = "") -> dict[str, Any]:
+    async def execute(
+        self, session_id: str, turn_id: str, user_intent: str, user_id: str = ""
+    ) -> dict[str, Any]:
         turn = await self.step("turn", self._read_turn, session_id, user_intent)
         calls = _calls(turn)
         if not extract.collapse(calls):
@@ -64,14 +66,19 @@ class SkillWorkflow(Workflow):
         calls = extract.turn_calls(history.get("messages") or [], user_intent)
         return {"calls": [{"name": c.name, "input": c.input, "ok": c.ok} for c in calls]}
 
-    async def _part(self, part: str, intent: str, calls: list[extract.TurnCall], user_id: str) -> dict[str, Any]:
+    async def _part(
+        self, part: str, intent: str, calls: list[extract.TurnCall], user_id: str
+    ) -> dict[str, Any]:
         content = await self._ask_llm(extract.prompt(part, intent, calls), user_id) if self.use_llm else None
         if part == "name":
             named = extract.parse_name(content) if content else None
             return {**(named or extract.fallback_name(intent, calls)), "by": "llm" if named else "fallback"}
         if part == "procedure":
             text = extract.parse_procedure(content, calls) if content else None
-            return {"procedure": text or extract.fallback_procedure(calls), "by": "llm" if text else "fallback"}
+            return {
+                "procedure": text or extract.fallback_procedure(calls),
+                "by": "llm" if text else "fallback",
+            }
         words = extract.parse_triggers(content) if content else None
         return {**(words or extract.fallback_triggers(intent, calls)), "by": "llm" if words else "fallback"}
 
@@ -83,7 +90,12 @@ class SkillWorkflow(Workflow):
             reply = await self.host.ask(
                 "llm_gateway",
                 "completion",
-                {"messages": messages, "tools": [], "session_id": f"skill-learning:{self.key}", "user_id": user_id},
+                {
+                    "messages": messages,
+                    "tools": [],
+                    "session_id": f"skill-learning:{self.key}",
+                    "user_id": user_id,
+                },
                 timeout=120,
             )
         except ActorError as e:
@@ -111,8 +123,12 @@ class SkillWorkflow(Workflow):
             skill = got["skill"]
             tools = await evaluation.offered_tools(self.host)
             session = f"skill-eval:{proposal['skill_id']}"
-            base = await evaluation.replay(self.host, intent, tools, None, session_id=session, user_id=user_id)
-            with_skill = await evaluation.replay(self.host, intent, tools, skill, session_id=session, user_id=user_id)
+            base = await evaluation.replay(
+                self.host, intent, tools, None, session_id=session, user_id=user_id
+            )
+            with_skill = await evaluation.replay(
+                self.host, intent, tools, skill, session_id=session, user_id=user_id
+            )
             verdict = evaluation.verdict(base, with_skill)
             reply = await self.host.ask(
                 "skill_store",

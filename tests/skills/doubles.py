@@ -22,9 +22,21 @@ def sums_history(intent: str = SUMS) -> list[dict[str, Any]]:
     out.append({"role": "user", "content": intent})
     for cid, expr, value in calls:
         out.append(
-            {"role": "assistant", "content": "", "tool_calls": [{"id": cid, "name": "calculator", "input": {"expression": expr}}]}
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"id": cid, "name": "calculator", "input": {"expression": expr}}],
+            }
         )
-        out.append({"role": "tool", "tool_call_id": cid, "name": "calculator", "content": json.dumps({"result": value}), "is_error": False})
+        out.append(
+            {
+                "role": "tool",
+                "tool_call_id": cid,
+                "name": "calculator",
+                "content": json.dumps({"result": value}),
+                "is_error": False,
+            }
+        )
     out.append({"role": "assistant", "content": "2 + 2 = 4. 3 x 3 = 9. 5 - 1 = 4.", "tool_calls": []})
     return out
 
@@ -38,15 +50,28 @@ class HistoryAgent(GenServer):
 
     @call
     def get_history(self, session_id: str = "") -> dict[str, Any]:
-        return {"status": "ok", "session_id": self.session, "messages": self.histories.get(self.session, sums_history())}
+        return {
+            "status": "ok",
+            "session_id": self.session,
+            "messages": self.histories.get(self.session, sums_history()),
+        }
 
 
 def part_of(messages: list[dict[str, Any]]) -> str:
     text = str(messages[-1].get("content", ""))
-    for part, mark in (("name", 'Give {"name"'), ("procedure", 'Give {"procedure"'), ("triggers", 'Give {"triggers"')):
+    for part, mark in (
+        ("name", 'Give {"name"'),
+        ("procedure", 'Give {"procedure"'),
+        ("triggers", 'Give {"triggers"'),
+    ):
         if mark in text:
             return part
     return "other"
+
+
+def _append(path: str, line: str) -> None:
+    with open(path, "a") as f:  # a few bytes, once per request: fine on the loop in a test double
+        f.write(line + "\n")
 
 
 class SimGateway(GenServer):
@@ -60,15 +85,19 @@ class SimGateway(GenServer):
         self.overrides: dict[str, str] = {}
 
     @call
-    async def completion(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, **kw: Any) -> Any:
+    async def completion(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, **kw: Any
+    ) -> Any:
         if self.overrides.get(kw.get("session_id", "")) == "cheap":
             merged = {"procedure": "1. calculator: evaluate every expression in the request, all at once"}
-            return {"status": "ok", "response": {"content": json.dumps(merged), "stop_reason": "end_turn", "tool_calls": []}}
+            return {
+                "status": "ok",
+                "response": {"content": json.dumps(merged), "stop_reason": "end_turn", "tool_calls": []},
+            }
         part = part_of(messages)
         self.parts.append(part)
         if self.log:
-            with open(self.log, "a") as f:
-                f.write(part + "\n")
+            _append(self.log, part)
         if part == self.hang_on:
             print(f"HANGING {part}", flush=True)
             await asyncio.Event().wait()

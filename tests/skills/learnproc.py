@@ -32,7 +32,11 @@ def tree(gateway_args: dict[str, object]) -> SupervisorSpec:
 
 async def main(data_dir: str) -> None:
     log = str(Path(data_dir) / "parts.log")
-    node = Node(open_store("sqlite", data_dir=data_dir), tree({"log": log, "hang_on": "procedure"}), options=NodeOptions(node_id=NODE_ID))
+    node = Node(
+        open_store("sqlite", data_dir=data_dir),
+        tree({"log": log, "hang_on": "procedure"}),
+        options=NodeOptions(node_id=NODE_ID),
+    )
     await node.start()
     node.send(
         "skill_store",

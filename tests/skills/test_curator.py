@@ -17,14 +17,21 @@ DAY = 86_400.0
 CALC = "1. calculator: evaluate each arithmetic expression from the request"
 
 
-async def _active(node: Any, name: str, description: str, procedure: str = CALC, triggers: list[str] | None = None) -> str:
+async def _active(
+    node: Any, name: str, description: str, procedure: str = CALC, triggers: list[str] | None = None
+) -> str:
     p = await node.ask(
         "skill_store",
         "propose_skill",
         {"name": name, "description": description, "procedure": procedure, "triggers": triggers or [name]},
         ctx=ACME_USER,
     )
-    await node.ask("skill_store", "record_evaluation", {"skill_id": p["skill_id"], "version": 1, "passed": True}, ctx=ACME)
+    await node.ask(
+        "skill_store",
+        "record_evaluation",
+        {"skill_id": p["skill_id"], "version": 1, "passed": True},
+        ctx=ACME,
+    )
     return str(p["skill_id"])
 
 
@@ -62,7 +69,9 @@ async def test_the_daily_tick_moves_unused_skills_to_stale_then_archived_but_not
     # Never deleted: an archived skill is listed and can be recovered.
     await node.ask("skill_store", "recover", {"skill_id": unused}, ctx=ACME_USER)
     assert await _status(node, unused) == "active"
-    events = await node.ask("audit_event", "query_events", {"event_type": "skill_status_changed", "limit": 100}, ctx=ACME)
+    events = await node.ask(
+        "audit_event", "query_events", {"event_type": "skill_status_changed", "limit": 100}, ctx=ACME
+    )
     details = [e["detail"] for e in events["events"]]
     assert any(f"skill={unused} from=active to=stale" in d for d in details)
     assert any(f"skill={unused} from=stale to=archived" in d for d in details)
@@ -107,7 +116,10 @@ async def test_the_auxiliary_llm_merges_on_its_own_session_and_falls_back_when_m
     assert {kept, out["merged"][0]["archived"]} == {a, b}
     skill = (await node.ask("skill_store", "get_skill", {"skill_id": kept}, ctx=ACME))["skill"]
     if by == "llm":
-        assert skill["procedure"].startswith("1. calculator: evaluate every expression") and skill["version"] == 2
+        assert (
+            skill["procedure"].startswith("1. calculator: evaluate every expression")
+            and skill["version"] == 2
+        )
     else:
         assert skill["procedure"] == CALC and skill["version"] == 1
 
@@ -119,7 +131,9 @@ async def test_store_refuses_to_let_the_curator_touch_a_pinned_skill(make_node):
     from minihermes.runtime import ActorError
 
     try:
-        await node.ask("skill_store", "set_status", {"skill_id": sid, "status": "stale", "reason": "x"}, ctx=ACME)
+        await node.ask(
+            "skill_store", "set_status", {"skill_id": sid, "status": "stale", "reason": "x"}, ctx=ACME
+        )
     except ActorError as e:
         assert e.code == "conflict"
     else:

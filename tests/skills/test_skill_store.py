@@ -36,7 +36,10 @@ async def _activate(node: Any, skill_id: str) -> None:
     got = await node.ask("skill_store", "get_skill", {"skill_id": skill_id}, ctx=ACME)
     version = got["skill"]["version"]
     out = await node.ask(
-        "skill_store", "record_evaluation", {"skill_id": skill_id, "version": version, "passed": True}, ctx=ACME
+        "skill_store",
+        "record_evaluation",
+        {"skill_id": skill_id, "version": version, "passed": True},
+        ctx=ACME,
     )
     assert out["skill_status"] == "active"
 
@@ -65,7 +68,10 @@ async def test_a_user_cannot_pass_their_own_skill(make_node):
     p = await _propose(node)
     with pytest.raises(ActorError) as e:
         await node.ask(
-            "skill_store", "record_evaluation", {"skill_id": p["skill_id"], "version": 1, "passed": True}, ctx=ACME_USER
+            "skill_store",
+            "record_evaluation",
+            {"skill_id": p["skill_id"], "version": 1, "passed": True},
+            ctx=ACME_USER,
         )
     assert e.value.code == "permission_denied"
 
@@ -74,7 +80,10 @@ async def test_a_failed_evaluation_keeps_a_candidate_out(make_node):
     node = await make_node(skills_tree())
     p = await _propose(node)
     out = await node.ask(
-        "skill_store", "record_evaluation", {"skill_id": p["skill_id"], "version": 1, "passed": False}, ctx=ACME
+        "skill_store",
+        "record_evaluation",
+        {"skill_id": p["skill_id"], "version": 1, "passed": False},
+        ctx=ACME,
     )
     assert out["skill_status"] == "candidate"
     assert await _match(node, "sum arithmetic") == []
@@ -82,9 +91,17 @@ async def test_a_failed_evaluation_keeps_a_candidate_out(make_node):
 
 async def test_effectful_procedures_also_need_an_admins_approval(make_node):
     node = await make_node(skills_tree())
-    p = await _propose(node, name="save-report", procedure="1. calculator: total\n2. write_file: save it", triggers=["report"])
+    p = await _propose(
+        node,
+        name="save-report",
+        procedure="1. calculator: total\n2. write_file: save it",
+        triggers=["report"],
+    )
     out = await node.ask(
-        "skill_store", "record_evaluation", {"skill_id": p["skill_id"], "version": 1, "passed": True}, ctx=ACME
+        "skill_store",
+        "record_evaluation",
+        {"skill_id": p["skill_id"], "version": 1, "passed": True},
+        ctx=ACME,
     )
     assert out["skill_status"] == "candidate" and out["approved"] is False
     assert await _match(node, "save the report") == []
@@ -116,7 +133,13 @@ async def test_a_near_duplicate_proposal_patches_the_existing_skill(make_node):
     listed = await node.ask("skill_store", "list_skills", {}, ctx=ACME)
     assert listed["count"] == 1
     # Same words, different steps: a different skill.
-    other = await _propose(node, name="weather-report", description="Look up the weather", procedure="1. http_request: get it", triggers=["weather"])
+    other = await _propose(
+        node,
+        name="weather-report",
+        description="Look up the weather",
+        procedure="1. http_request: get it",
+        triggers=["weather"],
+    )
     assert other["created"]
 
 
@@ -125,7 +148,10 @@ async def test_update_and_rollback_keep_every_version(make_node):
     p = await _propose(node)
     await _activate(node, p["skill_id"])
     up = await node.ask(
-        "skill_store", "update_skill", {"skill_id": p["skill_id"], "procedure": CALC_STORE, "reason": "also store"}, ctx=ACME_USER
+        "skill_store",
+        "update_skill",
+        {"skill_id": p["skill_id"], "procedure": CALC_STORE, "reason": "also store"},
+        ctx=ACME_USER,
     )
     assert up["version"] == 2
     [hit] = await _match(node, "sum arithmetic")
@@ -215,7 +241,9 @@ async def test_the_index_is_rebuilt_from_the_store_after_a_restart(make_node, tm
     node = await make_node(skills_tree(), data_dir=data)
     p = await _propose(node)
     await _activate(node, p["skill_id"])
-    await node.ask("skill_store", "update_skill", {"skill_id": p["skill_id"], "procedure": CALC_STORE}, ctx=ACME_USER)
+    await node.ask(
+        "skill_store", "update_skill", {"skill_id": p["skill_id"], "procedure": CALC_STORE}, ctx=ACME_USER
+    )
     await node.stop(deadline=5)
     again = await make_node(skills_tree(), data_dir=data)
     [hit] = await _match(again, "sum arithmetic")

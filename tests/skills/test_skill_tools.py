@@ -24,7 +24,9 @@ async def _node(make_node: Any, tmp_path: Path) -> Any:
     return await make_node(
         [
             ActorSpec("tool_executor", ToolExecutor, per_tenant=True),
-            ActorSpec("skill_tools", SkillTools, per_tenant=True, args={"tools_root": str(tmp_path / "tools")}),
+            ActorSpec(
+                "skill_tools", SkillTools, per_tenant=True, args={"tools_root": str(tmp_path / "tools")}
+            ),
         ]
     )
 
@@ -37,7 +39,14 @@ async def _manage(node: Any, ctx: Any = ACME_USER, **inp: Any) -> dict[str, Any]
 
 
 def _create(code: str = ADD, test: str = ADD_TEST, name: str = "add_numbers") -> dict[str, Any]:
-    return {"action": "create", "name": name, "description": "Add two numbers", "parameters": {"a": "number", "b": "number"}, "code": code, "test": test}
+    return {
+        "action": "create",
+        "name": name,
+        "description": "Add two numbers",
+        "parameters": {"a": "number", "b": "number"},
+        "code": code,
+        "test": test,
+    }
 
 
 async def test_a_tool_is_registered_after_its_test_passes_and_runs_in_the_sandbox(make_node, tmp_path):
@@ -47,9 +56,13 @@ async def test_a_tool_is_registered_after_its_test_passes_and_runs_in_the_sandbo
     listing = await node.ask("tool_executor", "list_tools", {}, ctx=ACME_USER)
     tool = next(t for t in listing["tools"] if t["name"] == "add_numbers")
     assert tool["input_schema"]["required"] == ["a", "b"]
-    run = await node.ask("tool_executor", "execute", {"name": "add_numbers", "input": {"a": 4, "b": 5}}, ctx=ACME_USER)
+    run = await node.ask(
+        "tool_executor", "execute", {"name": "add_numbers", "input": {"a": 4, "b": 5}}, ctx=ACME_USER
+    )
     assert run["status"] == "ok" and run["result"] == {"sum": 9}
-    bad = await node.ask("tool_executor", "execute", {"name": "add_numbers", "input": {"a": 4}}, ctx=ACME_USER)
+    bad = await node.ask(
+        "tool_executor", "execute", {"name": "add_numbers", "input": {"a": 4}}, ctx=ACME_USER
+    )
     assert bad["error"]["code"] == "invalid_input"
 
 
@@ -74,11 +87,15 @@ async def test_every_version_is_kept_and_rollback_restores_one(make_node, tmp_pa
     v2 = "def run(a, b):\n    return {'sum': a + b, 'note': 'v2'}\n"
     out = await _manage(node, **_create(code=v2, test="assert run(a=1, b=1)['sum'] == 2\n"))
     assert out["result"]["version"] == 2
-    run = await node.ask("tool_executor", "execute", {"name": "add_numbers", "input": {"a": 1, "b": 2}}, ctx=ACME_USER)
+    run = await node.ask(
+        "tool_executor", "execute", {"name": "add_numbers", "input": {"a": 1, "b": 2}}, ctx=ACME_USER
+    )
     assert run["result"] == {"sum": 3, "note": "v2"}
     back = await _manage(node, action="rollback", name="add_numbers", version=1)
     assert back["result"]["version"] == 3 and back["result"]["restored"] == 1
-    run = await node.ask("tool_executor", "execute", {"name": "add_numbers", "input": {"a": 1, "b": 2}}, ctx=ACME_USER)
+    run = await node.ask(
+        "tool_executor", "execute", {"name": "add_numbers", "input": {"a": 1, "b": 2}}, ctx=ACME_USER
+    )
     assert run["result"] == {"sum": 3}
     got = await node.ask("skill_tools", "get_tool", {"name": "add_numbers", "version": 2}, ctx=ACME)
     assert got["code"] == v2
@@ -116,7 +133,9 @@ async def test_a_tool_cannot_read_outside_its_folder(make_node, tmp_path):
     assert "Error" in out["error"]["message"]  # FileNotFoundError or PermissionError, by isolation layer
     # Writing inside its own folder works (its only writable place).
     writer = "def run():\n    open('notes.txt', 'w').write('hi')\n    return open('notes.txt').read()\n"
-    ok = await _manage(node, **{**_create(code=writer, test="assert run() == 'hi'\n"), "name": "notes", "parameters": {}})
+    ok = await _manage(
+        node, **{**_create(code=writer, test="assert run() == 'hi'\n"), "name": "notes", "parameters": {}}
+    )
     assert ok["status"] == "ok", ok
 
 
@@ -151,7 +170,11 @@ async def test_the_sandbox_stops_a_fork_bomb(tmp_path):
 
 
 async def test_the_sandbox_stops_an_endless_loop(tmp_path):
-    out = await _raw(tmp_path, "def run():\n    while True:\n        pass\n", SandboxLimits(cpu_seconds=1, wall_seconds=3.0))
+    out = await _raw(
+        tmp_path,
+        "def run():\n    while True:\n        pass\n",
+        SandboxLimits(cpu_seconds=1, wall_seconds=3.0),
+    )
     assert out["ok"] is False and "stopped by the sandbox" in out["error"]
 
 

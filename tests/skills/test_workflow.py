@@ -22,9 +22,13 @@ from .learnproc import NODE_ID, tree
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _tree(gateway_args: dict[str, Any] | None = None, histories: dict[str, Any] | None = None) -> list[ActorSpec]:
+def _tree(
+    gateway_args: dict[str, Any] | None = None, histories: dict[str, Any] | None = None
+) -> list[ActorSpec]:
     return skills_tree(
-        ActorSpec("agent", HistoryAgent, virtual=True, key_field="session_id", args={"histories": histories or {}}),
+        ActorSpec(
+            "agent", HistoryAgent, virtual=True, key_field="session_id", args={"histories": histories or {}}
+        ),
         ActorSpec("llm_gateway", SimGateway, per_tenant=True, args=gateway_args or {}),
     )
 
@@ -47,7 +51,13 @@ def _learn(node: Any, turn_id: str = "turn-1", tool_calls: int = 3, intent: str 
     node.send(
         "skill_store",
         "evaluate_for_learning",
-        {"session_id": "s1", "turn_id": turn_id, "user_intent": intent, "user_id": "bob", "tool_calls": tool_calls},
+        {
+            "session_id": "s1",
+            "turn_id": turn_id,
+            "user_intent": intent,
+            "user_id": "bob",
+            "tool_calls": tool_calls,
+        },
         ctx=ACME_USER,
     )
 
@@ -70,7 +80,9 @@ async def test_a_turn_with_enough_tool_calls_becomes_an_evaluated_active_skill(m
     assert skill["evaluation"]["baseline"]["iterations"] == 4
     assert skill["evaluation"]["with_skill"]["iterations"] == 2
     assert "calculator" in skill["tags"]
-    [hit] = (await node.ask("skill_store", "match_skills", {"query": "what is 7*6 and 2+5 and 9-3"}, ctx=ACME_USER))["skills"]
+    [hit] = (
+        await node.ask("skill_store", "match_skills", {"query": "what is 7*6 and 2+5 and 9-3"}, ctx=ACME_USER)
+    )["skills"]
     assert hit["skill_id"] == out["skill_id"]
 
 
@@ -119,7 +131,10 @@ async def test_status_and_cancel_while_a_step_runs(make_node):
 async def test_an_llm_answer_true_to_the_turn_is_used(make_node):
     from minihermes.skills import _extract as extract
 
-    calls = [extract.TurnCall("calculator", {"expression": "1+1"}, True), extract.TurnCall("memory_store", {"key": "k", "value": "2"}, True)]
+    calls = [
+        extract.TurnCall("calculator", {"expression": "1+1"}, True),
+        extract.TurnCall("memory_store", {"key": "k", "value": "2"}, True),
+    ]
     good = '{"procedure": "1. calculator: work it out\\n2. memory_store: keep it under key k"}'
     assert extract.parse_procedure(good, calls) is not None
     wrong_tools = '{"procedure": "1. terminal: rm -rf /"}'
@@ -129,7 +144,10 @@ async def test_an_llm_answer_true_to_the_turn_is_used(make_node):
         "name": "calc-and-keep",
         "description": "Compute then store.",
     }
-    assert extract.fallback_procedure(calls) == "1. calculator: evaluate each arithmetic expression from the request\n2. memory_store: store the result under key k"
+    assert (
+        extract.fallback_procedure(calls)
+        == "1. calculator: evaluate each arithmetic expression from the request\n2. memory_store: store the result under key k"
+    )
 
 
 @pytest.mark.slow
@@ -137,7 +155,13 @@ async def test_sigkill_mid_extraction_resumes_at_the_next_step(make_node, tmp_pa
     data = tmp_path / "learn"
     data.mkdir()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.skills.learnproc", str(data), cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
+        sys.executable,
+        "-m",
+        "tests.skills.learnproc",
+        str(data),
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
     )
     try:
         assert proc.stdout is not None
