@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from minihermes.runtime import ActorSpec, ManualClock, Node, NodeOptions, RequestContext, SupervisorSpec
-from minihermes.runtime.store import open_store
+from minihermes.runtime.store._pg_testing import open_test_store
 
 ACME = RequestContext(tenant="acme", principal="alice", roles=frozenset({"admin"}))
 ACME_USER = RequestContext(tenant="acme", principal="bob", roles=frozenset({"user"}))
@@ -40,7 +40,7 @@ async def make_node(tmp_path: Path, clock: ManualClock) -> AsyncIterator[Callabl
         tree = spec if isinstance(spec, SupervisorSpec) else SupervisorSpec(name="root", children=list(spec))
         c = use_clock if use_clock is not None else clock
         node = Node(
-            open_store("sqlite", data_dir=str(data_dir or tmp_path / "data"), clock=c),
+            await open_test_store(data_dir or tmp_path / "data", clock=c),  # MINIHERMES_TEST_STORE
             tree,
             options=NodeOptions(**opts),
             clock=c,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from minihermes.runtime import ActorSpec, ManualClock, Node, NodeOptions, SupervisorSpec
-from minihermes.runtime.store import open_store
+from minihermes.runtime.store._pg_testing import open_test_store
 
 NodeFactory = Callable[..., Any]
 
@@ -32,7 +32,7 @@ async def make_node(tmp_path: Path, clock: ManualClock) -> AsyncIterator[NodeFac
         spec: SupervisorSpec, *, data_dir: Path | None = None, use_clock: Any = None, **opts: Any
     ) -> Node:
         c = use_clock if use_clock is not None else clock
-        store = open_store("sqlite", data_dir=str(data_dir or tmp_path / "data"), clock=c)
+        store = await open_test_store(data_dir or tmp_path / "data", clock=c)  # MINIHERMES_TEST_STORE
         node = Node(store, spec, options=NodeOptions(**opts), clock=c)
         await node.start()
         nodes.append(node)

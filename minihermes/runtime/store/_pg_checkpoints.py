@@ -11,13 +11,14 @@ overwritten by an earlier one committing late.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 from ._common import check_bytes, check_name, check_prefix, check_scope
 from ._errors import StoreClosedError
 from ._pg_common import Part, execute_many, prefix_clause
-from ._pg_engine import Conn
+from ._pg_engine import Conn, logger
 from .base import Checkpoint, Scope
 
 _UPSERT = """
@@ -27,13 +28,31 @@ ON CONFLICT (tenant, ns, actor_id) DO UPDATE SET state_version = excluded.state_
     data = excluded.data, updated_at = excluded.updated_at"""
 
 _Row = tuple[str, str, str, int, bytes, float]
+_Waiter = asyncio.Future[None] | Callable[[BaseException | None], None]
+
+
+def _settle(waiters: list[_Waiter], error: BaseException | None) -> None:
+    for w in waiters:
+        if not isinstance(w, asyncio.Future):
+            try:
+                w(error)
+            except Exception:  # one saver's bug must not keep the others of the batch waiting
+                logger.exception("checkpoint callback failed")
+        elif w.done():
+            continue
+        elif isinstance(error, asyncio.CancelledError):
+            w.cancel()
+        elif error is not None:
+            w.set_exception(error)
+        else:
+            w.set_result(None)
 
 
 class PgCheckpoints(Part):
     """Actor state snapshots; every saver returns once its save is committed."""
 
     _pending: dict[tuple[str, str, str], _Row] | None = None
-    _waiters: list[asyncio.Future[None]] | None = None
+    _waiters: list[_Waiter] | None = None
     _writer: asyncio.Task[None] | None = None
 
     async def save(self, scope: Scope, actor_id: str, state_version: int, data: bytes) -> None:
@@ -42,24 +61,41 @@ class PgCheckpoints(Part):
     def save_nowait(
         self, scope: Scope, actor_id: str, state_version: int, data: bytes
     ) -> asyncio.Future[None]:
+        # One future per saver: a cancelled saver must not cancel the others' shared commit.
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._register(scope, actor_id, state_version, data, fut)
+        return fut
+
+    def save_callback(
+        self,
+        scope: Scope,
+        actor_id: str,
+        state_version: int,
+        data: bytes,
+        callback: Callable[[BaseException | None], None],
+    ) -> None:
+        """Like ``save_nowait``, but ``callback(error)`` is called when the batch commits (error None) or
+        fails, with no future of its own: the runtime's per-message checkpoint path. It must not raise."""
+        self._register(scope, actor_id, state_version, data, callback)
+
+    def _register(
+        self, scope: Scope, actor_id: str, state_version: int, data: bytes, waiter: _Waiter
+    ) -> None:
         tenant, ns = check_scope(scope)
         check_name("actor_id", actor_id)
         if isinstance(state_version, bool) or not isinstance(state_version, int):
             raise TypeError(f"state_version must be an int, got {type(state_version).__name__}")
         data = check_bytes("checkpoint data", data)
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
         if not self._db.is_open:
-            fut.set_exception(StoreClosedError("the store is not open"))
-            return fut
+            loop.call_soon(_settle, [waiter], StoreClosedError("the store is not open"))
+            return
         if self._pending is None or self._waiters is None:
             self._pending, self._waiters = {}, []
             if self._writer is None:
                 loop.call_soon(self._start_writer)
         self._pending[(tenant, ns, actor_id)] = (tenant, ns, actor_id, state_version, data, self._now())
-        # One future per saver: a cancelled saver must not cancel the others' shared commit.
-        self._waiters.append(fut)
-        return fut
+        self._waiters.append(waiter)
 
     def _start_writer(self) -> None:
         if self._writer is None and self._pending:
@@ -70,21 +106,15 @@ class PgCheckpoints(Part):
             while self._pending:
                 rows, waiters = list(self._pending.values()), self._waiters or []
                 self._pending, self._waiters = None, None
-                error: BaseException | None = None
                 try:
                     await self._db.transaction(partial(_write, rows=rows))
                 except asyncio.CancelledError:
-                    for w in waiters:
-                        w.cancel()
+                    _settle(waiters, asyncio.CancelledError())
                     raise
                 except Exception as exc:
-                    error = exc
-                for w in waiters:
-                    if not w.done():
-                        if error is None:
-                            w.set_result(None)
-                        else:
-                            w.set_exception(error)
+                    _settle(waiters, exc)
+                else:
+                    _settle(waiters, None)
         finally:
             self._writer = None
 
