@@ -88,6 +88,12 @@ async def versions(host: Host, skill_id: str) -> list[dict[str, Any]]:
     return [v for _k, v in rows if isinstance(v, dict)]
 
 
+async def forget_author(host: Host, skill_id: str, user_id: str) -> None:
+    for key, meta in await host.kv.list(f"skill_v:{skill_id}:"):
+        if isinstance(meta, dict) and meta.get("author") == user_id:
+            await host.kv.put(key, {**meta, "author": "(forgotten)"})
+
+
 def render(record: dict[str, Any], procedure: str) -> str:
     return render_skill_md(record, procedure)
 

@@ -421,11 +421,18 @@ class SkillStore(GenServer):
 
     @cast
     async def evaluate_for_learning(
-        self, session_id: str, turn_id: str, user_intent: str, user_id: str = "", tool_calls: int = 0
+        self,
+        session_id: str,
+        turn_id: str,
+        user_intent: str,
+        user_id: str = "",
+        tool_calls: int | list[dict[str, Any]] = 0,
     ) -> None:
         """After every finished turn (from the agent, never awaited): a turn with enough tool calls starts
-        the extraction workflow for it (one workflow per turn, so a repeated cast starts nothing new)."""
-        if tool_calls < self.learn_min_tool_calls or not self.host.has_actor(self.workflow):
+        the extraction workflow for it (one workflow per turn, so a repeated cast starts nothing new).
+        ``tool_calls`` is the turn's count of calls, or the calls themselves."""
+        count = len(tool_calls) if isinstance(tool_calls, list) else tool_calls
+        if count < self.learn_min_tool_calls or not self.host.has_actor(self.workflow):
             return
         args = {
             "session_id": session_id,
@@ -435,6 +442,36 @@ class SkillStore(GenServer):
         }
         self.host.send(f"{self.workflow}/{io.workflow_key(turn_id)}", "start", args)
         self.host.incr_counter("skill_extractions_started_total")
+
+    @cast
+    async def forget(self, session_id: str = "", user_id: str = "") -> None:
+        """Forgetting a session or a user (sent by ``memory.forget``): their ids leave every skill's
+        provenance; a user's own skills, learned from their conversations, are archived (serving nobody
+        now) with their owner cleared. Skills promoted to the tenant stay, without the provenance."""
+        if user_id and not access.is_admin() and user_id != current_context().principal:
+            self.host.log.warning("forget: %s may not forget user %s", current_context().principal, user_id)
+            return
+        if not session_id and not user_id:
+            return
+        for record in list(self._records.values()):
+            prov = record["provenance"]
+            by_session = bool(session_id) and prov.get("session_id") == session_id
+            by_user = bool(user_id) and (prov.get("user_id") == user_id or record["owner"] == user_id)
+            if not (by_session or by_user):
+                continue
+            record = dict(record)
+            record["provenance"] = {"session_id": "", "user_id": "", "turn_id": "", "forgotten": True}
+            previous = record["status"]
+            if by_user:
+                if record["owner"] == user_id or record["scope"] == "user":
+                    record["owner"] = "(forgotten)"
+                if record["approved_by"] == user_id:
+                    record["approved_by"] = "(forgotten)"
+                await io.forget_author(self.host, record["skill_id"], user_id)
+                if record["scope"] == "user" and not record["pinned"]:
+                    record["status"] = "archived"
+            await self._save(record, previous_status=previous, reindex=False)
+            self._event("skill_provenance_forgotten", record, f"from={previous} to={record['status']}")
 
     # -- import / export ----------------------------------------------------------------------------------
 

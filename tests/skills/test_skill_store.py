@@ -293,3 +293,38 @@ async def test_bad_input_is_a_structured_error(make_node):
     with pytest.raises(ActorError) as e:
         await node.ask("skill_store", "get_skill", {"skill_id": "nope"}, ctx=ACME)
     assert e.value.code == "not_found"
+
+
+async def test_the_agent_may_send_the_turns_calls_instead_of_a_count(make_node):
+    node = await make_node(skills_tree())
+    calls = [{"name": "calculator", "input": {}, "is_error": False}] * 2
+    node.send(
+        "skill_store",
+        "evaluate_for_learning",
+        {"session_id": "s", "turn_id": "t", "user_intent": "x", "tool_calls": calls},
+        ctx=ACME_USER,
+    )
+    stats = await node.ask("skill_store", "get_stats", {}, ctx=ACME)  # handled after the cast
+    assert stats["skills"] == 0  # two calls: under the threshold, and the cast was accepted
+
+
+async def test_forgetting_a_user_clears_provenance_and_retires_their_own_skills(make_node):
+    node = await make_node(skills_tree())
+    own = await _propose(node)
+    await _activate(node, own["skill_id"])
+    shared = await _propose(
+        node,
+        name="weather",
+        description="Weather",
+        procedure="1. calculator: x",
+        triggers=["weather"],
+        session_id="s2",
+    )
+    await _activate(node, shared["skill_id"])
+    await node.ask("skill_store", "promote_skill", {"skill_id": shared["skill_id"]}, ctx=ACME)
+    node.send("skill_store", "forget", {"user_id": "bob"}, ctx=ACME)
+    a = (await node.ask("skill_store", "get_skill", {"skill_id": own["skill_id"]}, ctx=ACME))["skill"]
+    b = (await node.ask("skill_store", "get_skill", {"skill_id": shared["skill_id"]}, ctx=ACME))["skill"]
+    assert a["status"] == "archived" and a["owner"] == "(forgotten)" and a["provenance"]["user_id"] == ""
+    assert b["status"] == "active" and b["provenance"]["session_id"] == "" and b["scope"] == "tenant"
+    assert "bob" not in str(await node.ask("skill_store", "search_skills", {"query": "weather"}, ctx=ACME))
