@@ -10,8 +10,9 @@ Every actor op is ``POST /api/v1/actors/{actor}/{op}`` with the op's arguments a
 API keys live (hashed) in the node's store: ``create_api_key``, ``list_api_keys``, ``revoke_api_key``.
 """
 
-from ._app import LOOPBACK_HOSTS, ApiState, create_app
+from ._app import create_app
 from ._auth import LOCAL_OWNER, AuthConfig
+from ._core import LOOPBACK_HOSTS, ApiState
 from ._errors import ApiError
 from ._keys import (
     KEY_SCOPE,

@@ -16,8 +16,9 @@ from fastapi import FastAPI
 
 from minihermes.runtime import Node
 
-from ._app import ApiState, create_app
+from ._app import create_app
 from ._auth import AuthConfig
+from ._core import ApiState
 
 log = logging.getLogger("minihermes.api")
 
