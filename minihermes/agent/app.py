@@ -163,6 +163,30 @@ facets = [{ type = "tenancy", config = { per_tenant = true } }]
 name = "task_worker"
 role = "minihermes.task_worker"
 facets = [{ type = "tenancy", config = { per_tenant = true } }]
+
+[[supervisor.children]]
+name = "goals"
+role = "minihermes.goals"
+facets = [{ type = "tenancy", config = { per_tenant = true } }]
+
+[[supervisor.children]]
+name = "kanban"
+role = "minihermes.kanban"
+facets = [{ type = "tenancy", config = { per_tenant = true } }]
+
+[[supervisor.children]]
+name = "kanban_worker"
+role = "minihermes.kanban_worker"
+facets = [{ type = "tenancy", config = { per_tenant = true } }]
+
+[[supervisor.children]]
+name = "orchestrator"
+role = "minihermes.orchestrator"
+behavior_kind = "Workflow"
+facets = [
+  { type = "virtual_actor", priority = 100, config = { idle_timeout = "10m", key_field = "task_id" } },
+  { type = "durability", priority = 90, config = { checkpoint_interval = 1 } },
+]
 # (end of work actors)
 """
 

@@ -52,6 +52,8 @@ MAX_PROMPT_CHARS = 20_000
 DEFAULT_TICK = 1.0
 BATCH = 200
 MAX_RUNS_KEPT = 200
+DUE_SLACK = 0.005
+"""A fire time this close ahead of the clock is due now (timer and float rounding, not lateness)."""
 _WRITERS = frozenset({"admin", "system", "user"})
 
 
@@ -265,7 +267,7 @@ class CronScheduler(GenServer):
         while True:
             now = self.host.now()
             rows = await self.host.kv.list("cron:due:", limit=self.batch)
-            due = [(k, due_at(k)) for k, _ in rows if due_at(k) <= now]
+            due = [(k, due_at(k)) for k, _ in rows if due_at(k) <= now + DUE_SLACK]
             if not due:
                 return
             await asyncio.gather(*(self._fire(k, at, now) for k, at in due))
@@ -291,6 +293,7 @@ class CronScheduler(GenServer):
             await self.host.kv.delete(dkey)  # stale index entry (the job was redefined or resumed)
             return
         sched = parse_schedule(job["schedule"], job["tz"])
+        now = max(now, at)  # a fire within the slack counts as on time, never as before its time
         candidates = [at, *sched.advance(at, now)]
         on_time = [t for t in candidates if now - t <= self.misfire_grace]
         late = [t for t in candidates if now - t > self.misfire_grace]
@@ -346,7 +349,7 @@ class CronScheduler(GenServer):
         now = self.host.now()
         rows = await self.host.kv.list("cron:retry:", limit=self.batch)
         for key, value in rows:
-            if int(key.split(":", 3)[2]) / 1000 > now:
+            if int(key.split(":", 3)[2]) / 1000 > now + DUE_SLACK:
                 break
             run_id = str(value["run_id"])
             attempt = int(value["attempt"])

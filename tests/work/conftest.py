@@ -12,6 +12,8 @@ import pytest
 from minihermes.agent.app import build_agent_node, default_config
 from minihermes.runtime import ManualClock, Node, RequestContext
 
+from .doubles import ScriptedGateway, reset
+
 ACME = RequestContext(tenant="acme", principal="alice", roles=frozenset({"admin"}))
 ACME_VIEWER = RequestContext(tenant="acme", principal="vic", roles=frozenset({"viewer"}))
 GLOBEX = RequestContext(tenant="globex", principal="gary", roles=frozenset({"admin"}))
@@ -22,13 +24,24 @@ def clock() -> ManualClock:
     return ManualClock()
 
 
+@pytest.fixture(autouse=True)
+def _script() -> None:
+    reset()
+
+
 @pytest.fixture
 async def app_node(tmp_path: Path, clock: ManualClock) -> AsyncIterator[Callable[..., Awaitable[Node]]]:
     """``await app_node()`` starts the agent app on ``tmp_path/data`` (again after a stop: a restart)."""
     nodes: list[Node] = []
 
-    async def factory(data_dir: Path | None = None) -> Node:
-        node = build_agent_node(default_config(data_dir or tmp_path / "data"), clock=clock)
+    async def factory(data_dir: Path | None = None, *, scripted: bool = False, **args: Any) -> Node:
+        """``scripted``: the LLM gateway is ``doubles.ScriptedGateway``; ``args``: actor name -> its args."""
+        config = default_config(data_dir or tmp_path / "data")
+        for spec in config.tree.walk():
+            if scripted and spec.name == "llm_gateway":
+                spec.cls = ScriptedGateway
+            spec.args.update(args.get(spec.name, {}))
+        node = build_agent_node(config, clock=clock)
         await node.start()
         nodes.append(node)
         return node

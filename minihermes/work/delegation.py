@@ -1,0 +1,125 @@
+"""``delegate_task``: short-lived delegation to a child agent session (seed 001), as an LLM tool.
+
+The parent's tool call starts a turn in a fresh child session with its own iteration budget, a time budget
+and only the tools of the named toolsets, and returns the child's final answer as the summary. The parent is
+never left hanging: a child that times out, crashes or fails comes back as a tool error the parent's LLM
+reads. Each child session is recorded with its depth (``delegation:<session>`` in KV), so a child's own
+``delegate_task`` knows how deep it is; at ``MAX_DEPTH`` the tool refuses and children at the last level
+are not offered it at all.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from minihermes.agent._tools_catalog import BUILTINS, MUTATING, TRUSTED, Kind
+from minihermes.agent._tools_handlers import ToolEnv, ToolFailure, register_builtin_tool
+from minihermes.runtime import ActorCrashed, ActorError, AskTimeout
+
+from ._turns import agent_supports, chat_payload
+from .kanban_tools import OPS as KANBAN_OPS
+
+MAX_DEPTH = 2
+CHILD_ITERATIONS = 6
+CHILD_TIMEOUT = 120.0
+"""Seconds a child may take; the executor's timeout for the tool is set above it, so the child's budget is
+what ends a slow child, with a clear error."""
+RECORD_TTL = 86400.0
+TOOLSETS: dict[str, tuple[str, ...]] = {
+    "compute": ("calculator",),
+    "memory": ("memory_store", "memory_recall", "memory_search"),
+    "files": ("read_file", "write_file", "list_files"),
+    "web": ("http_request",),
+    "terminal": ("terminal",),
+    "kanban": tuple(f"kanban_{op}" for op in KANBAN_OPS),
+    "delegation": ("delegate_task",),
+}
+DEFAULT_TOOLSETS = ("compute", "memory", "files")
+CHILD_PROMPT = (
+    "You are a sub-agent working on one delegated goal for another agent. Work only on this goal, with the "
+    "tools you have. End with a concise summary of what you found or did; the other agent reads only that."
+)
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "goal": {"type": "string", "minLength": 1, "maxLength": 4000, "description": "What the child must do"},
+        "context": {"type": "string", "maxLength": 20000, "description": "What the child needs to know"},
+        "toolsets": {
+            "type": "array",
+            "items": {"type": "string", "minLength": 1, "maxLength": 64},
+            "maxItems": 20,
+            "description": f"Tool groups ({', '.join(TOOLSETS)}) or tool names; default compute, memory, files",
+        },
+    },
+    "required": ["goal"],
+    "additionalProperties": False,
+}
+
+
+def expand_toolsets(names: list[str], depth: int) -> list[str]:
+    """Tool names for a child at ``depth``; ``delegate_task`` only while a further level is allowed."""
+    tools: list[str] = []
+    for name in names or DEFAULT_TOOLSETS:
+        group = TOOLSETS.get(name)
+        if group is None and name not in BUILTINS:
+            known = ", ".join(TOOLSETS)
+            raise ToolFailure("invalid_input", f"unknown toolset or tool '{name}' (toolsets: {known})")
+        tools.extend(group or (name,))
+    if depth >= MAX_DEPTH:
+        tools = [t for t in tools if t != "delegate_task"]
+    return sorted(set(tools))
+
+
+async def delegate_task(args: dict[str, Any], env: ToolEnv) -> Any:
+    if not env.session_id:
+        raise ToolFailure("session_required", "delegate_task runs from an agent session")
+    if not agent_supports("max_iterations", "allowed_tools", "delegation_depth"):
+        raise ToolFailure("unavailable", "this agent cannot restrict a child's tools and budget")
+    parent = await env.host.kv.get(f"delegation:{env.session_id}")
+    depth = int(parent["depth"]) if isinstance(parent, dict) else 0
+    if depth >= MAX_DEPTH:
+        raise ToolFailure("depth_exceeded", f"delegation is limited to {MAX_DEPTH} levels")
+    child_depth = depth + 1
+    tools = expand_toolsets(list(args.get("toolsets") or []), child_depth)
+    child = f"delegate:{uuid.uuid4().hex[:16]}"
+    record = {"parent": env.session_id, "depth": child_depth, "goal": args["goal"][:500], "tools": tools}
+    await env.host.kv.put(f"delegation:{child}", record, ttl=RECORD_TTL)
+    message = f"{CHILD_PROMPT}\n\nGoal: {args['goal']}"
+    if args.get("context"):
+        message += f"\n\nContext:\n{args['context']}"
+    extra = {"max_iterations": CHILD_ITERATIONS, "allowed_tools": tools, "delegation_depth": child_depth}
+    try:
+        reply = await env.host.ask(
+            "agent", "chat", chat_payload(message, child, "", extra), timeout=CHILD_TIMEOUT
+        )
+    except AskTimeout:
+        raise ToolFailure(
+            "child_timeout", f"the sub-agent did not finish within {CHILD_TIMEOUT:g}s", child_session=child
+        ) from None
+    except ActorCrashed as e:
+        raise ToolFailure("child_crashed", f"the sub-agent crashed: {e.message}", child_session=child) from None
+    except ActorError as e:
+        raise ToolFailure("child_failed", f"{e.code}: {e.message}", child_session=child) from None
+    return {
+        "summary": str(reply.get("response") or ""),
+        "status": reply.get("status"),
+        "child_session": child,
+        "depth": child_depth,
+        "iterations": reply.get("iterations"),
+        "tool_calls": reply.get("tool_calls"),
+    }
+
+
+def register() -> None:
+    kind = Kind(
+        "delegate_task",
+        "Delegate a self-contained sub-task to a sub-agent with a restricted tool set; returns its summary.",
+        SCHEMA,
+        MUTATING,
+        TRUSTED,
+        requires="agent",
+    )
+    register_builtin_tool(kind, delegate_task)
+    BUILTINS["delegate_task"].handler_config["timeout"] = CHILD_TIMEOUT + 15

@@ -1,0 +1,242 @@
+"""Goals (one per tenant): persistent objectives a session works toward across turns (seed 004 ``/goal``).
+
+A goal belongs to a session (or, set for session ``*``, to every session of the tenant) and lives in the tenant's KV, so it survives restarts and is there in every
+later turn of that session (the agent lists the active ones into its prompt before each turn). After each
+turn the agent casts ``turn_completed``; every active goal of the session is then judged against the turn:
+
+- with an LLM provider, by a short judge completion that must answer ``{"done": true|false, "reason"}``;
+- with the simulated provider, deterministically: the response carries ``[GOAL DONE]``, or it contains every
+  content word of the goal.
+
+Each judged turn uses one of the goal's ``max_turns``; a goal still open when they are used up becomes
+``exhausted``. Completion (by the judge or by ``complete_goal``) and exhaustion are audited.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any, Literal
+from urllib.parse import quote
+
+from minihermes.agent.audit import fire_audit
+from minihermes.runtime import (
+    ActorError,
+    Conflict,
+    GenServer,
+    InvalidArgument,
+    NotFound,
+    call,
+    cast,
+)
+
+MAX_GOAL_CHARS = 2_000
+MAX_GOALS_PER_SESSION = 20
+DEFAULT_MAX_TURNS = 20
+DONE_MARKER = "[GOAL DONE]"
+EVERY_SESSION = "*"
+"""``set_goal(session_id="*")``: a goal of the tenant, injected into and judged in every session."""
+GoalStatus = Literal["active", "completed", "exhausted", "cleared"]
+StatusFilter = Literal["", "active", "completed", "exhausted", "cleared"]
+_STOP = frozenset(
+    "the a an and or of to in on for with my me i you your it this that be is are was were by at from as "
+    "please make sure get find out about into all any some can could would should will".split()
+)
+JUDGE_PROMPT = (
+    "You judge whether a goal has been reached. Read the goal and the latest exchange. Answer with JSON "
+    'only: {"done": true or false, "reason": "<one short sentence>"}. Say done only when the exchange shows '
+    "the goal is fully achieved."
+)
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if len(w) > 2 and w not in _STOP}
+
+
+def judge_deterministic(goal: str, response: str) -> tuple[bool, str]:
+    """The simulated provider's judge: same inputs, same verdict."""
+    if DONE_MARKER.lower() in response.lower():
+        return True, "the response marks the goal done"
+    needed = _words(goal)
+    missing = sorted(needed - _words(response))
+    if needed and not missing:
+        return True, "the response covers every part of the goal"
+    return False, f"not yet covered: {', '.join(missing[:5])}" if missing else "nothing to judge"
+
+
+def parse_verdict(text: str) -> tuple[bool, str]:
+    """Read a judge's answer; anything that is not a clear yes is a no."""
+    match = re.search(r"\{.*\}", text, re.S)
+    if match:
+        try:
+            data = json.loads(match.group(0))
+        except ValueError:
+            data = None
+        if isinstance(data, dict):
+            return data.get("done") is True, str(data.get("reason") or "")[:500]
+    return False, "the judge gave no verdict"
+
+
+def _key(session_id: str, goal_id: str) -> str:
+    return f"goal:{quote(session_id, safe='')}:{goal_id}"
+
+
+class Goals(GenServer):
+    """Per-tenant goals. Args: ``max_turns`` (default budget per goal), ``judge_timeout`` (s)."""
+
+    async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
+        self.default_max_turns = int(args.get("max_turns", DEFAULT_MAX_TURNS))
+        self.judge_timeout = float(args.get("judge_timeout", 60))
+        self._audit = self.host.has_actor("audit_event")
+        self._llm = self.host.has_actor("llm_gateway")
+
+    @call
+    async def set_goal(self, session_id: str, text: str, max_turns: int = 0) -> dict[str, Any]:
+        """Add an active goal to a session: ``{status, goal_id, goal}``."""
+        op = "set_goal"
+        if not session_id.strip():
+            raise InvalidArgument(f"{op}: session_id must not be empty", op=op, field="session_id")
+        if not text.strip() or len(text) > MAX_GOAL_CHARS:
+            raise InvalidArgument(f"{op}: text must be 1..{MAX_GOAL_CHARS} characters", op=op, field="text")
+        if not 0 <= max_turns <= 1000:
+            raise InvalidArgument(f"{op}: max_turns must be 0..1000 (0: default)", op=op, field="max_turns")
+        active = await self._goals(session_id, "active")
+        if len(active) >= MAX_GOALS_PER_SESSION:
+            raise Conflict(f"{op}: this session has {MAX_GOALS_PER_SESSION} active goals already")
+        goal = {
+            "goal_id": uuid.uuid4().hex[:12],
+            "session_id": session_id,
+            "text": text.strip(),
+            "status": "active",
+            "max_turns": max_turns or self.default_max_turns,
+            "turns_used": 0,
+            "created_at": self.host.now(),
+            "completed_at": None,
+            "reason": "",
+            "judged_turns": [],
+        }
+        await self.host.kv.put(_key(session_id, goal["goal_id"]), goal)
+        self._fire("goal_set", f"goal_id={goal['goal_id']}", session_id, goal)
+        return {"status": "ok", "goal_id": goal["goal_id"], "goal": _view(goal)}
+
+    @call
+    async def list_goals(self, session_id: str = "", status: StatusFilter = "active") -> dict[str, Any]:
+        """Goals of one session (or of every session with ``session_id=""``), oldest first."""
+        goals = await self._goals(session_id, status)
+        return {"status": "ok", "goals": [_view(g) for g in goals], "count": len(goals)}
+
+    @call
+    async def complete_goal(self, goal_id: str, session_id: str = "", reason: str = "") -> dict[str, Any]:
+        """Mark a goal done by hand (audited like a judged completion)."""
+        goal = await self._goal("complete_goal", goal_id, session_id)
+        if goal["status"] != "active":
+            raise Conflict(f"complete_goal: goal {goal_id} is {goal['status']}", goal_id=goal_id)
+        await self._complete(goal, reason or "completed by request", by="request")
+        return {"status": "ok", "goal": _view(goal)}
+
+    @call
+    async def clear_goal(self, goal_id: str = "", session_id: str = "") -> dict[str, Any]:
+        """Drop one goal, or with only ``session_id`` every active goal of that session."""
+        if goal_id:
+            goals = [await self._goal("clear_goal", goal_id, session_id)]
+        elif session_id:
+            goals = await self._goals(session_id, "active")
+        else:
+            raise InvalidArgument("clear_goal: give goal_id or session_id", op="clear_goal", field="goal_id")
+        for g in goals:
+            await self.host.kv.delete(_key(g["session_id"], g["goal_id"]))
+            self._fire("goal_cleared", f"goal_id={g['goal_id']}", g["session_id"], g)
+        return {"status": "ok", "cleared": len(goals)}
+
+    @cast
+    async def turn_completed(self, session_id: str, turn_id: str, user_message: str, response: str) -> None:
+        """Judge every active goal of the session against this turn (sent by the agent after a turn)."""
+        for goal in await self._goals(session_id, "active"):
+            if turn_id in goal["judged_turns"]:
+                continue  # a repeated notification for a turn already judged
+            done, reason = await self._judge(goal, user_message, response, session_id)
+            goal["turns_used"] += 1
+            goal["judged_turns"] = [*goal["judged_turns"][-19:], turn_id]
+            goal["reason"] = reason
+            if done:
+                await self._complete(goal, reason, by="judge", turn_id=turn_id)
+                continue
+            if goal["turns_used"] >= goal["max_turns"]:
+                goal["status"] = "exhausted"
+                self._fire("goal_exhausted", f"goal_id={goal['goal_id']}", session_id, goal)
+            await self.host.kv.put(_key(goal["session_id"], goal["goal_id"]), goal)
+
+    # -- helpers ------------------------------------------------------------------------------------------
+
+    async def _judge(
+        self, goal: dict[str, Any], user_message: str, response: str, session_id: str
+    ) -> tuple[bool, str]:
+        if not self._llm or await self._simulated():
+            return judge_deterministic(goal["text"], response)
+        exchange = f"Goal: {goal['text']}\n\nUser: {user_message[:4000]}\n\nAssistant: {response[:8000]}"
+        try:
+            reply = await self.host.ask(
+                "llm_gateway",
+                "completion",
+                {
+                    "messages": [
+                        {"role": "system", "content": JUDGE_PROMPT},
+                        {"role": "user", "content": exchange},
+                    ],
+                    "session_id": session_id,
+                    "max_tokens": 200,
+                },
+                timeout=self.judge_timeout,
+            )
+        except ActorError as e:
+            return False, f"judge unavailable: {e.code}"
+        return parse_verdict(str(reply["response"].get("content") or ""))
+
+    async def _simulated(self) -> bool:
+        providers = await self.host.ask("llm_gateway", "list_providers", {})
+        active = providers.get("active", {}).get("provider")
+        kinds = {p["name"]: p.get("kind") for p in providers.get("providers", [])}
+        return kinds.get(active) == "simulated"
+
+    async def _complete(
+        self, goal: dict[str, Any], reason: str, *, by: str, turn_id: str = ""
+    ) -> None:
+        goal.update(status="completed", completed_at=self.host.now(), reason=reason, completed_by=by)
+        await self.host.kv.put(_key(goal["session_id"], goal["goal_id"]), goal)
+        detail = f"goal_id={goal['goal_id']} by={by}" + (f" turn={turn_id}" if turn_id else "")
+        self._fire("goal_completed", detail, goal["session_id"], goal)
+
+    async def _goals(self, session_id: str, status: str) -> list[dict[str, Any]]:
+        if session_id:
+            # A session sees its own goals and the tenant-wide ones (set with session_id "*").
+            rows = await self.host.kv.list(f"goal:{quote(session_id, safe='')}:")
+            if session_id != EVERY_SESSION:
+                rows += await self.host.kv.list(f"goal:{quote(EVERY_SESSION, safe='')}:")
+        else:
+            rows = await self.host.kv.list("goal:")
+        goals = [
+            v
+            for _, v in rows
+            if isinstance(v, dict)
+            and (not status or v["status"] == status)
+            and (not session_id or v["session_id"] in (session_id, EVERY_SESSION))
+        ]
+        return sorted(goals, key=lambda g: (g["created_at"], g["goal_id"]))
+
+    async def _goal(self, op: str, goal_id: str, session_id: str) -> dict[str, Any]:
+        goal = await self.host.kv.get(_key(session_id, goal_id)) if session_id else None
+        if not isinstance(goal, dict):
+            goal = next((g for g in await self._goals("", "") if g["goal_id"] == goal_id), None)
+        if not isinstance(goal, dict):
+            raise NotFound(f"{op}: no goal {goal_id}", op=op, goal_id=goal_id)
+        return goal
+
+    def _fire(self, event_type: str, detail: str, session_id: str, goal: dict[str, Any]) -> None:
+        if self._audit:
+            data = {"goal_id": goal["goal_id"], "text": goal["text"][:200], "status": goal["status"]}
+            fire_audit(self.host, event_type, detail, session_id=session_id, data=data)
+
+
+def _view(goal: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in goal.items() if k != "judged_turns"}

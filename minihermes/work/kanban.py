@@ -1,0 +1,442 @@
+"""The kanban board (one per tenant): durable tasks that agents and people share (seed 004).
+
+Cards live in the tenant's KV (``kanban:task:<id>``) and every change is a compare-and-set on the card, so
+two nodes on one store never both win a claim. Each card has an event stream (``kanban:<id>`` in the
+hash-chained event log): created, assigned, moved, commented, claimed, heartbeat-expired, blocked,
+completed, ...
+
+Statuses: ``todo`` (waiting for dependencies), ``ready``, ``in_progress`` (claimed), ``blocked``, ``done``,
+``cancelled``; ``archived`` is a flag on done or cancelled cards. ``start(task_id, worker, ttl)`` claims a
+ready card atomically for ``ttl`` seconds; ``heartbeat`` extends the claim. A claim that is not renewed in
+time is reclaimed by the sweep (a durable reminder): the card goes back to ``ready``, counted as a failure.
+``fail`` reports a failed attempt; the second failure blocks the card with the reason. ``complete`` stores
+the worker's summary, which the cards depending on it read as their hand-off (``show``), and makes them
+ready when all their dependencies are done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+from minihermes.agent.audit import fire_audit
+from minihermes.runtime import Conflict, GenServer, InvalidArgument, NotFound, call, cast, current_context
+
+Status = Literal["todo", "ready", "in_progress", "blocked", "done", "cancelled"]
+StatusFilter = Literal["", "todo", "ready", "in_progress", "blocked", "done", "cancelled"]
+OPEN = ("todo", "ready", "in_progress", "blocked")
+MAX_FAILURES = 2
+MAX_TITLE = 300
+MAX_BODY = 20_000
+DEFAULT_TTL = 300.0
+Mutation = Callable[[dict[str, Any]], str]
+"""Changes a card in place and returns the event type to record (empty: no change)."""
+
+
+def _text(op: str, field: str, value: str, limit: int, *, required: bool = False) -> str:
+    if required and not value.strip():
+        raise InvalidArgument(f"{op}: {field} must not be empty", op=op, field=field)
+    if len(value) > limit:
+        raise InvalidArgument(f"{op}: {field} is longer than {limit} characters", op=op, field=field)
+    return value
+
+
+def _key(task_id: str) -> str:
+    return f"kanban:task:{task_id}"
+
+
+class Kanban(GenServer):
+    """Per-tenant board. Args: ``sweep_interval`` (s between reclaim sweeps, 10)."""
+
+    async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
+        self._audit = self.host.has_actor("audit_event")
+        await self.host.set_reminder("kanban_sweep", "sweep", every=float(args.get("sweep_interval", 10)))
+
+    # -- cards --------------------------------------------------------------------------------------------
+
+    @call
+    async def create(
+        self,
+        title: str,
+        body: str = "",
+        assignee: str = "",
+        depends_on: list[str] | None = None,
+        priority: int = 0,
+    ) -> dict[str, Any]:
+        """A new card: ``{status, task_id, task}``; ``ready`` at once unless it waits for dependencies."""
+        op = "create"
+        _text(op, "title", title, MAX_TITLE, required=True)
+        _text(op, "body", body, MAX_BODY)
+        _text(op, "assignee", assignee, 200)
+        deps = list(dict.fromkeys(depends_on or []))
+        dep_cards = [await self._card(op, d) for d in deps]
+        task_id = await self._next_id()
+        now = self.host.now()
+        card = {
+            "task_id": task_id,
+            "title": title.strip(),
+            "body": body,
+            "assignee": assignee,
+            "priority": priority,
+            "depends_on": deps,
+            "status": "ready" if all(d["status"] == "done" for d in dep_cards) else "todo",
+            "archived": False,
+            "created_by": current_context().principal,
+            "created_at": now,
+            "updated_at": now,
+            "claim": None,
+            "attempts": 0,
+            "failures": 0,
+            "last_error": "",
+            "blocked_reason": "",
+            "summary": "",
+            "metadata": {},
+            "comments": [],
+        }
+        if await self.host.kv.cas(_key(task_id), None, card) is None:
+            raise Conflict(f"{op}: task id {task_id} taken; try again")
+        await self._event(task_id, "created", title=card["title"], status=card["status"])
+        self._nudge()
+        return {"status": "ok", "task_id": task_id, "task": card}
+
+    @call
+    async def show(self, task_id: str) -> dict[str, Any]:
+        """The card, its recent events and its dependencies with their summaries (the hand-off)."""
+        card = await self._card("show", task_id)
+        events = await self.host.events.read(f"kanban:{task_id}", limit=100)
+        deps = []
+        for dep_id in card["depends_on"]:
+            dep = await self.host.kv.get(_key(dep_id))
+            if isinstance(dep, dict):
+                deps.append({k: dep[k] for k in ("task_id", "title", "status", "summary")})
+        return {
+            "status": "ok",
+            "task": card,
+            "dependencies": deps,
+            "events": [{"seq": e.seq, "at": e.ts, **e.data} for e in events],
+        }
+
+    @call
+    async def list(
+        self,
+        status: StatusFilter = "",
+        assignee: str = "",
+        include_archived: bool = False,
+        limit: int = 100,
+    ) -> dict[str, Any]:
+        """Cards by priority (high first) then age; ``status="ready"`` is what workers pick from."""
+        if not 1 <= limit <= 1000:
+            raise InvalidArgument("list: limit must be 1..1000", op="list", field="limit")
+        cards = [
+            c
+            for c in await self._all()
+            if (not status or c["status"] == status)
+            and (not assignee or c["assignee"] == assignee)
+            and (include_archived or not c["archived"])
+        ]
+        cards.sort(key=lambda c: (-c["priority"], c["created_at"], c["task_id"]))
+        return {"status": "ok", "tasks": cards[:limit], "count": min(len(cards), limit), "total": len(cards)}
+
+    @call
+    async def update(
+        self, task_id: str, title: str | None = None, body: str | None = None, priority: int | None = None
+    ) -> dict[str, Any]:
+        def change(c: dict[str, Any]) -> str:
+            if title is not None:
+                c["title"] = _text("update", "title", title, MAX_TITLE, required=True).strip()
+            if body is not None:
+                c["body"] = _text("update", "body", body, MAX_BODY)
+            if priority is not None:
+                c["priority"] = priority
+            return "updated"
+
+        return await self._change("update", task_id, change)
+
+    @call
+    async def delete(self, task_id: str) -> dict[str, Any]:
+        """Delete a card nobody depends on (cancel or archive it otherwise)."""
+        await self._card("delete", task_id)
+        users = [c["task_id"] for c in await self._all() if task_id in c["depends_on"]]
+        if users:
+            raise Conflict(f"delete: {', '.join(users)} depend on {task_id}", task_id=task_id)
+        await self.host.kv.delete(_key(task_id))
+        await self._event(task_id, "deleted")
+        return {"status": "ok", "task_id": task_id, "deleted": True}
+
+    @call
+    async def assign(self, task_id: str, assignee: str) -> dict[str, Any]:
+        _text("assign", "assignee", assignee, 200)
+
+        def change(c: dict[str, Any]) -> str:
+            c["assignee"] = assignee
+            return "assigned"
+
+        return await self._change("assign", task_id, change, assignee=assignee)
+
+    @call
+    async def move(self, task_id: str, status: Status) -> dict[str, Any]:
+        """Put a card in a column by hand. A claim ends when the card leaves ``in_progress``; ``ready``
+        needs every dependency done."""
+        deps_done = await self._deps_done(await self._card("move", task_id))
+
+        def change(c: dict[str, Any]) -> str:
+            if status == "ready" and not deps_done:
+                raise Conflict(f"move: {task_id} waits for its dependencies", task_id=task_id)
+            if status == "in_progress" and c["claim"] is None:
+                raise Conflict("move: in_progress means claimed; use start(task_id, worker)")
+            if status != "in_progress":
+                c["claim"] = None
+            c["status"] = status
+            return "moved"
+
+        return await self._change("move", task_id, change, to=status)
+
+    @call
+    async def comment(self, task_id: str, text: str, author: str = "") -> dict[str, Any]:
+        _text("comment", "text", text, 5000, required=True)
+        who = author or current_context().principal
+
+        def change(c: dict[str, Any]) -> str:
+            c["comments"] = [*c["comments"][-49:], {"author": who, "text": text, "at": self.host.now()}]
+            return "commented"
+
+        return await self._change("comment", task_id, change, author=who)
+
+    @call
+    async def block(self, task_id: str, reason: str) -> dict[str, Any]:
+        _text("block", "reason", reason, 2000, required=True)
+
+        def change(c: dict[str, Any]) -> str:
+            self._require_open("block", c)
+            c.update(status="blocked", blocked_reason=reason, claim=None)
+            return "blocked"
+
+        return await self._change("block", task_id, change, reason=reason)
+
+    @call
+    async def unblock(self, task_id: str) -> dict[str, Any]:
+        """Back to ready (or todo while dependencies are open); the failure count starts again."""
+        deps_done = await self._deps_done(await self._card("unblock", task_id))
+
+        def change(c: dict[str, Any]) -> str:
+            if c["status"] != "blocked":
+                raise Conflict(f"unblock: {task_id} is {c['status']}, not blocked", task_id=task_id)
+            c.update(status="ready" if deps_done else "todo", blocked_reason="", failures=0)
+            return "unblocked"
+
+        reply = await self._change("unblock", task_id, change)
+        self._nudge()
+        return reply
+
+    @call
+    async def start(self, task_id: str, worker: str, ttl: float = DEFAULT_TTL) -> dict[str, Any]:
+        """Claim a ready card for ``ttl`` seconds (atomic: one worker wins). Reply has the ``claim``."""
+        _text("start", "worker", worker, 200, required=True)
+        if not 1 <= ttl <= 86400:
+            raise InvalidArgument("start: ttl must be 1..86400 seconds", op="start", field="ttl")
+        now = self.host.now()
+
+        def change(c: dict[str, Any]) -> str:
+            if c["status"] != "ready":
+                raise Conflict(f"start: {task_id} is {c['status']}, not ready", task_id=task_id)
+            c["attempts"] += 1
+            c.update(
+                status="in_progress",
+                claim={"worker": worker, "attempt": c["attempts"], "since": now, "expires_at": now + ttl},
+            )
+            return "claimed"
+
+        return await self._change("start", task_id, change, worker=worker)
+
+    @call
+    async def heartbeat(self, task_id: str, worker: str, ttl: float = DEFAULT_TTL) -> dict[str, Any]:
+        """Extend a live claim; ``conflict`` when the worker lost it (reclaimed, blocked, done)."""
+        now = self.host.now()
+
+        def change(c: dict[str, Any]) -> str:
+            self._require_claim("heartbeat", c, worker, now)
+            c["claim"] = {**c["claim"], "expires_at": now + ttl}
+            return ""  # heartbeats are not worth an event each
+
+        return await self._change("heartbeat", task_id, change)
+
+    @call
+    async def complete(
+        self, task_id: str, summary: str, metadata: dict[str, Any] | None = None, worker: str = ""
+    ) -> dict[str, Any]:
+        """Done, with a summary the dependent cards read. With ``worker``, only while it holds the claim."""
+        _text("complete", "summary", summary, MAX_BODY, required=True)
+        now = self.host.now()
+
+        def change(c: dict[str, Any]) -> str:
+            if worker:
+                self._require_claim("complete", c, worker, now)
+            self._require_open("complete", c)
+            c.update(status="done", summary=summary, metadata=dict(metadata or {}), claim=None)
+            c["completed_at"] = now
+            return "completed"
+
+        reply = await self._change("complete", task_id, change, summary=summary[:500])
+        reply["unblocked"] = await self._release_dependents(task_id)
+        return reply
+
+    @call
+    async def fail(self, task_id: str, worker: str, reason: str) -> dict[str, Any]:
+        """A worker gives up on its attempt: back to ready, or blocked with the reason after the second."""
+        _text("fail", "reason", reason, 2000, required=True)
+        now = self.host.now()
+
+        def change(c: dict[str, Any]) -> str:
+            self._require_claim("fail", c, worker, now)
+            return self._failure(c, reason)
+
+        return await self._change("fail", task_id, change, reason=reason)
+
+    @call
+    async def cancel(self, task_id: str, reason: str = "") -> dict[str, Any]:
+        def change(c: dict[str, Any]) -> str:
+            self._require_open("cancel", c)
+            c.update(status="cancelled", claim=None, blocked_reason=reason)
+            return "cancelled"
+
+        return await self._change("cancel", task_id, change, reason=reason)
+
+    @call
+    async def archive(self, task_id: str) -> dict[str, Any]:
+        """Hide a done or cancelled card from lists (kept, never deleted)."""
+
+        def change(c: dict[str, Any]) -> str:
+            if c["status"] not in ("done", "cancelled"):
+                raise Conflict(f"archive: {task_id} is {c['status']}; finish or cancel it first")
+            c["archived"] = True
+            return "archived"
+
+        return await self._change("archive", task_id, change)
+
+    @call
+    async def stats(self) -> dict[str, Any]:
+        """Cards per status, archived, claimed, and claims past their expiry (about to be reclaimed)."""
+        cards = await self._all()
+        now = self.host.now()
+        by_status = {s: 0 for s in ("todo", "ready", "in_progress", "blocked", "done", "cancelled")}
+        for c in cards:
+            by_status[c["status"]] += 1
+        return {
+            "status": "ok",
+            "total": len(cards),
+            "by_status": by_status,
+            "archived": sum(1 for c in cards if c["archived"]),
+            "claimed": sum(1 for c in cards if c["claim"]),
+            "expired_claims": sum(1 for c in cards if c["claim"] and c["claim"]["expires_at"] < now),
+        }
+
+    @cast
+    async def sweep(self) -> None:
+        """Reclaim cards whose worker stopped heartbeating (durable reminder)."""
+        now = self.host.now()
+        for card in await self._all():
+            claim = card["claim"]
+            if card["status"] != "in_progress" or not claim or claim["expires_at"] >= now:
+                continue
+
+            def change(c: dict[str, Any], expected: dict[str, Any] = claim) -> str:
+                if c["claim"] != expected:
+                    return ""  # renewed or finished meanwhile
+                return self._failure(c, f"claim of {expected['worker']} expired (no heartbeat)")
+
+            await self._change("sweep", card["task_id"], change)
+
+    # -- helpers ------------------------------------------------------------------------------------------
+
+    def _failure(self, c: dict[str, Any], reason: str) -> str:
+        c["failures"] += 1
+        c["last_error"] = reason
+        c["claim"] = None
+        if c["failures"] >= MAX_FAILURES:
+            c["status"] = "blocked"
+            c["blocked_reason"] = f"failed {c['failures']} times; last: {reason}"
+            return "blocked"
+        c["status"] = "ready"
+        return "reclaimed"
+
+    @staticmethod
+    def _require_open(op: str, c: dict[str, Any]) -> None:
+        if c["status"] not in OPEN:
+            raise Conflict(f"{op}: {c['task_id']} is {c['status']}", task_id=c["task_id"])
+
+    @staticmethod
+    def _require_claim(op: str, c: dict[str, Any], worker: str, now: float) -> None:
+        claim = c["claim"]
+        if c["status"] != "in_progress" or not claim or claim["worker"] != worker:
+            raise Conflict(f"{op}: {worker} does not hold the claim on {c['task_id']}", task_id=c["task_id"])
+        if claim["expires_at"] < now:
+            raise Conflict(f"{op}: the claim on {c['task_id']} expired", task_id=c["task_id"])
+
+    async def _change(self, op: str, task_id: str, fn: Mutation, **detail: Any) -> dict[str, Any]:
+        for _ in range(20):
+            entry = await self.host.kv.get_entry(_key(task_id))
+            if entry is None or not isinstance(entry.value, dict):
+                raise NotFound(f"{op}: no task {task_id}", op=op, task_id=task_id)
+            card = dict(entry.value)
+            event = fn(card)
+            if not event and op != "heartbeat":
+                return {"status": "ok", "task_id": task_id, "task": entry.value, "changed": False}
+            card["updated_at"] = self.host.now()
+            if await self.host.kv.cas(_key(task_id), entry.version, card) is not None:
+                if event:
+                    await self._event(task_id, event, by=current_context().principal, **detail)
+                return {"status": "ok", "task_id": task_id, "task": card}
+        raise Conflict(f"{op}: {task_id} keeps changing; try again", task_id=task_id)
+
+    async def _release_dependents(self, task_id: str) -> list[str]:
+        released = []
+        cards = await self._all()
+        done = {c["task_id"] for c in cards if c["status"] == "done"}
+        for c in cards:
+            if c["status"] == "todo" and task_id in c["depends_on"] and set(c["depends_on"]) <= done:
+
+                def change(card: dict[str, Any]) -> str:
+                    if card["status"] != "todo":
+                        return ""
+                    card["status"] = "ready"
+                    return "ready"
+
+                await self._change("complete", c["task_id"], change, after=task_id)
+                released.append(c["task_id"])
+        if released:
+            self._nudge()
+        return released
+
+    async def _deps_done(self, card: dict[str, Any]) -> bool:
+        for dep_id in card["depends_on"]:
+            dep = await self.host.kv.get(_key(dep_id))
+            if isinstance(dep, dict) and dep["status"] != "done":
+                return False
+        return True
+
+    async def _card(self, op: str, task_id: str) -> dict[str, Any]:
+        card = await self.host.kv.get(_key(task_id))
+        if not isinstance(card, dict):
+            raise NotFound(f"{op}: no task {task_id}", op=op, task_id=task_id)
+        return card
+
+    async def _all(self) -> list[dict[str, Any]]:
+        return [v for _, v in await self.host.kv.list("kanban:task:") if isinstance(v, dict)]
+
+    async def _next_id(self) -> str:
+        for _ in range(50):
+            entry = await self.host.kv.get_entry("kanban:seq")
+            n = int(entry.value) + 1 if entry is not None else 1
+            if await self.host.kv.cas("kanban:seq", entry.version if entry else None, n) is not None:
+                return f"t{n}"
+        raise Conflict("create: could not allocate a task id; try again")
+
+    def _nudge(self) -> None:
+        """Tell this tenant's kanban worker that a card may have become ready."""
+        if self.host.has_actor("kanban_worker"):
+            self.host.send("kanban_worker", "poll", {})
+
+    async def _event(self, task_id: str, event_type: str, **data: Any) -> None:
+        await self.host.events.append(f"kanban:{task_id}", {"type": event_type, **data})
+        if self._audit:
+            fire_audit(self.host, f"kanban_{event_type}", f"task_id={task_id}")

@@ -1,0 +1,150 @@
+"""The orchestrator (a Workflow per ``task_id``): decompose a task, delegate the parts, combine the results.
+
+``workflow_run(task, task_id)`` plans the task into sub-tasks with dependencies (an LLM plan through the
+gateway; with the simulated provider, or when the LLM's plan is unusable, the deterministic planner in
+``plan.py``), runs every sub-task whose dependencies are done concurrently, each in its own agent session
+(``orch:<task_id>:<n>``), and checkpoints each result as a workflow step. After a crash or a SIGKILL the node
+re-activates the workflow: finished sub-tasks return their saved results, and a sub-task whose agent turn
+was running is finished from that turn rather than started again (``_turns.run_turn_once``).
+``status(task_id)`` reports progress; ``cancel(task_id)`` stops it (the seed's ``signal cancel``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from minihermes.agent.audit import fire_audit
+from minihermes.runtime import ActorError, InvalidArgument, NotFound, Workflow, call
+
+from ._turns import run_turn_once
+from .plan import PLAN_PROMPT, SubTask, plan_deterministic, plan_from_llm
+
+SUB_TIMEOUT = 600.0
+
+
+class Orchestrator(Workflow):
+    """Virtual, keyed by ``task_id``. Args: ``sub_timeout`` (s per sub-task turn), ``max_subtasks``."""
+
+    async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
+        self.sub_timeout = float(args.get("sub_timeout", SUB_TIMEOUT))
+        self.max_subtasks = int(args.get("max_subtasks", 8))
+        await super().on_init(actor_id, args)
+
+    async def execute(self, task: str, task_id: str) -> dict[str, Any]:
+        raw = await self.step("decompose", self._decompose, task)
+        plan = [SubTask.from_dict(s) for s in raw]
+        results: dict[int, dict[str, Any]] = {}
+        while len(results) < len(plan):
+            wave = [s for s in plan if s.n not in results and all(d in results for d in s.after)]
+            outs = await asyncio.gather(
+                *(
+                    self.step(f"sub:{s.n}", self._run_sub, task_id, s.to_dict(), [results[d] for d in s.after])
+                    for s in wave
+                )
+            )
+            for s, out in zip(wave, outs, strict=True):
+                results[s.n] = out
+        subs = [results[s.n] for s in plan]
+        failed = [r for r in subs if r["status"] != "ok"]
+        summary = "\n\n".join(f"{r['n'] + 1}. {r['task']}: {r['response']}" for r in subs)
+        if self.host.has_actor("audit_event"):
+            fire_audit(self.host, "orchestrator_completed", f"task_id={task_id} subtasks={len(subs)}")
+        return {
+            "status": "ok" if not failed else "partial",
+            "task_id": task_id,
+            "result": summary,
+            "sub_results": subs,
+            "sub_tasks": len(subs),
+            "failed": len(failed),
+        }
+
+    # -- steps --------------------------------------------------------------------------------------------
+
+    async def _decompose(self, task: str) -> list[dict[str, Any]]:
+        plan: list[SubTask] | None = None
+        source = "deterministic"
+        if self.host.has_actor("llm_gateway") and not await self._simulated():
+            try:
+                reply = await self.host.ask(
+                    "llm_gateway",
+                    "completion",
+                    {
+                        "messages": [
+                            {"role": "system", "content": PLAN_PROMPT},
+                            {"role": "user", "content": task},
+                        ],
+                        "max_tokens": 800,
+                    },
+                    timeout=120,
+                )
+                plan = plan_from_llm(str(reply["response"].get("content") or ""), self.max_subtasks)
+                source = "llm"
+            except ActorError as e:
+                self.host.log.info("orchestrator: LLM plan unavailable (%s); planning deterministically", e.code)
+        if not plan:
+            plan, source = plan_deterministic(task, self.max_subtasks), "deterministic"
+        self.host.log.debug("orchestrator plan (%s): %s", source, [s.task for s in plan])
+        return [s.to_dict() | {"source": source} for s in plan]
+
+    async def _simulated(self) -> bool:
+        providers = await self.host.ask("llm_gateway", "list_providers", {})
+        active = providers.get("active", {}).get("provider")
+        return any(p["name"] == active and p.get("kind") == "simulated" for p in providers.get("providers", []))
+
+    async def _run_sub(
+        self, task_id: str, sub: dict[str, Any], inputs: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        n = int(sub["n"])
+        session = f"orch:{task_id}:{n}"
+        message = sub["task"]
+        if inputs:
+            handoff = "\n".join(f"- {i['task']}: {i['response']}" for i in inputs)
+            message = f"{sub['task']}\n\nResults of the steps before this one:\n{handoff}"
+        out = {"n": n, "task": sub["task"], "session_id": session}
+        try:
+            reply = await run_turn_once(self.host, session, session, message, timeout=self.sub_timeout)
+        except ActorError as e:
+            return {**out, "status": "error", "response": "", "error": e.to_dict()["error"]}
+        return {**out, "status": str(reply.get("status")), "response": str(reply.get("response") or "")}
+
+    # -- ops ----------------------------------------------------------------------------------------------
+
+    @call
+    async def workflow_run(self, task: str, task_id: str) -> Any:
+        """Run (or join) the orchestration and reply with its result (seed 003's ``workflow_run``)."""
+        if not task.strip():
+            raise InvalidArgument("workflow_run: task must not be empty", field="task")
+        return await self.run(task=task, task_id=task_id)
+
+    @call
+    def status(self, task_id: str) -> dict[str, Any]:
+        """Progress: sub-tasks planned and done, percent, the workflow's status and error."""
+        if self.wf_status == "idle":
+            raise NotFound(f"status: no orchestration {task_id}", task_id=task_id)
+        planned = self.wf_steps.get("decompose", {}).get("result") or []
+        done = [k for k in self.wf_step_order if k.startswith("sub:")]
+        total = len(planned)
+        return {
+            "status": self.wf_status,
+            "task_id": task_id,
+            "task": self.wf_args.get("task"),
+            "sub_tasks": [s["task"] for s in planned],
+            "completed_sub_tasks": len(done),
+            "progress": (100 * len(done) // total) if total else 0,
+            "attempt": self.wf_attempt,
+            "error": self.wf_error,
+        }
+
+    @call
+    async def cancel(self, task_id: str) -> dict[str, Any]:
+        """Stop the orchestration (sub-tasks already running in agent sessions finish there)."""
+        return await self.signal("cancel")
+
+    @call
+    def workflow_query(self, task_id: str, name: str = "status") -> Any:
+        return self.status(task_id) if name == "status" else self.query(name)
+
+    @call
+    async def workflow_signal(self, task_id: str, name: str, payload: Any = None) -> dict[str, Any]:
+        return await self.signal(name, payload)
