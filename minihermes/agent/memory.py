@@ -5,9 +5,17 @@
 - Tiers say how it is used: ``core`` facts are injected into every system prompt (``core_snapshot``),
   ``reachable`` ones are recalled or searched on demand, ``deep`` ones are archival (bigger values allowed).
 
+Each fact also has a **kind** (seed 002): ``semantic`` (facts, configuration, rules; the default),
+``episodic`` (past conversations and task traces: the agent writes one per turn, private to its user) or
+``declarative`` (skill manuals). Search ranks by relevance times exponential temporal decay (half-life
+``half_life_days``; pinned and core memories exempt), fusing cosine similarity when the semantic extra is
+installed (``minihermes.context.recall``). Recognisable secrets are redacted before anything is stored, and
+``forget`` removes a memory, a session, a user or the whole tenant from every store (``minihermes.context
+.forget``).
+
 Each fact lives in three primitives, each for its access pattern: ``kv`` holds the record (point lookup by
 scope, owner and key: the source of truth), the ``text`` index ``memories`` ranks facts for
-``search_memories`` (SQLite FTS5, BM25 over key and value) and the tuple space holds
+``search_memories`` (SQLite FTS5, BM25 over the analysed key and value) and the tuple space holds
 ``["memory", scope, owner, key, tier]`` for listing by pattern (None is a wildcard), as in the seeds. Writes go
 to kv first; a reader that finds an index entry without its kv record skips it, so a crash between the
 writes can hide a fact from a listing or a search until it is stored again, never show a deleted one.
@@ -20,19 +28,32 @@ import json
 from typing import Any, Literal
 from urllib.parse import quote
 
-from minihermes.agent.audit import fire_audit
+from minihermes.agent.audit import fire_audit, is_restricted
+from minihermes.context import forget as forgetting
+from minihermes.context._text import analyze, query_terms, snippet
+from minihermes.context.recall import (
+    DEFAULT_HALF_LIFE_DAYS,
+    cosine,
+    final_score,
+    fuse,
+    lexical,
+    load_embedder,
+)
+from minihermes.context.redact import redact_text
 from minihermes.runtime import (
     Conflict,
     GenServer,
     InvalidArgument,
     PermissionDenied,
     call,
+    cast,
     current_context,
     state,
 )
 
 SCOPES = ("global", "agent", "session")
 TIERS = ("core", "reachable", "deep")
+KINDS = ("semantic", "episodic", "declarative")
 INDEX = "memories"
 MAX_KEY_CHARS = 200
 MAX_ID_CHARS = 200
@@ -46,6 +67,10 @@ Scope = Literal["global", "agent", "session"]
 ScopeFilter = Literal["", "global", "agent", "session"]
 Tier = Literal["core", "reachable", "deep"]
 TierFilter = Literal["", "core", "reachable", "deep"]
+Kind = Literal["semantic", "episodic", "declarative"]
+KindFilter = Literal["", "semantic", "episodic", "declarative"]
+_VEC = "memvec:"
+"""kv prefix of a record's embedding (only with the semantic extra)."""
 
 _ADMIN_ROLES = frozenset({"admin", "system"})
 _WRITER_ROLES = _ADMIN_ROLES | {"user"}
@@ -84,8 +109,11 @@ def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
-def _visible(record: dict[str, Any], agent_id: str, session_id: str) -> bool:
-    """With an agent or session id given, another agent's or session's facts are left out."""
+def _visible(record: dict[str, Any], agent_id: str, session_id: str, user_id: str = "") -> bool:
+    """With an agent or session id given, another agent's or session's facts are left out; a private
+    (episodic) record is shown only to the user it belongs to when a user is given."""
+    if record.get("private") and user_id and record.get("user_id") != user_id:
+        return False
     if record["scope"] == "agent" and agent_id:
         return bool(record["owner"] == agent_id)
     if record["scope"] == "session" and session_id:
@@ -95,6 +123,8 @@ def _visible(record: dict[str, Any], agent_id: str, session_id: str) -> bool:
 
 def _view(record: dict[str, Any]) -> dict[str, Any]:
     out = {k: record[k] for k in ("key", "value", "scope", "tier", "user_id", "created_at", "updated_at")}
+    out["kind"] = record.get("kind", "semantic")
+    out["pinned"] = bool(record.get("pinned"))
     if record["scope"] == "agent":
         out["agent_id"] = record["owner"]
     elif record["scope"] == "session":
@@ -109,7 +139,9 @@ def _order(record: dict[str, Any]) -> tuple[int, str, str]:
 class Memory(GenServer):
     """Per-tenant memory store (see the module docstring).
 
-    Args: ``max_memories`` (per tenant), ``max_value_chars`` (per tier, a dict), ``core_snapshot_chars``.
+    Args: ``max_memories`` (per tenant), ``max_value_chars`` (per tier, a dict), ``core_snapshot_chars``,
+    ``half_life_days`` (temporal decay of search scores; 0 turns decay off), ``semantic`` (use the semantic
+    extra when installed; default true).
     """
 
     state_version = 1
@@ -121,7 +153,9 @@ class Memory(GenServer):
         self.core_snapshot_chars = int(args.get("core_snapshot_chars", CORE_SNAPSHOT_CHARS))
         self._core: list[dict[str, Any]] | None = None
         """Every core record: read for each system prompt, so cached; every write here invalidates it."""
-        self._stats = {"stores": 0, "recalls": 0, "searches": 0, "deletes": 0}
+        self.half_life_days = float(args.get("half_life_days", DEFAULT_HALF_LIFE_DAYS))
+        self._embedder = load_embedder() if args.get("semantic", True) else None
+        self._stats = {"stores": 0, "recalls": 0, "searches": 0, "deletes": 0, "forgets": 0}
         self._audit_on = self.host.has_actor("audit_event")
         self.host.join("svc:memory")
 
@@ -137,14 +171,22 @@ class Memory(GenServer):
         agent_id: str = "",
         session_id: str = "",
         user_id: str = "",
+        kind: Kind = "semantic",
+        pinned: bool = False,
+        private: bool = False,
+        source_session: str = "",
     ) -> dict[str, Any]:
-        """Store (or overwrite) the fact ``key`` in a scope. Values are text (others are stored as JSON)."""
+        """Store (or overwrite) the fact ``key`` in a scope. Values are text (others are stored as JSON);
+        secrets in the key or value are redacted first. ``private`` facts are searchable only by their
+        user; ``source_session`` (the session the fact came from, default ``session_id``) lets forgetting
+        a session take its facts along."""
         op = "store_memory"
         _require_writer(op)
         _check_text(op, "key", key, MAX_KEY_CHARS)
         if value is None:
             raise InvalidArgument(f"{op}: value must not be empty", op=op, field="value")
-        text = _as_text(value)
+        key = redact_text(key)
+        text = redact_text(_as_text(value))
         _check_text(op, "value", text, self.max_value_chars[tier])
         owner = _owner(op, scope, agent_id, session_id)
         rkey = _record_key(scope, owner, key)
@@ -161,13 +203,33 @@ class Memory(GenServer):
             "scope": scope,
             "owner": owner,
             "tier": tier,
+            "kind": kind,
+            "pinned": pinned,
+            "private": private,
+            "source_session": source_session or session_id,
             "user_id": user_id or current_context().principal,
             "created_at": previous["created_at"] if previous else now,
             "updated_at": now,
         }
         await self.host.kv.put(rkey, record)
-        meta = {"key": key, "scope": scope, "owner": owner, "tier": tier}
-        await self.host.text.upsert(INDEX, rkey, {"key": key, "value": text}, meta)
+        analysed = analyze(f"{key} {text}")
+        meta = {
+            "key": key,
+            "scope": scope,
+            "owner": owner,
+            "tier": tier,
+            "kind": kind,
+            "pinned": pinned,
+            "private": private,
+            "user_id": record["user_id"],
+            "updated_at": now,
+            # Distinct words for query coverage (bounded: deep values can be long).
+            "terms": " ".join(list(dict.fromkeys(analysed.split()))[:400]),
+        }
+        await self.host.text.upsert(INDEX, rkey, {"terms": analysed or key.lower()}, meta)
+        if self._embedder is not None:
+            vector = self._embedder.embed([f"{key}: {text[:2000]}"])[0]
+            await self.host.kv.put(_VEC + rkey, vector)
         if previous is None or previous.get("tier") != tier:
             await self.host.tuples.take_all(["memory", scope, owner, key, None])
             await self.host.tuples.write(["memory", scope, owner, key, tier])
@@ -178,7 +240,14 @@ class Memory(GenServer):
         self._stats["stores"] += 1
         self.host.incr_counter("memory_stores_total", tier=tier)
         self._audit("memory_stored", f"scope={scope} key={key} tier={tier}", session_id, record)
-        return {"status": "ok", "key": key, "scope": scope, "tier": tier, "created": previous is None}
+        return {
+            "status": "ok",
+            "key": key,
+            "scope": scope,
+            "tier": tier,
+            "kind": kind,
+            "created": previous is None,
+        }
 
     @call
     async def delete_memory(
@@ -218,6 +287,7 @@ class Memory(GenServer):
         if not await self.host.kv.delete(rkey):
             return False
         await self.host.text.remove(INDEX, rkey)
+        await self.host.kv.delete(_VEC + rkey)
         await self.host.tuples.take_all(["memory", scope, owner, key, None])
         self.memory_count = max(0, self.memory_count - 1)
         if record.get("tier") == "core":
@@ -283,23 +353,65 @@ class Memory(GenServer):
         tier: TierFilter = "",
         agent_id: str = "",
         session_id: str = "",
+        kind: KindFilter = "",
+        user_id: str = "",
+        min_score: float = 0.0,
+        decay: bool = True,
     ) -> dict[str, Any]:
-        """Full-text search, best first: ``memories: [{key, value, scope, tier, score, snippet}]``. The
-        score is BM25 (higher is better): facts with more of the words, and rarer words, rank first."""
+        """Search, best first: ``memories: [{key, value, scope, tier, kind, score, relevance, snippet}]``.
+        ``relevance`` (0..1) is lexical (query-word coverage weighted by BM25), fused with cosine similarity
+        when the semantic extra is installed; ``score`` is relevance times temporal decay (pinned and core
+        memories do not decay). Results below ``min_score`` are left out. End users search their own
+        private (episodic) memories only."""
         op = "search_memories"
         _check_text(op, "query", query, MAX_QUERY_CHARS)
         if not 1 <= limit <= 100:
             raise InvalidArgument(f"{op}: limit must be 1..100", op=op, field="limit")
-        filtered = bool(scope or tier or agent_id or session_id)
-        hits = await self.host.text.search(INDEX, query, limit=min(limit * 5, 500) if filtered else limit)
-        records = await asyncio.gather(*(self.host.kv.get(h.doc_id) for h in hits))
+        if not 0 <= min_score <= 1:
+            raise InvalidArgument(f"{op}: min_score must be within 0..1", op=op, field="min_score")
+        ctx = current_context()
+        if is_restricted(ctx):
+            user_id = ctx.principal
+        words = query_terms(query)
+        # Candidates come from the index; decay and filters reorder them, so fetch more than asked for.
+        hits = await self.host.text.search(INDEX, " ".join(words), limit=min(max(limit * 5, 50), 500))
+        best = max((h.score for h in hits), default=0.0)
+        vectors: list[Any] = []
+        qvec: list[float] | None = None
+        if self._embedder is not None and hits:
+            qvec = self._embedder.embed([query])[0]
+            vectors = list(await asyncio.gather(*(self.host.kv.get(_VEC + h.doc_id) for h in hits)))
+        now = self.host.now()
+        ranked: list[tuple[float, float, Any]] = []
+        for i, hit in enumerate(hits):
+            meta = hit.meta if isinstance(hit.meta, dict) else {}
+            probe = {"scope": meta.get("scope", ""), "owner": meta.get("owner", ""), **meta}
+            if not probe.get("scope") or not _visible(probe, agent_id, session_id, user_id):
+                continue
+            if (scope and probe["scope"] != scope) or (tier and probe.get("tier") != tier):
+                continue
+            if kind and probe.get("kind", "semantic") != kind:
+                continue
+            relevance = lexical(words, set(str(meta.get("terms", "")).split()), hit.score, best)
+            if qvec is not None and isinstance(vectors[i], list):
+                relevance = fuse(relevance, cosine(qvec, vectors[i]))
+            score = final_score(relevance, probe, now, self.half_life_days if decay else 0.0)
+            if score >= min_score and score > 0:
+                ranked.append((score, relevance, hit))
+        ranked.sort(key=lambda r: -r[0])
+        records = await asyncio.gather(*(self.host.kv.get(h.doc_id) for _, _, h in ranked[: limit * 2]))
         found: list[dict[str, Any]] = []
-        for hit, record in zip(hits, records, strict=True):
-            if not isinstance(record, dict) or not _visible(record, agent_id, session_id):
-                continue
-            if (scope and record["scope"] != scope) or (tier and record["tier"] != tier):
-                continue
-            found.append({**_view(record), "score": round(hit.score, 6), "snippet": hit.snippet})
+        for (score, relevance, _hit), record in zip(ranked, records, strict=False):
+            if not isinstance(record, dict):
+                continue  # an index entry whose record is gone (see the module docstring)
+            found.append(
+                {
+                    **_view(record),
+                    "score": round(score, 6),
+                    "relevance": round(relevance, 6),
+                    "snippet": snippet(f"{record['key']}: {record['value'][:4000]}", words),
+                }
+            )
             if len(found) == limit:
                 break
         self._stats["searches"] += 1
@@ -333,6 +445,69 @@ class Memory(GenServer):
         return {"status": "ok", "memories": chosen, "count": len(chosen), "truncated": truncated}
 
     @call
+    async def forget(
+        self,
+        key: str = "",
+        scope: Scope = "global",
+        agent_id: str = "",
+        session_id: str = "",
+        user_id: str = "",
+        everything: bool = False,
+    ) -> dict[str, Any]:
+        """Forget one memory (``key`` in ``scope``), a session (its session-scoped facts, the facts that came
+        from it, its transcript, archives, history and skill provenance), a user (all of that for each of
+        their sessions, and their facts) or, with ``everything`` (admin), the whole tenant. End users may
+        forget only their own sessions and themselves."""
+        op = "forget"
+        _require_writer(op)
+        ctx = current_context()
+        if key:
+            return {**await self.delete_memory(key, scope, agent_id, session_id), "mode": "memory"}
+        if session_id:
+            mode = "session"
+            owner = await forgetting.session_owner(self.host, session_id)
+            if is_restricted(ctx) and owner not in (None, ctx.principal):
+                raise PermissionDenied(f"{op}: not your session", op=op, field="session_id")
+        elif user_id:
+            mode = "user"
+            if is_restricted(ctx) and user_id != ctx.principal:
+                raise PermissionDenied(f"{op}: users can forget only themselves", op=op, field="user_id")
+        elif everything:
+            mode = "tenant"
+            if not ctx.roles & _ADMIN_ROLES:
+                raise PermissionDenied(f"{op}: forgetting a tenant needs the admin role", op=op)
+        else:
+            raise InvalidArgument(f"{op}: give key, session_id, user_id or everything", op=op, field="key")
+        deleted = 0
+        for record in await self._all_records():
+            if mode == "session":
+                hit = (record["scope"] == "session" and record["owner"] == session_id) or record.get(
+                    "source_session"
+                ) == session_id
+            elif mode == "user":
+                hit = record.get("user_id") == user_id
+            else:
+                hit = True
+            if hit and await self._forget(record, audit=False):
+                deleted += 1
+        elsewhere = await forgetting.forget_elsewhere(
+            self.host, session_id=session_id, user_id="" if session_id else user_id
+        )
+        self._stats["forgets"] += 1
+        self._audit("memories_forgotten", f"mode={mode} deleted={deleted}", session_id, None)
+        return {"status": "ok", "mode": mode, "memories": deleted, **elsewhere}
+
+    @cast
+    async def session_ended(self, session_id: str) -> None:
+        """A session ended (sent by ``session_manager``): its session-scoped memories go."""
+        for t in await self.host.tuples.read_all(["memory", "session", session_id, None, None]):
+            record = await self.host.kv.get(_record_key("session", session_id, str(t[3])))
+            if isinstance(record, dict):
+                await self._forget(record, audit=False)
+            else:
+                await self.host.tuples.take_all(list(t))
+
+    @call
     def get_stats(self) -> dict[str, Any]:
         """Stored facts (durable count) and operations since this instance started."""
         return {"status": "ok", "memories": self.memory_count, **self._stats}
@@ -342,6 +517,10 @@ class Memory(GenServer):
     async def _records(self, ids: list[tuple[str, str, str]]) -> list[dict[str, Any]]:
         got = await asyncio.gather(*(self.host.kv.get(_record_key(s, o, k)) for s, o, k in ids))
         return [r for r in got if isinstance(r, dict)]
+
+    async def _all_records(self) -> list[dict[str, Any]]:
+        rows = await self.host.tuples.read_all(["memory", None, None, None, None])
+        return await self._records([(str(t[1]), str(t[2]), str(t[3])) for t in rows])
 
     async def _core_records(self) -> list[dict[str, Any]]:
         if self._core is None:

@@ -38,8 +38,18 @@ class ScriptedGateway(GenServer):
         session_id: str = "",
         user_id: str = "",
         cron_job: str = "",
+        cache_prefix_messages: int = 0,
+        stream_topic: str = "",
     ) -> dict[str, Any]:
-        REQUESTS.append({"messages": messages, "tools": tools, "session_id": session_id})
+        REQUESTS.append(
+            {
+                "messages": messages,
+                "tools": tools,
+                "session_id": session_id,
+                "cron_job": cron_job,
+                "cache_prefix_messages": cache_prefix_messages,
+            }
+        )
         script = SCRIPTS.get(session_id) or []
         if not script:
             raise ActorError("no scripted response left", code="llm_unavailable")

@@ -52,6 +52,7 @@ async def test_store_recall_overwrite_delete(make_node):
         "key": "favourite_colour",
         "scope": "global",
         "tier": "reachable",
+        "kind": "semantic",
         "created": True,
     }
     got = await mem(node, "recall_memory", key="favourite_colour")

@@ -1,0 +1,127 @@
+"""Prompt assembly (seed 004): a stable prefix that stays byte-identical across the turns of a session, then
+what changes per turn.
+
+Stable prefix (one system message; prompt caches key on it): identity from ``SOUL.md`` (a workspace or
+data-dir ``SOUL.md`` replaces the default shipped with the package, which carries seed 000's function calling
+discipline), the project context from the workspace (``.hermes.md``, else ``AGENTS.md``), and the core memory
+snapshot taken when the session's prefix was built. Tool schemas travel beside it, sorted by name.
+
+Per turn (a second system message): matched skills (``## Relevant Skills`` / ``### <name>``, the format the
+simulated model and people read), the top memories for this message, and the session's active goals.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .tokens import TokenCounter, count_tokens, default_counter
+
+MAX_FILE_CHARS = 20_000
+PROJECT_FILES = (".hermes.md", "AGENTS.md")
+SOUL_FILE = "SOUL.md"
+
+
+def default_soul() -> str:
+    return resources.files("minihermes.context").joinpath(SOUL_FILE).read_text(encoding="utf-8").strip()
+
+
+def _read(path: Path) -> str | None:
+    try:
+        if not path.is_file():
+            return None
+        with path.open(encoding="utf-8", errors="replace") as f:
+            return f.read(MAX_FILE_CHARS).strip() or None
+    except OSError:
+        return None
+
+
+def load_soul(*candidates: Path | None) -> str:
+    """The first readable ``SOUL.md`` among ``candidates`` (workspace, then data dir), else the default."""
+    for path in candidates:
+        if path is not None:
+            text = _read(path / SOUL_FILE if path.is_dir() else path)
+            if text:
+                return text
+    return default_soul()
+
+
+def project_context(workspace: Path | None) -> str:
+    """``.hermes.md`` (Hermes' name) or ``AGENTS.md`` from the workspace folder, bounded."""
+    if workspace is None:
+        return ""
+    for name in PROJECT_FILES:
+        text = _read(workspace / name)
+        if text:
+            return text
+    return ""
+
+
+def stable_prefix(soul: str, project: str, core: list[dict[str, Any]]) -> str:
+    parts = [soul.strip()]
+    if project:
+        parts.append(f"## Project context\n{project}")
+    if core:
+        lines = "\n".join(f"- {m['key']}: {m['value']}" for m in core)
+        parts.append(f"## What you know about the user\n{lines}")
+    return "\n\n".join(parts)
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def sort_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tool schemas in name order (the listing order must not vary, or the cached prefix breaks)."""
+    return sorted(tools, key=lambda t: str(t.get("name", "")))
+
+
+def skills_section(
+    skills: list[dict[str, Any]], budget_tokens: int, counter: TokenCounter | None = None
+) -> tuple[str, list[str]]:
+    """``## Relevant Skills`` with one ``### <name>`` block per skill (description, then procedure), best
+    first, as many as fit ``budget_tokens``. Returns the text and the ids of the skills included."""
+    c = counter or default_counter()
+    blocks, used_ids, used = [], [], count_tokens("## Relevant Skills", c)
+    for skill in skills:
+        name = str(skill.get("name") or skill.get("skill_id") or "").strip()
+        procedure = str(skill.get("procedure") or "").strip()
+        if not name or not procedure:
+            continue
+        block = f"### {name}\n"
+        if skill.get("description"):
+            block += f"{str(skill['description']).strip()}\n"
+        block += procedure
+        size = count_tokens(block, c)
+        if used + size > budget_tokens:
+            continue
+        used += size
+        blocks.append(block)
+        used_ids.append(str(skill.get("skill_id", "")))
+    if not blocks:
+        return "", []
+    return "## Relevant Skills\n" + "\n\n".join(blocks), used_ids
+
+
+def memories_section(memories: list[dict[str, Any]]) -> str:
+    if not memories:
+        return ""
+    lines = "\n".join(f"- {m['key']}: {str(m['value'])[:500]}" for m in memories)
+    return f"## Relevant memories\n{lines}"
+
+
+def goals_section(goals: list[dict[str, Any]]) -> str:
+    if not goals:
+        return ""
+    lines = "\n".join(
+        f"- {g.get('text', '')}" + (f" ({g['goal_id']})" if g.get("goal_id") else "") for g in goals
+    )
+    return f"## Active goals\nKeep working toward these across turns:\n{lines}"
+
+
+def turn_section(*parts: str) -> str:
+    """The per-turn context, or "" when there is none (then no second system message is sent)."""
+    body = "\n\n".join(p for p in parts if p)
+    return f"# Context for this turn\n\n{body}" if body else ""

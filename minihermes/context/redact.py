@@ -1,0 +1,71 @@
+"""Redaction of recognisable secrets before anything is stored (history, memory, archive, search index).
+
+Two kinds of evidence: substrings shaped like credentials (provider API keys, bearer tokens, JWTs, cloud
+keys, PEM private keys), and values introduced as secrets (``password: hunter2``, ``api_key=...``,
+``"token": "..."``). Redaction keeps the words around a secret, so the text stays readable and searchable.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+REDACTED = "[REDACTED]"
+
+_SHAPES: tuple[re.Pattern[str], ...] = (
+    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.S),
+    re.compile(r"\bsk-(?:ant-|proj-|or-)?[A-Za-z0-9_\-]{16,}"),  # OpenAI, Anthropic, OpenRouter
+    re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),  # JWT
+    re.compile(r"\bmh_[0-9a-f]{12}_[A-Za-z0-9_\-]{20,}"),  # MiniHermes API keys
+    re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),  # AWS access key ids
+    re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr|github_pat)_[A-Za-z0-9_]{20,}"),  # GitHub
+    re.compile(r"\bglpat-[A-Za-z0-9_\-]{20,}"),  # GitLab
+    re.compile(r"\bxox[abprs]-[A-Za-z0-9\-]{10,}"),  # Slack
+    re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b"),  # Google
+    re.compile(r"\b(?:sk|pk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"),  # Stripe
+    re.compile(r"\bhf_[A-Za-z0-9]{30,}"),  # Hugging Face
+)
+_BEARER = re.compile(r"(?i)\b(bearer|basic|token)\s+(?!\[REDACTED\])[A-Za-z0-9._~+/=\-]{12,}")
+_NAMES = (
+    r"pass(?:word|wd|phrase)?|pwd|secret|client[_\- ]?secret|api[_\- ]?key|apikey|x-api-key|"
+    r"access[_\- ]?token|auth[_\- ]?token|refresh[_\- ]?token|private[_\- ]?key|token|credentials?"
+)
+# "password: hunter2", "api_key=abc", '"token": "abc"', "password is hunter2".
+_ASSIGNED = re.compile(
+    rf"(?i)(?P<name>\b(?:[A-Za-z]+[_\-])?(?:{_NAMES})\b[\"']?\s*(?:[:=]|\bis\b)\s*)"
+    r"(?P<quote>[\"']?)(?P<value>(?!\[REDACTED\])[^\s\"',;}]{4,})"
+)
+_SECRET_KEY = re.compile(rf"(?i)^(?:[A-Za-z]+[_\-])?(?:{_NAMES})$|(?:_api_key|_secret|_password|_token)$")
+
+
+def redact_text(text: str) -> str:
+    """``text`` with every recognisable secret replaced by ``[REDACTED]``."""
+    if not text:
+        return text
+    for pattern in _SHAPES:
+        text = pattern.sub(REDACTED, text)
+    text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    return _ASSIGNED.sub(lambda m: f"{m.group('name')}{m.group('quote')}{REDACTED}", text)
+
+
+def redact(value: Any, _depth: int = 0) -> Any:
+    """A copy of a JSON value with secrets redacted: in every string, and whole values under secret-named
+    keys (``password``, ``api_key``, ``*_token``, ...)."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if _depth > 32:
+        return "[TRUNCATED]"
+    if isinstance(value, dict):
+        return {
+            k: REDACTED
+            if isinstance(k, str) and _SECRET_KEY.search(k) and isinstance(v, str | int | float) and v != ""
+            else redact(v, _depth + 1)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [redact(v, _depth + 1) for v in value]
+    return value
+
+
+def contains_secret(text: str) -> bool:
+    return redact_text(text) != text

@@ -1,0 +1,78 @@
+"""``session_search``: the LLM tool over past session transcripts (seed 004's session_search()).
+
+The handler runs inside ``tool_executor`` and queries the index directly in the caller's tenant, rather than
+asking the ``agent`` actor: the agent that issued the call is waiting for this very result, so an ``ask`` to
+it would wait on itself. Visibility follows the request context: end users search their own sessions,
+admins the whole tenant (the same rule as the ``agent.session_search`` op).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from minihermes.agent._tools_catalog import READ, UNTRUSTED, Kind
+from minihermes.agent._tools_handlers import ToolEnv, register_builtin_tool
+from minihermes.runtime import RequestContext, current_context
+
+from . import session_index
+
+MAX_LIMIT = 50
+_ADMIN = frozenset({"admin", "system"})
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "query": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 1000,
+            "description": "Words to look for in earlier conversations",
+        },
+        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "description": "Hits (default 5)"},
+    },
+    "required": ["query"],
+    "additionalProperties": False,
+}
+
+
+def tenant_wide(ctx: RequestContext) -> bool:
+    return bool(ctx.roles & _ADMIN)
+
+
+async def search_visible(
+    host: Any, query: str, limit: int, *, user_id: str = "", session_filter: str = ""
+) -> dict[str, Any]:
+    """Search what the current principal may see: ``{hits, sessions, count}``."""
+    ctx = current_context()
+    wide = tenant_wide(ctx) and not user_id
+    owner = user_id if tenant_wide(ctx) and user_id else ctx.principal
+    hits = await session_index.search(
+        host, query, user_id=owner, tenant_wide=wide, limit=limit, session_id=session_filter
+    )
+    sessions = list(dict.fromkeys(h["session_id"] for h in hits))
+    return {"hits": hits, "sessions": sessions, "count": len(hits)}
+
+
+async def _session_search(args: dict[str, Any], env: ToolEnv) -> Any:
+    found = await search_visible(env.host, str(args["query"]), int(args.get("limit", 5)))
+    hits = [
+        {k: h[k] for k in ("session_id", "role", "snippet")}
+        | {"current_session": h["session_id"] == env.session_id}
+        for h in found["hits"]
+    ]
+    return {"hits": hits, "sessions": found["sessions"], "count": len(hits)}
+
+
+register_builtin_tool(
+    Kind(
+        "session_search",
+        "Search earlier conversations (yours; an admin's: the whole tenant) for words; returns snippets with "
+        "their session ids.",
+        SCHEMA,
+        READ,
+        # Transcripts hold tool results from outside sources: what comes back is data, not instructions.
+        UNTRUSTED,
+        requires="agent",
+    ),
+    _session_search,
+)
