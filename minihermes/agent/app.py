@@ -7,6 +7,7 @@ from pathlib import Path
 
 from cryptography.fernet import Fernet
 
+from minihermes.context import ContextCompressor
 from minihermes.mcp import MCPManager
 from minihermes.runtime import AppConfig, Clock, Node, build_node, register_actor_type
 from minihermes.skills import SKILL_ROLES, SkillTools
@@ -26,6 +27,7 @@ ROLES = {
     "minihermes.agent": Agent,
     "minihermes.agent_fsm": AgentFSM,
     "minihermes.audit_event": AuditEvent,
+    "minihermes.context_compressor": ContextCompressor,
     "minihermes.guardrails": Guardrails,
     "minihermes.health_monitor": HealthMonitor,
     "minihermes.llm_gateway": LLMGateway,
@@ -80,6 +82,11 @@ facets = [{ type = "tenancy", config = { per_tenant = true } }]
 [[supervisor.children]]
 name = "memory"
 role = "minihermes.memory"
+facets = [{ type = "tenancy", config = { per_tenant = true } }]
+
+[[supervisor.children]]
+name = "context_compressor"
+role = "minihermes.context_compressor"
 facets = [{ type = "tenancy", config = { per_tenant = true } }]
 
 [[supervisor.children]]
@@ -213,6 +220,9 @@ def build_agent_node(config: AppConfig, *, clock: Clock | None = None) -> Node:
             spec.args.setdefault("credential_key", paths["credential_key"])
         elif spec.cls is ToolExecutor:
             spec.args.setdefault("workspace_root", paths["workspace_root"])
+        elif spec.cls is Agent:
+            spec.args.setdefault("workspace_root", paths["workspace_root"])
+            spec.args.setdefault("soul_path", str(config.data_dir / "SOUL.md"))
         elif spec.cls is SkillTools:
             spec.args.setdefault("tools_root", str(config.data_dir / "skill_tools"))
         elif spec.cls is MCPManager:
