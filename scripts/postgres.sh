@@ -18,6 +18,17 @@ ROOT=$PWD
 PG_MAJOR=${MINIHERMES_PG_MAJOR:-15}
 BIN=/usr/lib/postgresql/$PG_MAJOR/bin
 DIR=$ROOT/.cache/postgres
+mkdir -p "$ROOT/.cache"
+# The socket path must stay under ~100 bytes, and a server started by root runs as postgres, which must be
+# able to reach its files: if the checkout is too deep or private, keep them in /var/tmp and link them from
+# .cache/postgres, so every command finds them the same way.
+if [ ! -e "$DIR" ] && { [ ${#DIR} -gt 70 ] ||
+     { [ "$(id -u)" -eq 0 ] && ! runuser -u postgres -- test -x "$ROOT/.cache"; }; }; then
+  ALT=/var/tmp/minihermes-postgres-$(echo "$ROOT" | sha256sum | cut -c1-12)
+  mkdir -p "$ALT"
+  ln -s "$ALT" "$DIR"
+fi
+[ -L "$DIR" ] && DIR=$(readlink -f "$DIR")
 DATA=$DIR/data
 SOCK=$DIR/sock
 DB=minihermes

@@ -78,7 +78,12 @@ class PgEngine:
             )
             if part
         )
-        kwargs = {**self._kwargs, "autocommit": True, "options": options}
+        kwargs = {
+            **self._kwargs,
+            "autocommit": True,
+            "options": options,
+            "connect_timeout": max(1, round(self._timeout)),
+        }
         pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             self._conninfo,
             kwargs=kwargs,
@@ -89,7 +94,11 @@ class PgEngine:
             open=False,
             name="minihermes-store",
         )
-        await pool.open(wait=True, timeout=self._timeout)
+        try:
+            await pool.open(wait=True, timeout=self._timeout)
+        except BaseException:
+            await pool.close()
+            raise
         self._pool = pool
         self._state = "open"
 

@@ -122,6 +122,13 @@ LATEST_VERSION = max(MIGRATIONS, default=1)
 EXTENSIONS = ("vector", "unaccent")
 
 
+MIN_PGVECTOR = (0, 8, 0)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".") if part.isdigit())
+
+
 def _lock_key(name: str) -> int:
     """A stable 63-bit advisory lock key for name."""
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big") >> 1
@@ -150,10 +157,18 @@ async def _ensure_extensions(conn: Conn) -> dict[str, str]:
     """Create the extensions if missing (needs rights to; an operator may have done it) and return the
     schema each lives in."""
     cur = await conn.execute(
-        "SELECT extname, extnamespace::regnamespace::text FROM pg_extension WHERE extname = ANY(%s)",
+        "SELECT extname, extnamespace::regnamespace::text, extversion FROM pg_extension"
+        " WHERE extname = ANY(%s)",
         (list(EXTENSIONS),),
     )
-    found = {name: where for name, where in await cur.fetchall()}
+    rows = await cur.fetchall()
+    found = {name: where for name, where, _ in rows}
+    for name, _, version in rows:
+        if name == "vector" and _version(version) < MIN_PGVECTOR:
+            raise StoreError(
+                f"pgvector {version} is installed; the store needs >= {'.'.join(map(str, MIN_PGVECTOR))}"
+                " (iterative HNSW scans): ALTER EXTENSION vector UPDATE after upgrading the server package"
+            )
     for name in EXTENSIONS:
         if name in found:
             continue

@@ -110,6 +110,6 @@ async def _ensure_index(conn: Conn, dim: int) -> None:
     if await cur.fetchone() is None:
         return
     await conn.execute(
-        f"CREATE INDEX vectors_hnsw_{dim} ON vectors USING hnsw ((embedding::vector({dim})) vector_cosine_ops)"
+        f"CREATE INDEX IF NOT EXISTS vectors_hnsw_{dim} ON vectors USING hnsw ((embedding::vector({dim})) vector_cosine_ops)"
         f" WHERE dim = {dim}"
     )
