@@ -123,10 +123,11 @@ async def read_body(state: ApiState, request: Request) -> dict[str, Any]:
     return parse_object(raw)
 
 
-def timeout_of(state: ApiState, request: Request) -> float:
+def timeout_of(state: ApiState, request: Request, default: float | None = None) -> float:
+    """``?timeout=`` in (0, max_timeout], else ``default`` (the app's default timeout)."""
     raw = request.query_params.get("timeout")
     if raw is None:
-        return state.default_timeout
+        return state.default_timeout if default is None else default
     try:
         value = float(raw)
     except ValueError:

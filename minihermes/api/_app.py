@@ -25,7 +25,11 @@ from ._core import (
     guarded,
     json_response,
 )
+from ._dashboard import add_dashboard_routes
 from ._errors import ApiError, invalid
+from ._metrics import add_metrics_routes
+from ._schemas import fixed_responses
+from ._sessions import add_session_routes
 from .permissions import DEFAULT_PERMISSIONS, PermissionTable
 
 log = logging.getLogger("minihermes.api")
@@ -41,6 +45,9 @@ def create_app(
     max_body_bytes: int = 1_048_576,
     allowed_hosts: set[str] | frozenset[str] | None = None,
     title: str = "MiniHermes",
+    public_metrics: bool = False,
+    metrics_interval: float = 10.0,
+    dashboard: bool = True,
 ) -> FastAPI:
     """A FastAPI app serving ``node`` (started or about to be).
 
@@ -52,7 +59,12 @@ def create_app(
     - ``default_timeout`` / ``max_timeout``: seconds an op may take (``?timeout=`` picks up to the max).
     - ``max_body_bytes``: larger bodies get 413.
     - ``allowed_hosts``: extra host names accepted without auth (default: localhost, 127.0.0.1, ::1).
+    - ``public_metrics``: serve ``/metrics`` (every tenant's series) without credentials even with auth.
+    - ``metrics_interval``: seconds between the samples behind the dashboard's charts.
+    - ``dashboard``: serve the web dashboard at ``/``.
     """
+    if metrics_interval <= 0:
+        raise ValueError("metrics_interval must be > 0")
     if not 0 < default_timeout <= max_timeout:
         raise ValueError("need 0 < default_timeout <= max_timeout")
     if max_body_bytes < 1:
@@ -65,6 +77,8 @@ def create_app(
         max_timeout=max_timeout,
         max_body_bytes=max_body_bytes,
         allowed_hosts=LOOPBACK_HOSTS | frozenset(h.lower() for h in (allowed_hosts or ())),
+        public_metrics=public_metrics,
+        extras={"metrics_interval": metrics_interval},
     )
     app = FastAPI(
         title=title,
@@ -108,6 +122,11 @@ def create_app(
     async def describe_actor(request: Request, actor: str) -> Response:
         return await guarded(state, request, _describe_actor, actor)
 
+    add_session_routes(app, state)
+    add_metrics_routes(app, state)
+    if dashboard:
+        add_dashboard_routes(app)
+
     @app.post(f"{API_PREFIX}/actors/{{actor}}/{{op}}", include_in_schema=False)
     async def call_op(request: Request, actor: str, op: str) -> Response:
         return await guarded(state, request, _call, actor, op)
@@ -118,18 +137,35 @@ def create_app(
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            schema = get_openapi(title=app.title, version="1", description=app.description, routes=app.routes)
-            paths, components = openapi_paths(state.catalog)
-            schema["paths"].update(paths)
-            schema.setdefault("components", {}).setdefault("schemas", {}).update(components)
-            if state.auth.enabled:
-                schema["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
-                schema["security"] = [{"bearer": []}]
-            app.openapi_schema = schema
+            app.openapi_schema = _openapi(app, state)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+def _openapi(app: FastAPI, state: ApiState) -> dict[str, Any]:
+    schema = get_openapi(title=app.title, version="1", description=app.description, routes=app.routes)
+    paths, components = openapi_paths(state.catalog)
+    schema["paths"].update(paths)
+    components.update(schema.get("components", {}).get("schemas", {}))
+    for name in ("HTTPValidationError", "ValidationError"):  # FastAPI's; this API answers Error instead
+        components.pop(name, None)
+    schema["components"] = {"schemas": components}
+    public = {"/healthz", "/readyz", "/", "/static/{path}"} | (
+        {"/metrics"} if state.public_metrics else set()
+    )
+    for (path, method), responses in fixed_responses().items():
+        operation = schema["paths"].get(path, {}).get(method)
+        if operation is None:
+            continue  # e.g. the dashboard is off
+        operation["responses"] = responses
+        if path in public:
+            operation["security"] = []
+    if state.auth.enabled:
+        schema["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        schema["security"] = [{"bearer": []}]
+    return schema
 
 
 # -- request handling ------------------------------------------------------------------------------------

@@ -108,6 +108,9 @@ def observe(
     """Count and log one finished request (for a stream: once its headers are decided)."""
     route = str(getattr(request.scope.get("route"), "path", "") or "unmatched")
     elapsed = time.perf_counter() - started
+    start_history = state.extras.get("start_history")
+    if start_history is not None:
+        start_history()  # the dashboard's charts cover the time since the first request
     metrics = state.node.metrics
     metrics.incr("http_requests_total", method=request.method, route=route, status=str(status))
     metrics.incr("http_request_seconds_total", elapsed, method=request.method, route=route)

@@ -106,6 +106,53 @@ DEFAULT_TABLE: Final[Mapping[tuple[str, str], Access]] = {
     # health_monitor (shared)
     ("health_monitor", "get_health"): "read",
     ("health_monitor", "poll_tick"): "admin",
+    # agent: transcript search (the actor narrows users to their own sessions)
+    ("agent", "session_search"): "read",
+    # skill_store: everyone reads; curating the tenant's skills is an admin's job
+    ("skill_store", "list_skills"): "read",
+    ("skill_store", "get_skill"): "read",
+    ("skill_store", "search_skills"): "read",
+    ("skill_store", "match_skills"): "read",
+    ("skill_store", "get_stats"): "read",
+    ("skill_store", "pin"): "admin",
+    ("skill_store", "unpin"): "admin",
+    ("skill_store", "archive"): "admin",
+    ("skill_store", "recover"): "admin",
+    ("skill_store", "rollback"): "admin",
+    # cron_scheduler
+    ("cron_scheduler", "list_jobs"): "read",
+    ("cron_scheduler", "get_job"): "read",
+    ("cron_scheduler", "job_runs"): "read",
+    ("cron_scheduler", "get_stats"): "read",
+    ("cron_scheduler", "create_job"): "admin",
+    ("cron_scheduler", "delete_job"): "admin",
+    ("cron_scheduler", "pause_job"): "admin",
+    ("cron_scheduler", "resume_job"): "admin",
+    ("cron_scheduler", "run_now"): "admin",
+    # task_queue (dead letters hold other users' payloads: operators only)
+    ("task_queue", "get_stats"): "read",
+    ("task_queue", "dead_letters"): "observe",
+    ("task_queue", "redrive"): "admin",
+    # kanban: the tenant's shared board
+    ("kanban", "list"): "read",
+    ("kanban", "show"): "read",
+    ("kanban", "stats"): "read",
+    ("kanban", "create"): "write",
+    ("kanban", "update"): "write",
+    ("kanban", "move"): "write",
+    ("kanban", "assign"): "write",
+    ("kanban", "comment"): "write",
+    ("kanban", "block"): "write",
+    ("kanban", "unblock"): "write",
+    ("kanban", "complete"): "write",
+    ("kanban", "cancel"): "write",
+    ("kanban", "archive"): "write",
+    ("kanban", "delete"): "admin",
+    # goals (a user sets goals in their own sessions)
+    ("goals", "list_goals"): "read",
+    ("goals", "set_goal"): "write",
+    ("goals", "complete_goal"): "write",
+    ("goals", "clear_goal"): "write",
 }
 
 

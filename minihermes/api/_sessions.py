@@ -1,0 +1,205 @@
+"""``POST /api/v1/sessions/{session_id}/messages``: one chat turn, answered as JSON or as Server-Sent Events.
+
+Streaming subscribes to the session's live topic *before* the turn starts (so no event is missed), then
+runs the turn as a node-owned background task: a client that disconnects mid-stream stops only its own
+stream, the turn goes on and is saved (its reply is the agent's ``last_turn``, its messages in the history).
+
+Events (``event:`` name, ``data:`` JSON): ``turn_started`` {turn_id}; ``text_delta`` {text};
+``tool_call_start`` {id, name, input}; ``tool_call_end`` {id, name, is_error, result, duration_ms};
+``dropped`` {count} (this reader fell behind and lost events); then exactly one of ``final`` {reply} or
+``error`` {error: {code, message}}, after which the stream ends. Comment lines (``: ping``) keep idle
+connections open through proxies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response, StreamingResponse
+
+from minihermes.runtime import ActorError, Node, RequestContext, Subscription
+
+from ._access import authorize, enforce_ownership, find_actor, find_op, read_body, restricted, timeout_of
+from ._core import (
+    API_PREFIX,
+    ApiState,
+    actor_error_body,
+    actor_error_response,
+    authenticate,
+    error_response,
+    json_response,
+    observe,
+    request_id_of,
+)
+from ._errors import ApiError, invalid
+from ._schemas import message_body_schema
+
+log = logging.getLogger("minihermes.api")
+
+AGENT = "agent"
+MAX_CONTENT_CHARS = 100_000
+PING_SECONDS = 15.0
+_FORWARDED = frozenset({"turn_started", "text_delta", "tool_call_start", "tool_call_end", "dropped"})
+
+
+def session_topic(session_id: str) -> str:
+    # The agent's topic name (minihermes.agent.agent.session_topic); repeated here so the HTTP layer does
+    # not import the agent package (api sits beside agent, over the runtime).
+    return f"session:{session_id}"
+
+
+def add_session_routes(app: FastAPI, state: ApiState) -> None:
+    @app.post(
+        f"{API_PREFIX}/sessions/{{session_id}}/messages",
+        tags=["sessions"],
+        summary="Send a message to a session's agent; the reply as JSON, or streamed as Server-Sent Events",
+        operation_id="post_session_message",
+        openapi_extra={"requestBody": {"required": True, "content": message_body_schema()}},
+    )
+    async def post_message(request: Request, session_id: str) -> Response:
+        return await _post_message(state, request, session_id)
+
+
+async def _post_message(state: ApiState, request: Request, session_id: str) -> Response:
+    request_id = request_id_of(request)
+    started = time.perf_counter()
+    ctx: RequestContext | None = None
+    try:
+        ctx = await authenticate(state, request, request_id)
+        payload = await _prepare(state, request, ctx, session_id)
+        content, stream = payload.pop("__stream__")
+        timeout = timeout_of(state, request, default=state.max_timeout)
+        args = {**payload, "message": content}
+        if stream:
+            response = await _open_stream(state.node, ctx, args, timeout, request_id)
+        else:
+            response = json_response(await state.node.ask(AGENT, "chat", args, timeout, ctx=ctx))
+    except ApiError as e:
+        response = error_response(e, request_id)
+    except ActorError as e:
+        response = actor_error_response(e, request_id)
+    except Exception:
+        log.exception("request %s failed", request_id)
+        response = error_response(
+            ApiError(500, "internal", "internal server error", request_id=request_id), request_id
+        )
+    response.headers["x-request-id"] = request_id
+    observe(state, request, response.status_code, started, request_id, ctx)
+    return response
+
+
+async def _prepare(state: ApiState, request: Request, ctx: RequestContext, session_id: str) -> dict[str, Any]:
+    """Authorize as ``agent.chat``, read the body, and apply a user's ownership rules."""
+    info = find_actor(state, AGENT)
+    opinfo = find_op(state, info, "chat")
+    authorize(state, ctx, opinfo)
+    body = await read_body(state, request)
+    unknown = sorted(set(body) - {"content", "stream"})
+    if unknown:
+        raise invalid(
+            f"unknown field {unknown[0]!r} (send content and, optionally, stream)", field=unknown[0]
+        )
+    content = body.get("content")
+    if not isinstance(content, str) or not content.strip():
+        raise invalid("content must be a non-empty string", field="content")
+    if len(content) > MAX_CONTENT_CHARS:
+        raise invalid(f"content must be at most {MAX_CONTENT_CHARS} characters", field="content")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise invalid("stream must be true or false", field="stream")
+    payload: dict[str, Any] = {"session_id": session_id}
+    if restricted(ctx):
+        await enforce_ownership(state, ctx, info, opinfo, payload, state.default_timeout)
+    payload["__stream__"] = (content, stream)
+    return payload
+
+
+async def _turn(node: Node, args: dict[str, Any], timeout: float, ctx: RequestContext) -> Any:
+    """The chat, with its structured error as a value: a failed turn is an answer, not a task failure."""
+    try:
+        return await node.ask(AGENT, "chat", args, timeout, ctx=ctx)
+    except ActorError as e:
+        return e
+
+
+async def _open_stream(
+    node: Node, ctx: RequestContext, args: dict[str, Any], timeout: float, request_id: str
+) -> Response:
+    sub = node.subscribe(session_topic(args["session_id"]), ctx=ctx)
+    try:
+        # Owned by the node, not by this request: a disconnect cancels the stream, never the turn.
+        turn = node.spawn(_turn(node, args, timeout, ctx))
+        first = asyncio.ensure_future(sub.get())
+        await asyncio.wait({first, turn}, return_when=asyncio.FIRST_COMPLETED)
+        if not first.done():
+            first.cancel()
+            outcome = turn.result()
+            if isinstance(outcome, ActorError):
+                # Refused before anything streamed (a paused session, bad input): a plain HTTP error.
+                sub.close()
+                return actor_error_response(outcome, request_id)
+            pending: list[Any] = []
+        else:
+            pending = [first.result()]
+    except BaseException:
+        sub.close()
+        raise
+    return StreamingResponse(
+        _events(sub, turn, pending),
+        media_type="text/event-stream",
+        headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+    )
+
+
+async def _events(sub: Subscription, turn: asyncio.Task[Any], pending: list[Any]) -> AsyncIterator[str]:
+    seq = 0
+
+    def frame(event: dict[str, Any]) -> str:
+        nonlocal seq
+        seq += 1
+        name = str(event.get("type", "message"))
+        data = {k: v for k, v in event.items() if k != "type"}
+        return f"id: {seq}\nevent: {name}\ndata: {json.dumps(data, default=str, ensure_ascii=False)}\n\n"
+
+    get: asyncio.Future[Any] | None = None
+    try:
+        for event in pending:
+            if _forwarded(event):
+                yield frame(event)
+        while True:
+            if get is None:
+                get = asyncio.ensure_future(sub.get())
+            done, _ = await asyncio.wait(
+                {get, turn}, timeout=PING_SECONDS, return_when=asyncio.FIRST_COMPLETED
+            )
+            if get in done:
+                event, get = get.result(), None
+                if _forwarded(event):
+                    yield frame(event)
+                continue
+            if turn in done:
+                # Events published before the reply are already queued: send them before the end.
+                while (event := sub.get_nowait()) is not None:
+                    if _forwarded(event):
+                        yield frame(event)
+                outcome = turn.result()
+                if isinstance(outcome, ActorError):
+                    yield frame({"type": "error", **actor_error_body(outcome)})
+                else:
+                    yield frame({"type": "final", "reply": outcome})
+                return
+            yield ": ping\n\n"
+    finally:
+        if get is not None:
+            get.cancel()
+        sub.close()
+
+
+def _forwarded(event: Any) -> bool:
+    return isinstance(event, dict) and event.get("type") in _FORWARDED
