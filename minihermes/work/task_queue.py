@@ -25,6 +25,7 @@ from minihermes.runtime import (
     NotFound,
     PermissionDenied,
     call,
+    cast,
     current_context,
     state,
 )
@@ -70,6 +71,13 @@ class TaskQueue(GenServer):
         self.host.join("svc:task_queue")
         for t in self.types:
             await self._declare(t)
+        # Durable: after a restart this re-activates the queue, which wakes the worker for what is queued.
+        await self.host.set_reminder("task_queue_nudge", "nudge", every=float(args.get("nudge_interval", 30)))
+        self.nudge()
+
+    @cast
+    def nudge(self) -> None:
+        """Wake this tenant's worker when task types it runs have been enqueued here."""
         if any(t in WORKER_TYPES for t in self.types):
             self._wake_worker()
 
