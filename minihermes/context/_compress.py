@@ -78,8 +78,14 @@ def split(
     # A cut never lands on a tool result; prefer a user message (a turn boundary) at or after it.
     boundaries = [i for i in range(start, len(messages)) if _is_boundary(messages, i)]
     users = [i for i in boundaries if messages[i].get("role") == "user"]
+    # The latest turn is worth some overrun: up to twice the budget to start at its user message.
+    last_user = max(
+        (i for i in range(head_end, len(messages)) if messages[i].get("role") == "user"), default=None
+    )
     if users:
         cut = users[0]
+    elif last_user is not None and sum(sizes[last_user:]) <= 2 * tail_tokens:
+        cut = last_user
     elif boundaries:
         cut = boundaries[0]
     else:

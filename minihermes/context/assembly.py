@@ -129,3 +129,19 @@ async def gather_turn(
 
 async def _none() -> None:
     return None
+
+
+TURN_META = "turn_meta:"
+"""kv key (+ session id) where the agent keeps the running turn's delegation depth, cron job and tool
+allow-list when it has any."""
+
+
+async def turn_info(host: Host, session_id: str) -> dict[str, Any]:
+    """What a tool may know about the turn that called it: ``{delegation_depth, cron_job, allowed_tools}``
+    (defaults when the turn has none of them)."""
+    meta = await host.kv.get(TURN_META + session_id) if session_id else None
+    out: dict[str, Any] = {"delegation_depth": 0, "cron_job": "", "allowed_tools": None}
+    if isinstance(meta, dict):
+        out.update({k: meta.get(k, out[k]) for k in out})
+        out["turn_id"] = meta.get("turn_id", "")
+    return out
