@@ -69,6 +69,7 @@ def check_server(
     url: Any = "",
     headers: Any = None,
     timeout: Any = 30.0,
+    connect_timeout: Any = 60.0,
     tools: Any = None,
     review: Any = True,
     stdio_commands: list[str] | None = None,
@@ -78,8 +79,9 @@ def check_server(
         raise _bad(op, "name", "name must start with a letter and use 1-32 letters, digits, '_' or '-'")
     if transport not in TRANSPORTS:
         raise _bad(op, "transport", f"transport must be one of {list(TRANSPORTS)}")
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= MAX_TIMEOUT:
-        raise _bad(op, "timeout", f"timeout must be a number of seconds in (0, {MAX_TIMEOUT:g}]")
+    for field, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_TIMEOUT:
+            raise _bad(op, field, f"{field} must be a number of seconds in (0, {MAX_TIMEOUT:g}]")
     if not isinstance(review, bool):
         raise _bad(op, "review", "review must be a boolean")
     allow: list[str] | None = None
@@ -91,6 +93,7 @@ def check_server(
         "name": name,
         "transport": transport,
         "timeout": float(timeout),
+        "connect_timeout": float(connect_timeout),
         "tools": allow,
         "review": review,
     }

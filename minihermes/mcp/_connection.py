@@ -98,12 +98,14 @@ class MCPConnection:
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._closing = asyncio.Event()
         self._task = asyncio.ensure_future(self._hold(ready))
+        # Starting a stdio server (an interpreter, npx fetching a package) can take far longer than a request.
+        limit = self.record.get("connect_timeout", self.record["timeout"])
         try:
-            await asyncio.wait_for(asyncio.shield(ready), self.record["timeout"])
+            await asyncio.wait_for(asyncio.shield(ready), limit)
         except TimeoutError:
             await self.close()
             raise MCPTimeout(
-                f"MCP server {self.record['name']!r} did not finish connecting within {self.record['timeout']:g}s",
+                f"MCP server {self.record['name']!r} did not finish connecting within {limit:g}s",
                 server=self.record["name"],
             ) from None
         except MCPUnavailable:

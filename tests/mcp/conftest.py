@@ -3,10 +3,11 @@ MCP server (``mcp_test_server.py``) over stdio or streamable HTTP on loopback.""
 
 from __future__ import annotations
 
-import asyncio
 import socket
+import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,34 +62,31 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
-async def http_server() -> AsyncIterator[str]:
-    """The test server on streamable HTTP; yields its URL once it answers."""
+@pytest.fixture(scope="session")
+def http_server() -> Iterator[str]:
+    """The test server on streamable HTTP, shared by the session's tests (each test's node opens its own MCP
+    session on it); yields its URL once it answers."""
     port = _free_port()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        SERVER,
-        "http",
-        str(port),
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
+    proc = subprocess.Popen(
+        [sys.executable, SERVER, "http", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     url = f"http://127.0.0.1:{port}/mcp"
     try:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 60
-        async with httpx.AsyncClient() as client:
-            while True:
-                assert proc.returncode is None, "the MCP test server exited"
-                try:
-                    await client.get(url, timeout=1)
-                    break
-                except httpx.TransportError:
-                    if loop.time() > deadline:
-                        raise
-                    await asyncio.sleep(0.05)  # polling for the port, with a deadline
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, "the MCP test server exited"
+            try:
+                httpx.get(url, timeout=1)
+                break
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)  # polling for the port, with a deadline
         yield url
     finally:
-        if proc.returncode is None:
-            proc.kill()
-        await proc.wait()
+        proc.kill()
+        proc.wait()
+
+
+def http_config(url: str, **extra: Any) -> dict[str, Any]:
+    return {"name": "t", "transport": "http", "url": url, **extra}

@@ -49,6 +49,25 @@ def odd() -> str:
     return "odd"
 
 
+@server.tool()
+async def sleep(seconds: float) -> str:
+    """Wait, then answer."""
+    import anyio
+
+    await anyio.sleep(seconds)
+    return "awake"
+
+
+# A tool that exists only while the file named by MCP_TEST_EXTRA_FILE does (read at start-up), so a test can
+# change what the server offers between two connections.
+if os.environ.get("MCP_TEST_EXTRA_FILE") and os.path.exists(os.environ["MCP_TEST_EXTRA_FILE"]):
+
+    @server.tool()
+    def extra() -> str:
+        """Only offered while the extra file exists."""
+        return "extra"
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "stdio":
         server.run("stdio")

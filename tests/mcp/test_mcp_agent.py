@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from minihermes.embed import MiniHermes
 
-from .conftest import stdio_server
+from .conftest import http_config
 
 
-async def test_a_turn_pauses_for_approval_then_runs_the_mcp_tool(tmp_path):
+async def test_a_turn_pauses_for_approval_then_runs_the_mcp_tool(tmp_path, http_server):
     script = [
         {
             "content": "",
@@ -18,7 +18,7 @@ async def test_a_turn_pauses_for_approval_then_runs_the_mcp_tool(tmp_path):
         {"content": "The sum is 5."},
     ]
     async with MiniHermes(data_dir=tmp_path / "data") as mh:
-        added = await mh.ask("mcp_manager", "add_server", stdio_server(tools=["add"]), timeout=60)
+        added = await mh.ask("mcp_manager", "add_server", http_config(http_server, tools=["add"]), timeout=60)
         assert added["tools"] == ["mcp_t_add"]
         await mh.ask(
             "llm_gateway",

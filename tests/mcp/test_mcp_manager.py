@@ -11,7 +11,7 @@ import pytest
 
 from minihermes.runtime import Conflict, InvalidArgument, NotFound, PermissionDenied
 
-from .conftest import ACME, ACME_USER, GLOBEX, SERVER, stdio_server
+from .conftest import ACME, ACME_USER, GLOBEX, http_config, stdio_server
 
 
 async def _tools(node, ctx=ACME) -> dict[str, dict]:
@@ -67,7 +67,13 @@ async def test_streamable_http_server(make_node, http_server):
     added = await node.ask(
         "mcp_manager",
         "add_server",
-        {"name": "web", "transport": "http", "url": http_server, "tools": ["add", "shout"]},
+        {
+            "name": "web",
+            "transport": "http",
+            "url": http_server,
+            "headers": {"Authorization": "Bearer web-s3cret"},
+            "tools": ["add", "shout"],
+        },
         ctx=ACME,
         timeout=60,
     )
@@ -78,15 +84,16 @@ async def test_streamable_http_server(make_node, http_server):
     (srv,) = listed["servers"]
     assert srv["transport"] == "http" and srv["connected"] is True
     assert [t["mcp_tool"] for t in srv["tools"]] == ["add", "shout"]
+    assert srv["headers"] == {"Authorization": "***"} and "web-s3cret" not in str(listed)
 
 
-async def test_guardrails_review_mcp_tools_by_default_and_policies_apply(make_node):
+async def test_guardrails_review_mcp_tools_by_default_and_policies_apply(make_node, http_server):
     node = await make_node()
-    await node.ask("mcp_manager", "add_server", stdio_server(tools=["add"]), ctx=ACME, timeout=60)
+    await node.ask("mcp_manager", "add_server", http_config(http_server, tools=["add"]), ctx=ACME, timeout=60)
     await node.ask(
         "mcp_manager",
         "add_server",
-        stdio_server(name="free", tools=["add"], review=False),
+        http_config(http_server, name="free", tools=["add"], review=False),
         ctx=ACME,
         timeout=60,
     )
@@ -104,9 +111,9 @@ async def test_guardrails_review_mcp_tools_by_default_and_policies_apply(make_no
     assert verdict["decision"] == "allow" and verdict["reason"] == "policy"
 
 
-async def test_tenants_are_isolated_and_only_admins_configure(make_node):
+async def test_tenants_are_isolated_and_only_admins_configure(make_node, http_server):
     node = await make_node()
-    await node.ask("mcp_manager", "add_server", stdio_server(tools=["add"]), ctx=ACME, timeout=60)
+    await node.ask("mcp_manager", "add_server", http_config(http_server, tools=["add"]), ctx=ACME, timeout=60)
     assert "mcp_t_add" in await _tools(node, ACME)
     assert "mcp_t_add" not in await _tools(node, GLOBEX)
     assert (await node.ask("mcp_manager", "list_servers", {}, ctx=GLOBEX))["servers"] == []
@@ -121,7 +128,7 @@ async def test_tenants_are_isolated_and_only_admins_configure(make_node):
     assert out["status"] == "ok"
 
 
-async def test_bad_configs_are_refused_and_nothing_is_stored(make_node):
+async def test_bad_configs_are_refused_and_nothing_is_stored(make_node, http_server):
     node = await make_node(mcp_args={"stdio_commands": [sys.executable]})
     with pytest.raises(InvalidArgument) as e:
         await node.ask(
@@ -145,7 +152,7 @@ async def test_bad_configs_are_refused_and_nothing_is_stored(make_node):
         )
     assert getattr(unreachable.value, "code", "") in ("mcp_unavailable", "timeout")
     assert (await node.ask("mcp_manager", "list_servers", {}, ctx=ACME))["servers"] == []
-    await node.ask("mcp_manager", "add_server", stdio_server(tools=["add"]), ctx=ACME, timeout=60)
+    await node.ask("mcp_manager", "add_server", http_config(http_server, tools=["add"]), ctx=ACME, timeout=60)
     with pytest.raises(Conflict):
         await node.ask("mcp_manager", "add_server", stdio_server(), ctx=ACME, timeout=60)
 
@@ -184,12 +191,52 @@ async def test_a_killed_server_process_is_restarted_on_the_next_call(make_node):
     assert second != first
 
 
-async def test_servers_and_tools_survive_a_node_restart(make_node, tmp_path):
+async def test_servers_and_tools_survive_a_node_restart(make_node, tmp_path, http_server):
     data = tmp_path / "restart"
     node = await make_node(data_dir=data)
-    await node.ask("mcp_manager", "add_server", stdio_server(tools=["add"]), ctx=ACME, timeout=60)
+    await node.ask("mcp_manager", "add_server", http_config(http_server, tools=["add"]), ctx=ACME, timeout=60)
     await node.stop(deadline=10)
     again = await make_node(data_dir=data)
+    listed = (await again.ask("mcp_manager", "list_servers", {}, ctx=ACME))["servers"]
+    assert listed[0]["url"] == http_server and listed[0]["connected"] is False
     out = await _run(again, "mcp_t_add", {"a": 20, "b": 22})  # connects on first use
     assert out["status"] == "ok" and out["result"]["untrusted_content"]["text"] == "42"
-    assert SERVER in (await again.ask("mcp_manager", "list_servers", {}, ctx=ACME))["servers"][0]["args"]
+
+
+async def test_refresh_registers_what_the_server_offers_now(make_node, tmp_path):
+    flag = tmp_path / "extra"
+    flag.write_text("on")
+    node = await make_node()
+    cfg = stdio_server(tools=["add", "extra"], env={"MCP_TEST_EXTRA_FILE": str(flag)})
+    added = await node.ask("mcp_manager", "add_server", cfg, ctx=ACME, timeout=60)
+    assert added["tools"] == ["mcp_t_add", "mcp_t_extra"]
+    assert (await _run(node, "mcp_t_extra", {}))["result"]["untrusted_content"]["text"] == "extra"
+    flag.unlink()  # the server offers no "extra" once it starts again
+    refreshed = await node.ask("mcp_manager", "refresh_server", {"name": "t"}, ctx=ACME, timeout=60)
+    assert refreshed["tools"] == ["mcp_t_add"]
+    assert "mcp_t_extra" not in await _tools(node)
+    assert (await _run(node, "mcp_t_add", {"a": 1, "b": 2}))["result"]["untrusted_content"]["text"] == "3"
+
+
+async def test_concurrent_calls_share_a_connection_and_a_slow_call_times_out(make_node, http_server):
+    import asyncio
+
+    node = await make_node()
+    await node.ask(
+        "mcp_manager",
+        "add_server",
+        http_config(http_server, tools=["add", "sleep", "whoami"], timeout=2),
+        ctx=ACME,
+        timeout=60,
+    )
+    first = await _run(node, "mcp_t_whoami", {})
+    pid = first["result"]["untrusted_content"]["structured"]["pid"]
+    outs = await asyncio.gather(*(_run(node, "mcp_t_add", {"a": i, "b": i}) for i in range(8)))
+    assert [o["result"]["untrusted_content"]["structured"]["result"] for o in outs] == [
+        2 * i for i in range(8)
+    ]
+    slow = await _run(node, "mcp_t_sleep", {"seconds": 60})
+    assert slow["status"] == "error" and slow["error"]["code"] == "timeout"
+    # The connection outlives an abandoned request: still answering.
+    again = await _run(node, "mcp_t_whoami", {})
+    assert again["result"]["untrusted_content"]["structured"]["pid"] == pid
