@@ -1,0 +1,154 @@
+"""The agent's hooks for other subsystems: compression at the start of a turn, per-turn tool allow-lists and
+iteration bounds, delegation depth and cron job, redaction of everything the session stores."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from minihermes.agent.agent import Agent
+from minihermes.agent.memory import Memory
+from minihermes.agent.tool_executor import ToolExecutor
+from minihermes.context import ContextCompressor
+from minihermes.context.assembly import turn_info
+from minihermes.runtime import ActorSpec, GenServer, InvalidArgument, call
+
+from . import doubles
+from .conftest import ACME
+from .doubles import ANSWER, FnGateway, end, tool_use
+
+
+@pytest.fixture(autouse=True)
+def _clean():
+    doubles.reset()
+
+
+SEEN: list[dict[str, Any]] = []
+
+
+class Probe(GenServer):
+    """Reads the turn info the way a tool would."""
+
+    @call
+    async def read(self, session_id: str) -> dict[str, Any]:
+        info = await turn_info(self.host, session_id)
+        SEEN.append(info)
+        return info
+
+
+def specs(tmp_path: Path, compressor: bool = False, **agent_args: Any) -> list[ActorSpec]:
+    out = [
+        ActorSpec("llm_gateway", FnGateway, per_tenant=True),
+        ActorSpec("memory", Memory, per_tenant=True),
+        ActorSpec(
+            "tool_executor", ToolExecutor, per_tenant=True, args={"workspace_root": str(tmp_path / "ws")}
+        ),
+        ActorSpec("probe", Probe, per_tenant=True),
+    ]
+    if compressor:
+        out.append(ActorSpec("context_compressor", ContextCompressor, per_tenant=True))
+    out.append(ActorSpec("agent", Agent, virtual=True, key_field="session_id", args=agent_args))
+    return out
+
+
+async def chat(node, message: str, session: str = "s1", **kw: Any) -> dict[str, Any]:
+    return await node.ask("agent", "chat", {"message": message, "session_id": session, **kw}, ctx=ACME)
+
+
+def calculator_loop(req: dict[str, Any]) -> dict[str, Any]:
+    """Calls the calculator forever (to hit the iteration bound)."""
+    return tool_use(("calculator", {"expression": f"{len(req['messages'])}+1"}))
+
+
+async def test_max_iterations_lowers_the_bound_but_never_raises_it(make_node, tmp_path):
+    ANSWER["fn"] = calculator_loop
+    node = await make_node(specs(tmp_path, max_iterations=4))
+    low = await chat(node, "loop", max_iterations=2)
+    assert low["status"] == "max_iterations" and low["iterations"] == 2
+    high = await chat(node, "loop", session="s2", max_iterations=50)
+    assert high["status"] == "max_iterations" and high["iterations"] == 4
+    default = await chat(node, "loop", session="s3")
+    assert default["iterations"] == 4
+    with pytest.raises(InvalidArgument):
+        await chat(node, "loop", session="s4", max_iterations=-1)
+
+
+async def test_allowed_tools_limit_the_listing_and_other_calls_are_tool_errors(make_node, tmp_path):
+    ANSWER["fn"] = lambda req: (
+        tool_use(("memory_store", {"key": "k", "value": "v"}), ("calculator", {"expression": "1+1"}))
+        if req["messages"][-1]["role"] == "user"
+        else end("done")
+    )
+    node = await make_node(specs(tmp_path))
+    reply = await chat(node, "go", allowed_tools=["calculator"])
+    assert reply["status"] == "ok"
+    assert [t["name"] for t in doubles.REQUESTS[0]["tools"]] == ["calculator"]
+    history = (await node.ask("agent/s1", "get_history", {}, ctx=ACME))["messages"]
+    results = {m["name"]: m for m in history if m["role"] == "tool"}
+    assert results["memory_store"]["is_error"] and "tool_not_allowed" in results["memory_store"]["content"]
+    assert not results["calculator"]["is_error"]
+    assert (await node.ask("memory", "recall_memory", {"key": "k"}, ctx=ACME))["found"] is False
+    # The next turn without a list sees every tool again.
+    await chat(node, "go again")
+    assert len(doubles.REQUESTS[-1]["tools"]) > 1
+
+
+async def test_delegation_depth_and_cron_job_are_on_the_turn(make_node, tmp_path):
+    seen: list[dict[str, Any]] = []
+
+    def answer(req: dict[str, Any]) -> dict[str, Any]:
+        seen.append({"cron_job": req["cron_job"]})
+        return end("ok")
+
+    ANSWER["fn"] = answer
+    node = await make_node(specs(tmp_path))
+    await chat(node, "nightly report", delegation_depth=2, cron_job="job-7")
+    assert seen == [{"cron_job": "job-7"}]
+    info = await node.ask("probe", "read", {"session_id": "s1"}, ctx=ACME)
+    assert info["delegation_depth"] == 2 and info["cron_job"] == "job-7"
+    await chat(node, "plain turn")
+    info = await node.ask("probe", "read", {"session_id": "s1"}, ctx=ACME)
+    assert info == {"delegation_depth": 0, "cron_job": "", "allowed_tools": None}
+    with pytest.raises(InvalidArgument):
+        await chat(node, "too deep", delegation_depth=99)
+
+
+async def test_the_history_is_compressed_at_the_start_of_a_turn(make_node, tmp_path):
+    ANSWER["fn"] = lambda req: end("answer " + "words " * 80)
+    node = await make_node(specs(tmp_path, compressor=True, token_budget=3000))
+    for i in range(12):
+        await chat(node, f"question {i}: " + "tell me more " * 40)
+    history = (await node.ask("agent/s1", "get_history", {}, ctx=ACME))["messages"]
+    assert history[0]["content"].startswith("question 0:")  # the head stays
+    summaries = [m for m in history if m.get("is_summary")]
+    assert summaries and history[1] is not None and history[1].get("is_summary")
+    assert history[-1]["content"].startswith("answer")
+    stats = await node.ask("context_compressor", "get_stats", {}, ctx=ACME)
+    assert stats["compress_count"] >= 1 and stats["tokens_saved"] > 0
+    archive = await node.ask("context_compressor", "get_archive", {"session_id": "s1", "limit": 50}, ctx=ACME)
+    first = archive["archives"][-1]["messages"]  # the oldest: the history before any summary
+    assert len(archive["archives"]) == stats["compress_count"]
+    assert not any(m.get("is_summary") for m in first) and first[1]["content"].startswith("answer")
+    # What the model got never carries the agent's own markers.
+    last = doubles.REQUESTS[-1]["messages"]
+    assert not any("is_summary" in m for m in last)
+    assert any(m["content"].startswith("[Summary of earlier conversation]") for m in last)
+
+
+async def test_secrets_are_redacted_before_the_history_stores_them(make_node, tmp_path):
+    ANSWER["fn"] = lambda req: (
+        tool_use(("memory_store", {"key": "creds", "value": "password: hunter22"}))
+        if req["messages"][-1]["role"] == "user"
+        else end("stored, your key sk-abcdefghijklmnopqrstuvwx is safe")
+    )
+    node = await make_node(specs(tmp_path))
+    await chat(node, "my api_key=sk-abcdefghijklmnopqrstuvwx remember password: hunter22")
+    history = json.dumps((await node.ask("agent/s1", "get_history", {}, ctx=ACME))["messages"])
+    assert "sk-abcdef" not in history and "hunter22" not in history and "[REDACTED]" in history
+    stored = await node.ask("memory", "recall_memory", {"key": "creds"}, ctx=ACME)
+    assert stored["value"] == "password: [REDACTED]"
+    found = await node.ask("agent/s1", "session_search", {"query": "remember password"}, ctx=ACME)
+    assert found["count"] and "hunter22" not in json.dumps(found)
