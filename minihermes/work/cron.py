@@ -90,8 +90,10 @@ class CronScheduler(GenServer):
         with acting_as(tick_ctx):
             # Durable: after a restart the tick re-activates this tenant's scheduler by itself.
             await self.host.set_reminder("cron_tick", "tick", every=self.tick_interval)
+            # A run handed to a runner that dies with its node comes back after the visibility timeout (at
+            # once if that node restarts): longer than a run may take, so a slow run is not run twice.
             await self.host.channels.declare(
-                CHANNEL, max_deliveries=10, visibility_timeout=float(args.get("run_timeout", 600)) + 60
+                CHANNEL, max_deliveries=10, visibility_timeout=float(args.get("run_timeout", 300)) + 60
             )
         self.host.join("svc:cron_scheduler")
 

@@ -77,7 +77,7 @@ class CronRunner(GenServer):
     ``poll`` (s between channel polls for sends from other processes)."""
 
     async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
-        self.run_timeout = float(args.get("run_timeout", 600))
+        self.run_timeout = float(args.get("run_timeout", 300))
         self._loop = ConsumerLoop(self, CHANNEL, int(args.get("max_concurrent", 8)), float(args.get("poll", 0.5)))
         self._session_locks: dict[str, asyncio.Lock] = {}
         self._stats = {"completed": 0, "failed": 0, "retried": 0, "skipped_duplicates": 0, "delivered": 0}
