@@ -1,0 +1,137 @@
+// The dashboard's only door to the server: the HTTP API (docs/http-api.md), with the caller's credential.
+// Every page goes through `call(actor, op, args)`; chat streams through `streamChat`.
+
+const CREDENTIAL = "minihermes.credential";
+
+export class ApiError extends Error {
+  constructor(status, body, text) {
+    const err = (body && body.error) || {};
+    super(err.message || text || `HTTP ${status}`);
+    this.status = status;
+    this.code = err.code || "http_error";
+    this.details = err;
+  }
+}
+
+export const credential = {
+  get() {
+    return sessionStorage.getItem(CREDENTIAL) || "";
+  },
+  set(value) {
+    sessionStorage.setItem(CREDENTIAL, value.trim());
+  },
+  clear() {
+    sessionStorage.removeItem(CREDENTIAL);
+  },
+};
+
+function headers(extra = {}) {
+  const out = { accept: "application/json", ...extra };
+  const token = credential.get();
+  if (token) out.authorization = `Bearer ${token}`;
+  return out;
+}
+
+async function request(method, path, body) {
+  const init = { method, headers: headers(body === undefined ? {} : { "content-type": "application/json" }) };
+  if (body !== undefined) init.body = JSON.stringify(body);
+  const response = await fetch(path, init);
+  const text = await response.text();
+  let data = null;
+  try {
+    data = text ? JSON.parse(text) : null;
+  } catch {
+    data = null;
+  }
+  if (!response.ok) throw new ApiError(response.status, data, text);
+  return data;
+}
+
+export const api = {
+  whoami: () => request("GET", "/api/v1/whoami"),
+  actors: () => request("GET", "/api/v1/actors"),
+  metrics: () => request("GET", "/api/v1/metrics"),
+  call: (actor, op, args = {}) =>
+    request("POST", `/api/v1/actors/${encodeURIComponent(actor)}/${encodeURIComponent(op)}`, args),
+  chat: (sessionId, content) =>
+    request("POST", `/api/v1/sessions/${encodeURIComponent(sessionId)}/messages`, { content }),
+};
+
+// What this node runs and what the caller may call, from discovery (GET /api/v1/actors).
+export class Catalog {
+  constructor(listing) {
+    this.actors = new Map();
+    for (const actor of listing.actors || []) {
+      this.actors.set(actor.name, new Map(actor.ops.map((op) => [op.op, op])));
+    }
+  }
+  has(actor, op) {
+    const ops = this.actors.get(actor);
+    return Boolean(ops && (op === undefined || ops.has(op)));
+  }
+  can(actor, op) {
+    const found = this.actors.get(actor)?.get(op);
+    return Boolean(found && found.allowed);
+  }
+}
+
+// POST a message with stream: true and hand each Server-Sent Event to `onEvent(name, data)`.
+// Resolves with the final reply; rejects with ApiError (refused before streaming, or an `error` event).
+export async function streamChat(sessionId, content, onEvent, signal) {
+  const response = await fetch(`/api/v1/sessions/${encodeURIComponent(sessionId)}/messages`, {
+    method: "POST",
+    headers: headers({ "content-type": "application/json", accept: "text/event-stream" }),
+    body: JSON.stringify({ content, stream: true }),
+    signal,
+  });
+  const type = response.headers.get("content-type") || "";
+  if (!response.ok || !type.startsWith("text/event-stream")) {
+    const text = await response.text();
+    let data = null;
+    try {
+      data = JSON.parse(text);
+    } catch {
+      data = null;
+    }
+    if (!response.ok) throw new ApiError(response.status, data, text);
+    return data;
+  }
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  let final = null;
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += value;
+    let cut;
+    while ((cut = buffer.indexOf("\n\n")) >= 0) {
+      const frame = buffer.slice(0, cut);
+      buffer = buffer.slice(cut + 2);
+      const event = parseFrame(frame);
+      if (!event) continue;
+      if (event.name === "error") throw new ApiError(event.data.error?.status || 500, event.data, "");
+      if (event.name === "final") final = event.data.reply;
+      onEvent(event.name, event.data);
+    }
+  }
+  return final;
+}
+
+function parseFrame(frame) {
+  let name = "message";
+  const data = [];
+  for (const line of frame.split("\n")) {
+    if (line.startsWith(":")) continue; // keep-alive comment
+    const colon = line.indexOf(":");
+    const field = colon < 0 ? line : line.slice(0, colon);
+    const value = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+    if (field === "event") name = value;
+    else if (field === "data") data.push(value);
+  }
+  if (!data.length) return null;
+  try {
+    return { name, data: JSON.parse(data.join("\n")) };
+  } catch {
+    return null;
+  }
+}

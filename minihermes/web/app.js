@@ -1,0 +1,141 @@
+// The dashboard shell: login, navigation and a hash router (#/chat, #/skills, ...). Each page module
+// exports { title, actors, render(root, ctx) }; ctx = { me, catalog, api, refresh }.
+
+import { api, ApiError, Catalog, credential } from "./api.js";
+import { clear, errorBox, h } from "./ui.js";
+import * as chat from "./pages/chat.js";
+import * as sessions from "./pages/sessions.js";
+import * as skills from "./pages/skills.js";
+import * as memory from "./pages/memory.js";
+import * as work from "./pages/work.js";
+import * as govern from "./pages/govern.js";
+import * as observe from "./pages/observe.js";
+
+const PAGES = [
+  ["chat", chat.page],
+  ["sessions", sessions.page],
+  ["skills", skills.page],
+  ["memory", memory.page],
+  ["cron", work.cronPage],
+  ["kanban", work.kanbanPage],
+  ["goals", work.goalsPage],
+  ["approvals", govern.approvalsPage],
+  ["guardrails", govern.guardrailsPage],
+  ["providers", govern.providersPage],
+  ["audit", observe.auditPage],
+  ["health", observe.healthPage],
+  ["metrics", observe.metricsPage],
+];
+
+const root = document.getElementById("app");
+let ctx = null;
+let timer = null;
+
+async function start() {
+  try {
+    const me = await api.whoami();
+    const catalog = new Catalog(await api.actors());
+    ctx = { me, catalog, api };
+    layout();
+    route();
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 401) return login(credential.get() ? err : null);
+    clear(root, h("main", { class: "login" }, errorBox(err)));
+  }
+}
+
+function login(error) {
+  const input = h("textarea", {
+    name: "credential",
+    rows: 4,
+    placeholder: "mh_… API key, or a JWT",
+    autocomplete: "off",
+    spellcheck: "false",
+  });
+  const form = h(
+    "form",
+    {
+      class: "login-form",
+      onsubmit: async (event) => {
+        event.preventDefault();
+        if (!input.value.trim()) return;
+        credential.set(input.value);
+        await start();
+      },
+    },
+    h("h1", {}, "MiniHermes"),
+    h("p", {}, "Sign in with an API key (minihermes keys create) or a JWT from your identity provider."),
+    input,
+    error ? errorBox(error) : null,
+    h("button", { class: "btn primary", type: "submit" }, "Sign in"),
+  );
+  clear(root, h("main", { class: "login" }, form));
+  input.focus();
+}
+
+function layout() {
+  const { me } = ctx;
+  const nav = h(
+    "nav",
+    { class: "side" },
+    h("div", { class: "brand" }, h("img", { src: "/static/icon.svg", alt: "" }), "MiniHermes"),
+    PAGES.map(([name, page]) =>
+      h("a", { href: `#/${name}`, dataset: { page: name } }, page.title, missing(page) ? " ·" : ""),
+    ),
+  );
+  const who = h(
+    "div",
+    { class: "who" },
+    h("span", { class: "tenant", title: "tenant" }, me.tenant),
+    h("span", { class: "principal" }, me.principal),
+    h("span", { class: "roles" }, me.roles.join(", ")),
+    me.authenticated
+      ? h(
+          "button",
+          {
+            class: "btn small",
+            onclick: () => {
+              credential.clear();
+              location.hash = "";
+              start();
+            },
+          },
+          "Sign out",
+        )
+      : h("span", { class: "badge" }, "local owner (no auth)"),
+  );
+  clear(root, nav, h("div", { class: "main" }, h("header", { class: "top" }, h("h1", { id: "title" }), who), h("main", { id: "page" })));
+}
+
+function missing(page) {
+  return page.actors.some((actor) => !ctx.catalog.has(actor));
+}
+
+async function route() {
+  if (!ctx) return;
+  if (timer) clearInterval(timer);
+  timer = null;
+  const name = (location.hash.replace(/^#\//, "").split("?")[0] || "chat").toLowerCase();
+  const found = PAGES.find(([n]) => n === name) || PAGES[0];
+  const [pageName, page] = found;
+  for (const link of document.querySelectorAll("nav.side a")) {
+    link.classList.toggle("active", link.dataset.page === pageName);
+  }
+  document.getElementById("title").textContent = page.title;
+  const target = document.getElementById("page");
+  target.dataset.page = pageName;
+  clear(target, h("p", { class: "empty" }, "Loading…"));
+  const view = h("div", { class: "view" });
+  try {
+    const refresh = await page.render(view, ctx);
+    clear(target, view);
+    if (typeof refresh === "function" && page.poll) {
+      timer = setInterval(() => refresh().catch(() => {}), page.poll);
+    }
+  } catch (err) {
+    clear(target, errorBox(err));
+  }
+}
+
+window.addEventListener("hashchange", route);
+start();
