@@ -39,23 +39,24 @@ def _owner_of(record: dict[str, Any]) -> str:
 
 
 async def put_record(host: Host, record: dict[str, Any], old: dict[str, Any] | None) -> None:
-    """The record, then the tuples that changed with it. A crash in between leaves a tuple that points at
-    a record with another status; listings read the records, so they stay right."""
+    """The record, then the tuples that changed with it: ``["skill_trigger", trigger, id]`` and
+    ``["skill_tag", tag, id, name]`` (the seed's pattern-readable indexes). Only added or removed entries
+    are written or taken: the tuple space indexes the first element only, so a take scans every tuple of
+    its kind, which merges (that only add words) never need."""
     await host.kv.put(record_key(record["skill_id"]), record)
     sid = record["skill_id"]
-    if old is None or old["status"] != record["status"] or _owner_of(old) != _owner_of(record):
-        await host.tuples.take_all(["skill", None, None, sid])
-        await host.tuples.write(["skill", record["status"], _owner_of(record), sid])
     old_triggers = {t.lower() for t in (old or {}).get("triggers", [])}
     new_triggers = {t.lower() for t in record["triggers"]}
-    for trigger in old_triggers - new_triggers:
+    for trigger in sorted(old_triggers - new_triggers):
         await host.tuples.take_all(["skill_trigger", trigger, sid])
-    for trigger in new_triggers - old_triggers:
+    for trigger in sorted(new_triggers - old_triggers):
         await host.tuples.write(["skill_trigger", trigger, sid])
     old_tags = set((old or {}).get("tags", []))
-    if old is None or old_tags != set(record["tags"]) or old["name"] != record["name"]:
-        await host.tuples.take_all(["skill_tag", None, sid, None])
-        for tag in record["tags"]:
+    renamed = old is not None and old["name"] != record["name"]
+    for tag in sorted(old_tags if renamed else old_tags - set(record["tags"])):
+        await host.tuples.take_all(["skill_tag", tag, sid, None])
+    for tag in record["tags"]:
+        if renamed or tag not in old_tags:
             await host.tuples.write(["skill_tag", tag, sid, record["name"]])
 
 

@@ -2,8 +2,8 @@
 
 Storage, one primitive per access pattern (seed 000 "Three Storage Layers"): the record (metadata, status,
 usage, provenance) in KV under ``skill:<id>``; every version's procedure in a Blob ``skill/<id>/v<n>`` (never
-deleted, so ``rollback`` can restore any of them); tuples ``["skill", status, owner, id]``,
-``["skill_trigger", trigger, id]`` and ``["skill_tag", tag, id, name]`` for pattern listings; the FTS5 text
+deleted, so ``rollback`` can restore any of them); tuples ``["skill_trigger", trigger, id]`` and
+``["skill_tag", tag, id, name]`` for pattern reads (the seed's indexes); the FTS5 text
 index ``skills`` for ``search_skills``. ``match_skills`` runs on an in-memory BM25 index (``_index.py``)
 rebuilt from the KV records on activation: a store query per match would not meet 10 ms at 100k skills.
 
@@ -118,37 +118,15 @@ class SkillStore(GenServer):
         if twin is not None:
             record = await self._patch(twin, fields, reason=f"merged proposal from session {session_id}")
             return self._proposal_reply(record, created=False, patched=True)
-        now = self.host.now()
-        sid = skill_id or f"skill-{uuid.uuid4().hex[:16]}"
-        tools = procedure_tools(fields["procedure"])
-        record = {
-            "skill_id": sid,
-            "name": fields["name"],
-            "description": fields["description"],
-            "triggers": fields["triggers"],
-            "tags": fields["tags"],
-            "tools": tools,
-            "status": "candidate",
-            "pinned": False,
-            "scope": "user",
-            "owner": owner,
-            "version": 1,
-            "versions": 1,
-            "provenance": {"session_id": session_id, "user_id": owner, "turn_id": turn_id},
-            "needs_approval": needs_approval(tools),
-            "approved_by": "",
-            "evaluation": None,
-            "created_at": now,
-            "updated_at": now,
-            "status_changed_at": now,
-            "last_used_at": 0.0,
-            "uses": 0,
-            "successes": 0,
-            "failures": 0,
-        }
+        record = self._new_record(
+            fields,
+            owner=owner,
+            provenance={"session_id": session_id, "user_id": owner, "turn_id": turn_id},
+            skill_id=skill_id,
+        )
         await self._write_version(record, fields["procedure"], "proposed", first=True)
         await self._save(record, previous_status=None)
-        self._event("skill_proposed", record, f"name={record['name']} tools={','.join(tools)}")
+        self._event("skill_proposed", record, f"name={record['name']} tools={','.join(record['tools'])}")
         self.host.incr_counter("skills_created_total")
         return self._proposal_reply(record, created=True, patched=False)
 
@@ -578,6 +556,37 @@ class SkillStore(GenServer):
         await self._save(record, previous_status=previous)
         return record
 
+    def _new_record(
+        self, fields: dict[str, Any], *, owner: str, provenance: dict[str, str], skill_id: str = ""
+    ) -> dict[str, Any]:
+        now = self.host.now()
+        tools = procedure_tools(fields["procedure"])
+        return {
+            "skill_id": skill_id or f"skill-{uuid.uuid4().hex[:16]}",
+            "name": fields["name"],
+            "description": fields["description"],
+            "triggers": fields["triggers"],
+            "tags": fields["tags"],
+            "tools": tools,
+            "status": "candidate",
+            "pinned": False,
+            "scope": "user",
+            "owner": owner,
+            "version": 1,
+            "versions": 1,
+            "provenance": provenance,
+            "needs_approval": needs_approval(tools),
+            "approved_by": "",
+            "evaluation": None,
+            "created_at": now,
+            "updated_at": now,
+            "status_changed_at": now,
+            "last_used_at": 0.0,
+            "uses": 0,
+            "successes": 0,
+            "failures": 0,
+        }
+
     async def _write_version(
         self, record: dict[str, Any], procedure: str, reason: str, *, first: bool = False
     ) -> None:
@@ -667,14 +676,16 @@ class SkillStore(GenServer):
         if same is not None:
             record = await self._patch(same, dict(doc), reason="imported", replace_words=True)
             return {"skill_id": record["skill_id"], "name": doc["name"], "version": record["version"]}
-        reply = await self.propose_skill(
-            doc["name"], doc["description"], doc["procedure"], doc["triggers"], doc["tags"]
+        admin = current_context().principal
+        record = self._new_record(
+            doc, owner=admin, provenance={"session_id": "", "user_id": admin, "turn_id": ""}
         )
-        record = dict(self._records[reply["skill_id"]])
-        record.update(scope=scope, approved_by=current_context().principal, approved_tools=record["tools"])
-        record["evaluation"] = {"version": record["version"], "passed": True, "imported": True}
-        await self._save(record, previous_status=record["status"], reindex=False)
-        await self._transition(record, "active", "imported by an admin")
+        # Admin-curated: live at once, for the whole tenant (or the admin), approved as imported.
+        record.update(scope=scope, status="active", approved_by=admin, approved_tools=list(record["tools"]))
+        record["evaluation"] = {"version": 1, "passed": True, "imported": True}
+        await self._write_version(record, doc["procedure"], "imported", first=True)
+        await self._save(record, previous_status=None)
+        self._event("skill_imported", record, f"name={record['name']}")
         return {"skill_id": record["skill_id"], "name": doc["name"], "version": record["version"]}
 
     def _proposal_reply(self, record: dict[str, Any], *, created: bool, patched: bool) -> dict[str, Any]:
