@@ -18,6 +18,8 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from minihermes.runtime import ConfigError
+
 from ._backend import Backend, CommandError, open_backend
 from ._output import show
 
@@ -81,6 +83,9 @@ def run_command(
     except CommandError as e:
         where = f" (field {e.field})" if e.field else ""
         err.print(f"[red]error[/red] {e.code}: {e.message}{where}")
+        raise typer.Exit(EXIT_ERROR) from None
+    except (OSError, ConfigError) as e:  # the data dir cannot be used: say so, no traceback
+        err.print(f"[red]error[/red] {e}")
         raise typer.Exit(EXIT_ERROR) from None
     if reply is not None:
         show(console, reply, as_json=as_json, columns=columns, title=title)

@@ -44,6 +44,10 @@ def test_errors_and_absent_actors_have_their_exit_codes(tmp_path):
     assert absent.exit_code == 3 and "not enabled" in absent.stderr
     not_json = runner.invoke(app, ["call", "memory", "list_memories", "{nope", *d])
     assert not_json.exit_code == 2
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    unusable = runner.invoke(app, ["memory", "list", "--data-dir", str(blocked / "data")])
+    assert unusable.exit_code == 1 and "error" in unusable.stderr and "Traceback" not in unusable.output
     listed = _json(runner.invoke(app, ["call", "tool_executor", "list_tools", "{}", *d]))
     assert "calculator" in [t["name"] for t in listed["tools"]]
 
