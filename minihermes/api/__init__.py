@@ -24,6 +24,7 @@ from ._keys import (
     revoke_api_key,
     verify_api_key,
 )
+from ._logging import JsonFormatter, use_json_logs
 from ._server import InsecureBindError, check_bind, is_loopback, serve_http
 from .permissions import DEFAULT_PERMISSIONS, ROLES, PermissionTable
 
@@ -39,6 +40,7 @@ __all__ = [
     "ApiState",
     "AuthConfig",
     "InsecureBindError",
+    "JsonFormatter",
     "NewApiKey",
     "PermissionTable",
     "check_bind",
@@ -48,5 +50,6 @@ __all__ = [
     "list_api_keys",
     "revoke_api_key",
     "serve_http",
+    "use_json_logs",
     "verify_api_key",
 ]
