@@ -1,0 +1,82 @@
+"""Secret redaction and token counting."""
+
+from __future__ import annotations
+
+import pytest
+
+from minihermes.context import redact, redact_text
+from minihermes.context._text import analyze, query_terms, snippet, stem
+from minihermes.context.tokens import OfflineCounter, count_tokens, default_counter, message_tokens
+
+SECRETS = [
+    "sk-abcdefghijklmnopqrstuvwx",
+    "sk-ant-api03-abcdefghijklmnopqrstuv",
+    "AKIAABCDEFGHIJKLMNOP",
+    "ghp_abcdefghijklmnopqrstuvwxyz0123",
+    "xoxb-1234567890-abcdefghij",
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "sk_live_abcdefghijklmnopqrstuvwx",
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA\n-----END RSA PRIVATE KEY-----",
+]
+
+
+@pytest.mark.parametrize("secret", SECRETS)
+def test_shaped_secrets_are_redacted(secret):
+    out = redact_text(f"here it is: {secret} (keep it safe)")
+    assert secret not in out and "[REDACTED]" in out and out.startswith("here it is:")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "my password is hunter22",
+        "password: hunter22",
+        "DB_PASSWORD=hunter22",
+        '{"api_key": "hunter22"}',
+        "Authorization: Bearer hunter22hunter22",
+        "the access_token=hunter22 expires",
+    ],
+)
+def test_introduced_secrets_are_redacted(text):
+    assert "hunter22" not in redact_text(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["the token budget is 75%", "passwords must be long", "42 * 17 = 714", "use the api docs"]
+)
+def test_ordinary_text_is_left_alone(text):
+    assert redact_text(text) == text
+
+
+def test_json_values_under_secret_keys_are_redacted():
+    value = {"user": "bob", "password": "x1", "nested": [{"client_secret": "abc", "n": 3}], "max_tokens": 5}
+    assert redact(value) == {
+        "user": "bob",
+        "password": "[REDACTED]",
+        "nested": [{"client_secret": "[REDACTED]", "n": 3}],
+        "max_tokens": 5,
+    }
+
+
+def test_the_offline_counter_is_deterministic_and_plausible():
+    counter = default_counter()
+    assert counter.name in ("offline",) or counter.name.startswith("tiktoken:")
+    text = "The quick brown fox jumps over the lazy dog. " * 10
+    offline = OfflineCounter()
+    assert offline.count(text) == offline.count(text) == 100  # 9 words + 1 period, ten times
+    assert offline.count("") == 0
+    assert offline.count("internationalization") == 5  # long words split into pieces
+    assert count_tokens("12345678") == 3  # digit groups of three
+    msg = {"role": "assistant", "content": "hi", "tool_calls": [{"name": "calc", "input": {"x": 1}}]}
+    assert message_tokens(msg) > message_tokens({"role": "assistant", "content": "hi"})
+
+
+def test_analysis_stems_and_drops_stop_words():
+    assert stem("painting") == stem("painted") == stem("paints") == "paint"
+    assert stem("running") == "run" and stem("studies") == "study"
+    assert analyze("What did Caroline paint?") == "carolin paint"
+    assert query_terms("what is it") == ["what", "is", "it"]  # all stop words: keep them
+    assert (
+        snippet("Caroline painted a sunrise over the lake", ["paint"])
+        == "Caroline [painted] a sunrise over the lake"
+    )
