@@ -33,6 +33,7 @@ from typing import Any
 from minihermes.agent.app import prepare_data_dir
 from minihermes.cluster import Cluster, ClusterSettings, local_nats
 from minihermes.cluster.process import NodeProcess
+from minihermes.cluster.testing import drop_pg_schema, uses_postgres
 from minihermes.runtime import ActorSpec, GenServer, Node, NodeOptions, RequestContext, SupervisorSpec, call
 from minihermes.runtime.store import open_store
 
@@ -104,6 +105,8 @@ async def sessions_on(
         }
     finally:
         await asyncio.gather(*(n.stop() for n in nodes))
+        if uses_postgres():
+            await drop_pg_schema(cluster)
 
 
 # ------------------------------------------------------------------------------------------ 2. ask latency
@@ -189,7 +192,7 @@ def render(sess: list[dict[str, Any]], lat: list[dict[str, Any]], args: argparse
     out = [
         "",
         f"MiniHermes cluster benchmark - {platform.python_version()} on {os.cpu_count()} cores "
-        f"({platform.machine()}), nats-server + {os.environ.get('MINIHERMES_CLUSTER_STORE', 'SQLite')} store",
+        f"({platform.machine()}), nats-server 2.15, store: {'PostgreSQL' if uses_postgres() else 'SQLite (one data dir)'}",
         "",
         f"Concurrent sessions, one turn each, {args.latency * 1000:g} ms per LLM call (ideal: {args.latency:g} s), "
         f"{args.tenants} tenant(s)",

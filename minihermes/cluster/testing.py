@@ -107,6 +107,11 @@ class Ticker(GenServer):
         await self.host.tuples.write(("tick", i, self.host.node_id, self.host.now()))
 
     @call
+    async def pending(self) -> list[str]:
+        """Names of the reminders not fired (claimed) yet."""
+        return [r.name for r in await self.host.list_reminders()]
+
+    @call
     async def fired(self) -> list[list[Any]]:
         return [list(t) for t in await self.host.tuples.read_all(("tick", None, None, None))]
 
@@ -165,11 +170,38 @@ def demo_config(node_id: str, data_dir: str, cluster_name: str) -> AppConfig:
     cfg.model.node.data_dir = data_dir
     cfg.model.node.shutdown_deadline_seconds = 3.0
     cfg.model.cluster = ClusterModel(enabled=True, name=cluster_name, heartbeat="0.5s", node_ttl="2s")
-    dsn = os.environ.get("MINIHERMES_PG_DSN")
-    if dsn and "postgres" in backend_names() and os.environ.get("MINIHERMES_CLUSTER_BACKEND") != "sqlite":
+    if uses_postgres():
         cfg.model.node.backend = "postgres"
-        cfg.model.node.backend_options = {"dsn": dsn}
+        cfg.model.node.backend_options = {"dsn_env": "MINIHERMES_PG_DSN", "schema": pg_schema(cluster_name)}
     return cfg
+
+
+def uses_postgres() -> bool:
+    """Demo nodes share PostgreSQL when ``MINIHERMES_PG_DSN`` is set (``scripts/postgres.sh``) and the backend
+    is installed, unless ``MINIHERMES_CLUSTER_BACKEND=sqlite``; else one SQLite data dir."""
+    return (
+        bool(os.environ.get("MINIHERMES_PG_DSN"))
+        and "postgres" in backend_names()
+        and os.environ.get("MINIHERMES_CLUSTER_BACKEND", "postgres") != "sqlite"
+    )
+
+
+def pg_schema(cluster_name: str) -> str:
+    """The PostgreSQL schema of a demo cluster (one per cluster name: tests and benchmarks start empty)."""
+    return f"mh_{cluster_name.lower()}"
+
+
+async def drop_pg_schema(cluster_name: str) -> None:
+    """Remove a demo cluster's schema (after a test or benchmark)."""
+    import psycopg
+    from psycopg import sql
+
+    async with await psycopg.AsyncConnection.connect(
+        os.environ["MINIHERMES_PG_DSN"], autocommit=True
+    ) as conn:
+        await conn.execute(
+            sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(pg_schema(cluster_name)))
+        )
 
 
 async def serve(node_id: str, data_dir: str, cluster_name: str) -> None:
