@@ -10,8 +10,8 @@ HTTP session is gone) ends that task; the next request sees ``alive`` is false a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -50,11 +50,19 @@ def _describe(e: BaseException) -> str:
 class MCPConnection:
     """A connection to one configured server (see ``_config.check_server`` for the record)."""
 
-    def __init__(self, record: dict[str, Any], log_file: Path | None = None) -> None:
+    def __init__(
+        self,
+        record: dict[str, Any],
+        log_file: Path | None = None,
+        spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Future[None]] = asyncio.ensure_future,
+    ) -> None:
         self.record = record
         self.log_file = log_file
+        # The actor passes host.spawn: a crash or stop of the actor then cancels the holder task, and leaving
+        # the client ends the server process with it.
+        self._spawn = spawn
         self._client: Any = None
-        self._task: asyncio.Task[None] | None = None
+        self._task: asyncio.Future[None] | None = None
         self._closing = asyncio.Event()
         self._error: str = ""
 
@@ -97,7 +105,7 @@ class MCPConnection:
             return
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._closing = asyncio.Event()
-        self._task = asyncio.ensure_future(self._hold(ready))
+        self._task = self._spawn(self._hold(ready))
         # Starting a stdio server (an interpreter, npx fetching a package) can take far longer than a request.
         limit = self.record.get("connect_timeout", self.record["timeout"])
         try:
@@ -148,12 +156,11 @@ class MCPConnection:
         task, self._task = self._task, None
         if task is None:
             return
-        try:
-            await asyncio.wait_for(asyncio.shield(task), 10)
-        except (TimeoutError, Exception):
+        # asyncio.wait never raises: the task may already be cancelled (the actor is stopping) or failed.
+        await asyncio.wait({task}, timeout=10)
+        if not task.done():
             task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+            await asyncio.wait({task}, timeout=10)
 
     async def _request(self, what: str, coro_fn: Any) -> Any:
         if not self.alive:

@@ -21,6 +21,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
+from minihermes.agent._tools_handlers import safe_component
 from minihermes.agent.audit import fire_audit
 from minihermes.runtime import (
     ActorError,
@@ -205,7 +206,7 @@ class MCPManager(GenServer):
                 return conn
             if conn is not None:
                 await conn.close()
-            conn = MCPConnection(record, self._log_file(name))
+            conn = self._new_connection(record)
             await conn.open()
             self._conns[name] = conn
             return conn
@@ -215,18 +216,18 @@ class MCPManager(GenServer):
     async def _sync(self, record: dict[str, Any], op: str) -> dict[str, Any]:
         """Connect with ``record``, register the tools it offers, drop the ones it no longer offers."""
         name = record["name"]
-        conn = MCPConnection(record, self._log_file(name))
+        conn = self._new_connection(record)
         await conn.open()
         try:
             listed = await conn.list_tools()
-        except ActorError:
+            registered, skipped = await self._register_tools(record, listed)
+            previous = self.servers.get(name, {}).get("registered", {})
+            for exec_name in previous:
+                if exec_name not in registered:
+                    await self._unregister(exec_name)
+        except BaseException:
             await conn.close()
             raise
-        registered, skipped = await self._register_tools(record, listed)
-        previous = self.servers.get(name, {}).get("registered", {})
-        for exec_name in previous:
-            if exec_name not in registered:
-                await self._unregister(exec_name)
         old = self._conns.pop(name, None)
         if old is not None:
             await old.close()
@@ -303,7 +304,15 @@ class MCPManager(GenServer):
             raise NotFound(f"no MCP server named {name!r} (configured: {known})", field="name")
         return record
 
+    def _new_connection(self, record: dict[str, Any]) -> MCPConnection:
+        return MCPConnection(record, self._log_file(record["name"]), spawn=self.host.spawn)
+
     def _log_file(self, server: str) -> Path | None:
         if self.log_dir is None:
             return None
-        return self.log_dir / current_context().tenant / f"{server}.log"
+        ctx = current_context()
+        # The workspaces' folder naming: never '..', the namespace kept apart when it is not the default.
+        tenant_dir = (
+            ctx.tenant if ctx.namespace == "default" else f"{ctx.tenant}~{safe_component(ctx.namespace)}"
+        )
+        return self.log_dir / safe_component(tenant_dir) / f"{server}.log"

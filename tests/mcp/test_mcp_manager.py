@@ -168,6 +168,7 @@ async def test_env_is_passed_and_redacted_and_remove_unregisters(make_node):
     )
     out = await _run(node, "mcp_t_whoami", {})
     assert out["result"]["untrusted_content"]["structured"]["secret"] == "s3cr3t"
+    pid = out["result"]["untrusted_content"]["structured"]["pid"]
     listed = await node.ask("mcp_manager", "list_servers", {}, ctx=ACME)
     assert listed["servers"][0]["env"] == {"MCP_TEST_SECRET": "***"}
     assert "s3cr3t" not in str(listed)
@@ -175,8 +176,32 @@ async def test_env_is_passed_and_redacted_and_remove_unregisters(make_node):
     removed = await node.ask("mcp_manager", "remove_server", {"name": "t"}, ctx=ACME, timeout=30)
     assert removed["removed_tools"] == ["mcp_t_whoami"]
     assert "mcp_t_whoami" not in await _tools(node)
+    assert await _gone(pid)  # removing the server ended its process
     with pytest.raises(NotFound):
         await node.ask("mcp_manager", "remove_server", {"name": "t"}, ctx=ACME)
+
+
+async def test_stopping_the_node_ends_stdio_server_processes(make_node):
+    node = await make_node()
+    await node.ask("mcp_manager", "add_server", stdio_server(tools=["whoami"]), ctx=ACME, timeout=60)
+    pid = (await _run(node, "mcp_t_whoami", {}))["result"]["untrusted_content"]["structured"]["pid"]
+    await node.stop(deadline=15)
+    assert await _gone(pid)
+
+
+async def _gone(pid: int, within: float = 15.0) -> bool:
+    """Whether process ``pid`` has exited (polling with a deadline: the SDK ends it asynchronously)."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while loop.time() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        await asyncio.sleep(0.05)
+    return False
 
 
 async def test_a_killed_server_process_is_restarted_on_the_next_call(make_node):
