@@ -12,16 +12,22 @@ STOPWORDS = frozenset(
     "so than that the their them then there these this to up us was we what when where which while who "
     "will with you your".split()
 )
-_SUFFIXES = ("ations", "ation", "ings", "ing", "ies", "ed", "es", "s")
+_EXPRESSION = re.compile(r"\d[\d.,]*\s*(?:\*\*|[-+*/x×^%])\s*\(?\s*\d")
+ARITHMETIC = "arithmetic"
+_SUFFIXES = (("ations", "at"), ("ation", "at"), ("ings", ""), ("ing", ""), ("ies", "y"), ("ors", "")) + (
+    ("or", ""),
+    ("ed", ""),
+    ("es", ""),
+    ("s", ""),
+)
 
 
 def stem(word: str) -> str:
-    """A light suffix stripper: enough to make "calculate", "calculates" and "calculating" meet."""
-    for suffix in _SUFFIXES:
+    """A light suffix stripper: enough to make "calculate", "calculates", "calculating", "calculation" and
+    "calculator" meet."""
+    for suffix, repl in _SUFFIXES:
         if word.endswith(suffix) and len(word) - len(suffix) >= 4:
-            word = word[: -len(suffix)]
-            if suffix == "ies":
-                word += "y"
+            word = word[: -len(suffix)] + repl
             break
     if len(word) > 4 and word.endswith("e"):
         word = word[:-1]
@@ -29,10 +35,16 @@ def stem(word: str) -> str:
 
 
 def tokens(text: str) -> list[str]:
-    """Normalized terms of ``text``: lower case, stop words dropped, stemmed. A snake_case word (a tool
-    name) counts whole and by its parts, so "memory_store" matches "store it in memory"."""
-    out: list[str] = []
-    for word in _WORD.findall(text.lower()):
+    """Normalized terms of ``text``: lower case, stop words and bare numbers dropped, stemmed; each
+    arithmetic expression counts as the word "arithmetic". A snake_case word (a tool name) counts whole
+    and by its parts, so "memory_store" matches "store it in memory"."""
+    lowered = text.lower()
+    # Skills generalize over values: a number says nothing about which skill fits, but the shape of an
+    # arithmetic expression does ("what is 7*6" and "evaluate each arithmetic expression").
+    out: list[str] = [ARITHMETIC] * len(_EXPRESSION.findall(lowered))
+    for word in _WORD.findall(lowered):
+        if word.isdigit():
+            continue
         if "_" in word:
             out.append(word)
             parts: Iterable[str] = word.split("_")
