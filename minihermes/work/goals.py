@@ -137,11 +137,12 @@ class Goals(GenServer):
 
     @call
     async def clear_goal(self, goal_id: str = "", session_id: str = "") -> dict[str, Any]:
-        """Drop one goal, or with only ``session_id`` every active goal of that session."""
+        """Drop one goal, or with only ``session_id`` every active goal of that session (its own)."""
         if goal_id:
             goals = [await self._goal("clear_goal", goal_id, session_id)]
         elif session_id:
-            goals = await self._goals(session_id, "active")
+            # The session's own goals: tenant-wide ones are cleared by naming them (or session "*").
+            goals = [g for g in await self._goals(session_id, "active") if g["session_id"] == session_id]
         else:
             raise InvalidArgument("clear_goal: give goal_id or session_id", op="clear_goal", field="goal_id")
         for g in goals:

@@ -1,0 +1,101 @@
+"""goals: set/list/complete/clear, persistence, judged after each agent turn, budgets, audit."""
+
+from __future__ import annotations
+
+import pytest
+
+from minihermes.runtime import ActorError, Node
+from minihermes.work.goals import judge_deterministic, parse_verdict
+
+from . import doubles
+from .conftest import ACME, GLOBEX, until
+
+
+async def goals(node: Node, op: str, ctx=ACME, **payload):
+    return await node.ask("goals", op, payload, ctx=ctx)
+
+
+def test_the_deterministic_judge():
+    assert judge_deterministic("find the capital of France", "The capital of France is Paris.")[0]
+    assert not judge_deterministic("find the capital of France", "France is in Europe.")[0]
+    assert judge_deterministic("ship it", "[GOAL DONE] shipped")[0]
+    assert parse_verdict('sure: {"done": true, "reason": "ok"}') == (True, "ok")
+    assert parse_verdict("yes it is done")[0] is False
+    assert parse_verdict('{"done": "yes"}')[0] is False
+
+
+async def test_goals_persist_and_are_scoped(app_node, tmp_path):
+    node = await app_node(scripted=True)
+    made = await goals(node, "set_goal", session_id="s1", text="deploy the MVP")
+    await goals(node, "set_goal", session_id="*", text="keep answers short")
+    await goals(node, "set_goal", session_id="s2", text="other session")
+    with pytest.raises(ActorError) as e:
+        await goals(node, "set_goal", session_id="s1", text=" ")
+    assert e.value.details["field"] == "text"
+    await node.stop()
+    node = await app_node(scripted=True)  # a restart keeps them
+    listed = (await goals(node, "list_goals", session_id="s1"))["goals"]
+    assert sorted(g["text"] for g in listed) == ["deploy the MVP", "keep answers short"]
+    mine = next(g for g in listed if g["session_id"] == "s1")
+    assert mine["goal_id"] == made["goal_id"] and mine["status"] == "active"
+    assert (await goals(node, "list_goals", ctx=GLOBEX, session_id="s1"))["goals"] == []
+    await goals(node, "complete_goal", goal_id=made["goal_id"], reason="shipped")
+    assert [g["text"] for g in (await goals(node, "list_goals", session_id="s1"))["goals"]] == [
+        "keep answers short"
+    ]
+    done = (await goals(node, "list_goals", session_id="s1", status="completed"))["goals"]
+    assert done[0]["completed_by"] == "request" and done[0]["reason"] == "shipped"
+    assert (await goals(node, "clear_goal", session_id="s2"))["cleared"] == 1
+    with pytest.raises(ActorError) as e:
+        await goals(node, "complete_goal", goal_id="nope")
+    assert e.value.code == "not_found"
+
+
+async def test_a_turn_that_reaches_the_goal_completes_it_and_is_audited(app_node):
+    node = await app_node()  # the simulated provider: the deterministic judge
+    g = await goals(node, "set_goal", session_id="s1", text="remember the colour teal")
+    other = await goals(node, "set_goal", session_id="s1", text="book a flight to Lisbon")
+    message = "remember that my colour is teal"
+    reply = await node.ask("agent", "chat", {"message": message, "session_id": "s1"}, ctx=ACME)
+    assert "teal" in reply["response"]
+
+    async def judged():
+        got = (await goals(node, "list_goals", session_id="s1", status=""))["goals"]
+        return got if all(x["turns_used"] for x in got) else None
+
+    by_id = {x["goal_id"]: x for x in await until(judged)}
+    assert by_id[g["goal_id"]]["status"] == "completed" and by_id[g["goal_id"]]["completed_by"] == "judge"
+    assert by_id[other["goal_id"]]["status"] == "active"  # judged, not reached
+    events = await node.ask("audit_event", "query_events", {"event_type": "goal_completed"}, ctx=ACME)
+    assert events["count"] == 1 and g["goal_id"] in events["events"][0]["detail"]
+
+
+async def test_the_llm_judge_and_the_turn_budget(app_node):
+    node = await app_node(scripted=True)
+    verdicts = {"s1": '{"done": false, "reason": "not yet"}'}
+    doubles.SCRIPT.answer = lambda s, m: verdicts.get(s, "working on it") if "judge" in m[0]["content"] else "ok"
+    a = await goals(node, "set_goal", session_id="s1", text="write the report", max_turns=2)
+    for turn in ("t1", "t1", "t2"):  # the repeated notice of t1 is judged once
+        await node.ask(
+            "goals",
+            "turn_completed",
+            {"session_id": "s1", "turn_id": turn, "user_message": "go", "response": "drafting"},
+            ctx=ACME,
+        )
+    exhausted = (await until(lambda: _status(node, "s1", "exhausted")))[0]
+    assert exhausted["goal_id"] == a["goal_id"] and exhausted["turns_used"] == 2
+    b = await goals(node, "set_goal", session_id="s1", text="write the summary")
+    verdicts["s1"] = '{"done": true, "reason": "the summary is written"}'
+    await node.ask(
+        "goals",
+        "turn_completed",
+        {"session_id": "s1", "turn_id": "t3", "user_message": "go", "response": "done"},
+        ctx=ACME,
+    )
+    done = (await until(lambda: _status(node, "s1", "completed")))[0]
+    assert done["goal_id"] == b["goal_id"] and done["reason"] == "the summary is written"
+    assert done["completed_by"] == "judge"
+
+
+async def _status(node: Node, session: str, status: str):
+    return (await goals(node, "list_goals", session_id=session, status=status))["goals"]
