@@ -31,24 +31,11 @@ up() {
   fi
   export MINIHERMES_NATS_URL MINIHERMES_NATS_USER MINIHERMES_NATS_PASSWORD MINIHERMES_CLUSTER_SECRET
   [ "$backend" = "postgres" ] && export MINIHERMES_PG_DSN
-  "$PY" - "$DIR" "$backend" <<'PYEOF'
-import sys
-from pathlib import Path
-
-from minihermes.agent.app import AGENT_CONFIG, prepare_data_dir
-
-d, backend = Path(sys.argv[1]), sys.argv[2]
-prepare_data_dir(d / "data")  # once, before three processes race for the credential key
-store = (
-    'backend = "postgres"\nbackend_options = { dsn_env = "MINIHERMES_PG_DSN", schema = "minihermes_cluster" }'
-    if backend == "postgres"
-    else ""
-)
-for i in (1, 2, 3):
-    text = AGENT_CONFIG.replace('id = "node-1"', f'id = "n{i}"\ndata_dir = "{d / "data"}"\n{store}', 1)
-    text += '\n[cluster]\nenabled = true\nname = "local"\nheartbeat = "1s"\nnode_ttl = "3s"\n'
-    (d / f"n{i}.toml").write_text(text)
-PYEOF
+  "$PY" -c 'import sys; from pathlib import Path; from minihermes.agent.app import prepare_data_dir; prepare_data_dir(Path(sys.argv[1]))' "$DIR/data"  # once, before three nodes race for its credential key
+  for i in 1 2 3; do
+    "$PY" -m minihermes.cluster.nodeconfig "n$i" --data-dir "$DIR/data" --name local --schema minihermes_cluster \
+      $([ "$backend" = "sqlite" ] && echo --sqlite) >"$DIR/n$i.toml"
+  done
   for i in 1 2 3; do
     if alive "$i"; then log "n$i already running (pid $(node_pid "$i"))"; continue; fi
     setsid "$ROOT/.venv/bin/minihermes" serve --config "$DIR/n$i.toml" --port $((BASE_PORT + i)) \
