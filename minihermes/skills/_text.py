@@ -12,9 +12,15 @@ STOPWORDS = frozenset(
     "so than that the their them then there these this to up us was we what when where which while who "
     "will with you your".split()
 )
-_EXPRESSION = re.compile(r"\d[\d.,]*\s*(?:\*\*|[-+*/x×^%])\s*\(?\s*\d")
+_EXPRESSION = re.compile(r"\d[\d.,]*\s*(?:\*\*|[-+*/x\u00d7^%])\s*\(?\s*\d")
 ARITHMETIC = "arithmetic"
-_SUFFIXES = (("ations", "at"), ("ation", "at"), ("ings", ""), ("ing", ""), ("ies", "y"), ("ors", "")) + (
+_SUFFIXES = (
+    ("ations", "at"),
+    ("ation", "at"),
+    ("ings", ""),
+    ("ing", ""),
+    ("ies", "y"),
+    ("ors", ""),
     ("or", ""),
     ("ed", ""),
     ("es", ""),

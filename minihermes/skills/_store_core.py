@@ -1,0 +1,296 @@
+"""The skill store's records, versions, index upkeep and events: what its ops (``skill_store.py``) share."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections import Counter, OrderedDict
+from typing import Any, Literal
+
+from minihermes.agent.audit import fire_audit
+from minihermes.runtime import Conflict, GenServer, InvalidArgument, NotFound, current_context
+
+from . import _access as access
+from . import _store_io as io
+from ._index import IndexDoc, SkillIndex, weighted_terms
+from ._model import (
+    MAX_DESCRIPTION_CHARS,
+    MAX_NAME_CHARS,
+    MAX_PROCEDURE_CHARS,
+    USABLE,
+    check_text,
+    check_words,
+    needs_approval,
+    procedure_tools,
+)
+from ._text import jaccard, term_counts, tokens
+
+Scope = Literal["user", "tenant"]
+_SKILL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+_PROC_TERMS = 300
+"""Procedure terms kept in the record so activation rebuilds the index without reading every blob."""
+DUPLICATE_SIMILARITY = 0.6
+_CACHE = 4096
+
+
+def check_id(op: str, skill_id: str) -> str:
+    if not _SKILL_ID.match(skill_id):
+        raise InvalidArgument(f"{op}: skill_id is not a valid id", op=op, field="skill_id")
+    return skill_id
+
+
+def _signature(record: dict[str, Any]) -> list[str]:
+    return tokens(" ".join([record["name"], record["description"], *record.get("triggers", [])]))
+
+
+def view(record: dict[str, Any]) -> dict[str, Any]:
+    """A record as replies show it (internal index data left out)."""
+    return {k: v for k, v in record.items() if k != "proc_terms"}
+
+
+class SkillStoreCore(GenServer):
+    """State shared by the ops: every record in memory (as in KV), the BM25 index, a procedure cache."""
+
+    async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
+        self.learn_min_tool_calls = int(args.get("learn_min_tool_calls", 3))
+        self.duplicate_similarity = float(args.get("duplicate_similarity", DUPLICATE_SIMILARITY))
+        self.workflow = str(args.get("workflow", "skill_workflow"))
+        self.index = SkillIndex(half_life_days=float(args.get("recency_half_life_days", 30)))
+        self._records: dict[str, dict[str, Any]] = {}
+        """Every record, as in KV: the index's signals and the near-duplicate check read them here."""
+        self._procedures: OrderedDict[tuple[str, int], str] = OrderedDict()
+        for _key, record in await self.host.kv.list("skill:"):
+            if isinstance(record, dict) and "skill_id" in record:
+                self._records[record["skill_id"]] = record
+                self.index.upsert(self._doc(record))
+        self._audit_on = self.host.has_actor("audit_event")
+        self.host.join("svc:skill_store")
+        if self.host.has_actor("curator"):
+            self.host.send("curator", "ensure_scheduled", {})
+
+    # -- helpers ------------------------------------------------------------------------------------------
+
+    def _fields(
+        self,
+        op: str,
+        name: str,
+        description: str,
+        procedure: str,
+        triggers: list[str] | None,
+        tags: list[str] | None,
+    ) -> dict[str, Any]:
+        return {
+            "name": check_text(op, "name", name, MAX_NAME_CHARS),
+            "description": check_text(op, "description", description, MAX_DESCRIPTION_CHARS),
+            "procedure": check_text(op, "procedure", procedure, MAX_PROCEDURE_CHARS),
+            "triggers": check_words(op, "triggers", triggers),
+            "tags": check_words(op, "tags", tags),
+        }
+
+    def _get(self, op: str, skill_id: str) -> dict[str, Any]:
+        record = self._records.get(skill_id)
+        if record is None:
+            raise NotFound(f"{op}: no skill '{skill_id}'", op=op, field="skill_id")
+        return record
+
+    def _require_visible(self, op: str, record: dict[str, Any]) -> None:
+        if not access.is_admin() and not access.can_see(record, access.acting_user()):
+            raise NotFound(f"{op}: no skill '{record['skill_id']}'", op=op, field="skill_id")
+
+    def _near_duplicate(self, probe: dict[str, Any], tools: list[str], owner: str) -> dict[str, Any] | None:
+        """The closest skill of this owner (or the tenant) that is the same procedure in other words."""
+        words = _signature(probe)
+        query = " ".join([probe["name"], probe["description"], *probe["triggers"]])
+        best: tuple[float, dict[str, Any]] | None = None
+        for sid, _score in self.index.search(query, 10, user_id=owner, usable_only=False):
+            record = self._records[sid]
+            if record["status"] == "archived" or not access.can_see(record, owner):
+                continue
+            similarity = jaccard(words, _signature(record))
+            if record["tools"] == tools:
+                similarity = max(similarity, 0.5 + similarity)  # same steps: wording may differ more
+            if similarity >= self.duplicate_similarity and (best is None or similarity > best[0]):
+                best = (similarity, record)
+        return best[1] if best else None
+
+    async def _patch(
+        self, record: dict[str, Any], fields: dict[str, Any], *, reason: str, replace_words: bool = False
+    ) -> dict[str, Any]:
+        record = dict(record)
+        if not replace_words:
+            fields["triggers"] = check_words(
+                "propose_skill", "triggers", record["triggers"] + fields["triggers"]
+            )[:32]
+            fields["tags"] = check_words("propose_skill", "tags", record["tags"] + fields["tags"])[:32]
+            fields["description"] = record["description"]
+        record.update(description=fields["description"], triggers=fields["triggers"], tags=fields["tags"])
+        current = await self._procedure(record["skill_id"], record["version"])
+        previous = record["status"]
+        if fields["procedure"].strip() != current.strip():
+            record["tools"] = procedure_tools(fields["procedure"])
+            record["needs_approval"] = needs_approval(record["tools"])
+            approved = set(record["tools"]) <= set(record.get("approved_tools", []))
+            if "admin" in current_context().roles:  # a person's edit; the skill services act as "system"
+                record["approved_by"] = current_context().principal
+                record["approved_tools"] = list(record["tools"])
+            elif record["needs_approval"] and not approved and record["status"] in USABLE:
+                record["status"] = "candidate"
+                record["was_usable"] = True
+            await self._write_version(record, fields["procedure"], reason)
+            self._event("skill_versioned", record, f"version={record['version']} reason={reason}")
+        record["updated_at"] = self.host.now()
+        await self._save(record, previous_status=previous)
+        return record
+
+    def _new_record(
+        self, fields: dict[str, Any], *, owner: str, provenance: dict[str, str], skill_id: str = ""
+    ) -> dict[str, Any]:
+        now = self.host.now()
+        tools = procedure_tools(fields["procedure"])
+        return {
+            "skill_id": skill_id or f"skill-{uuid.uuid4().hex[:16]}",
+            "name": fields["name"],
+            "description": fields["description"],
+            "triggers": fields["triggers"],
+            "tags": fields["tags"],
+            "tools": tools,
+            "status": "candidate",
+            "pinned": False,
+            "scope": "user",
+            "owner": owner,
+            "version": 1,
+            "versions": 1,
+            "provenance": provenance,
+            "needs_approval": needs_approval(tools),
+            "approved_by": "",
+            "evaluation": None,
+            "created_at": now,
+            "updated_at": now,
+            "status_changed_at": now,
+            "last_used_at": 0.0,
+            "uses": 0,
+            "successes": 0,
+            "failures": 0,
+        }
+
+    async def _write_version(
+        self, record: dict[str, Any], procedure: str, reason: str, *, first: bool = False
+    ) -> None:
+        """Store a new version's procedure (blob first: a record never points at a missing version)."""
+        record["versions"] = 1 if first else record["versions"] + 1
+        record["version"] = record["versions"]
+        record["proc_terms"] = dict(term_counts(procedure).most_common(_PROC_TERMS))
+        record["tools"] = procedure_tools(procedure)
+        await io.put_version(self.host, record, procedure, reason, current_context().principal)
+        self._procedures[(record["skill_id"], record["version"])] = procedure
+
+    async def _procedure(self, skill_id: str, version: int) -> str:
+        key = (skill_id, version)
+        text = self._procedures.get(key)
+        if text is None:
+            text = await io.get_version(self.host, skill_id, version)
+            self._procedures[key] = text
+            if len(self._procedures) > _CACHE:
+                self._procedures.popitem(last=False)
+        else:
+            self._procedures.move_to_end(key)
+        return text
+
+    async def _save(
+        self, record: dict[str, Any], *, previous_status: str | None, reindex: bool = True
+    ) -> None:
+        """KV first (the source of truth), then the indexes."""
+        old = self._records.get(record["skill_id"])
+        await io.put_record(self.host, record, old)
+        self._records[record["skill_id"]] = record
+        if reindex or old is None:
+            self.index.upsert(self._doc(record))
+            await io.index_text(
+                self.host, record, await self._procedure(record["skill_id"], record["version"])
+            )
+        else:
+            self.index.update_signals(self._doc(record, with_terms=False))
+
+    def _doc(self, record: dict[str, Any], *, with_terms: bool = True) -> IndexDoc:
+        terms: dict[str, float] = {}
+        if with_terms:
+            fields = {
+                "name": record["name"].replace("-", " "),
+                "description": record["description"],
+                "triggers": " ".join(record["triggers"] + record["tags"]),
+            }
+            terms = weighted_terms(fields, Counter(record.get("proc_terms") or {}))
+        return IndexDoc(
+            skill_id=record["skill_id"],
+            terms=terms,
+            owner="" if record["scope"] == "tenant" else record["owner"],
+            usable=record["status"] in USABLE,
+            stale=record["status"] == "stale",
+            pinned=record["pinned"],
+            uses=record["uses"],
+            successes=record["successes"],
+            last_used_at=record["last_used_at"] or record["created_at"],
+        )
+
+    async def _transition(self, record: dict[str, Any], status: str, reason: str) -> dict[str, Any]:
+        record = dict(record)
+        previous = record["status"]
+        if previous == status:
+            return {"status": "ok", "skill_id": record["skill_id"], "skill_status": status, "changed": False}
+        if status == "archived":
+            record["was_usable"] = previous in USABLE
+        record["status"] = status
+        record["status_changed_at"] = self.host.now()
+        await self._save(record, previous_status=previous, reindex=False)
+        self._event("skill_status_changed", record, f"from={previous} to={status} reason={reason}")
+        return {"status": "ok", "skill_id": record["skill_id"], "skill_status": status, "changed": True}
+
+    async def _set_pinned(self, op: str, skill_id: str, pinned: bool) -> dict[str, Any]:
+        record = dict(self._get(op, skill_id))
+        access.require_owner(op, record)
+        if pinned and record["status"] not in USABLE:
+            raise Conflict(f"{op}: only an active or stale skill can be pinned", op=op, field="skill_id")
+        record["pinned"] = pinned
+        await self._save(record, previous_status=record["status"], reindex=False)
+        self._event("skill_pinned" if pinned else "skill_unpinned", record, "")
+        return {"status": "ok", "skill_id": skill_id, "pinned": pinned}
+
+    async def _import_one(self, doc: dict[str, Any], scope: Scope) -> dict[str, Any]:
+        same = next(
+            (r for r in self._records.values() if r["name"] == doc["name"] and r["scope"] == scope), None
+        )
+        if same is not None:
+            record = await self._patch(same, dict(doc), reason="imported", replace_words=True)
+            return {"skill_id": record["skill_id"], "name": doc["name"], "version": record["version"]}
+        admin = current_context().principal
+        record = self._new_record(
+            doc, owner=admin, provenance={"session_id": "", "user_id": admin, "turn_id": ""}
+        )
+        # Admin-curated: live at once, for the whole tenant (or the admin), approved as imported.
+        record.update(scope=scope, status="active", approved_by=admin, approved_tools=list(record["tools"]))
+        record["evaluation"] = {"version": 1, "passed": True, "imported": True}
+        await self._write_version(record, doc["procedure"], "imported", first=True)
+        await self._save(record, previous_status=None)
+        self._event("skill_imported", record, f"name={record['name']}")
+        return {"skill_id": record["skill_id"], "name": doc["name"], "version": record["version"]}
+
+    def _proposal_reply(self, record: dict[str, Any], *, created: bool, patched: bool) -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "skill_id": record["skill_id"],
+            "created": created,
+            "patched": patched,
+            "version": record["version"],
+            "skill_status": record["status"],
+        }
+
+    def _event(self, event_type: str, record: dict[str, Any], detail: str, *, session_id: str = "") -> None:
+        if self._audit_on:
+            data = {"skill_id": record["skill_id"], "status": record["status"], "version": record["version"]}
+            fire_audit(
+                self.host,
+                event_type,
+                f"skill={record['skill_id']} {detail}".strip(),
+                session_id=session_id or record["provenance"].get("session_id", ""),
+                data=data,
+            )
