@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
@@ -29,7 +30,10 @@ def print_json(console: Console, value: Any) -> None:
     console.print_json(json.dumps(value, default=str, ensure_ascii=False))
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, column: str = "") -> str:
+    if column.endswith("_at") and isinstance(value, int | float) and not isinstance(value, bool):
+        # Epoch seconds, as the actors keep them: shown as UTC time.
+        return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M:%S")
     if isinstance(value, dict | list):
         text = json.dumps(value, default=str, ensure_ascii=False)
     else:
@@ -53,7 +57,7 @@ def table(title: str, rows: list[dict[str, Any]], columns: list[str] | None = No
     for c in columns:
         t.add_column(c, overflow="fold")
     for r in rows:
-        t.add_row(*(_cell(r.get(c)) for c in columns))
+        t.add_row(*(_cell(r.get(c), c) for c in columns))
     return t
 
 
@@ -76,6 +80,6 @@ def show(
         for k, v in reply.items():
             if k == "status" and v == "ok":
                 continue
-            console.print(f"[bold]{k}[/bold]: {_cell(v) if not isinstance(v, str) else v}")
+            console.print(f"[bold]{k}[/bold]: {_cell(v, k) if not isinstance(v, str) else v}")
         return
     console.print(reply)

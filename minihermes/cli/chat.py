@@ -329,7 +329,7 @@ class ChatLoop:
     async def _goal(self, args: list[str]) -> None:
         if args:
             op = await pick_op(self.backend, "goals", ("set_goal",))
-            reply = await self.backend.ask("goals", op, {"goal": " ".join(args), "session_id": self.session})
+            reply = await self.backend.ask("goals", op, {"text": " ".join(args), "session_id": self.session})
             self.console.print(f"goal set [dim]{escape(str(reply.get('goal_id', '')))}[/dim]")
             return
         op = await pick_op(self.backend, "goals", ("list_goals",))
@@ -337,7 +337,7 @@ class ChatLoop:
         if not goals:
             self.console.print("[dim]no goals[/dim]")
         for g in goals:
-            text = g.get("goal") or g.get("text") or g.get("title") or ""
+            text = g.get("text") or g.get("goal") or ""
             self.console.print(
                 f"[cyan]{escape(str(g.get('goal_id', '')))}[/cyan] {escape(str(text))} [dim]{g.get('status', '')}[/dim]"
             )

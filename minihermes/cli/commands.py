@@ -352,7 +352,7 @@ def kanban_list(
         token_env=token_env,
         as_json=as_json,
         columns=_TASK_COLUMNS,
-        body=op_command("kanban", ("list_tasks", "list_cards"), {"status": status or None}),
+        body=op_command("kanban", ("list", "list_tasks"), {"status": status or None}),
     )
 
 
@@ -361,19 +361,25 @@ def kanban_create(
     title: Annotated[str, typer.Argument(help="The task's title.")],
     body_text: Annotated[str, typer.Option("--body", help="What is to be done.")] = "",
     assignee: Annotated[str, typer.Option(help="Who (or which profile) takes it.")] = "",
+    priority: Annotated[int, typer.Option(help="Higher is picked first.")] = 0,
     url: UrlOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA,
     token_env: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Create a task."""
-    payload = {"title": title, "body": body_text or None, "assignee": assignee or None}
+    payload = {
+        "title": title,
+        "body": body_text or None,
+        "assignee": assignee or None,
+        "priority": priority or None,
+    }
     run_command(
         url=url,
         data_dir=data_dir,
         token_env=token_env,
         as_json=as_json,
-        body=op_command("kanban", ("create_task", "create_card"), payload),
+        body=op_command("kanban", ("create", "create_task"), payload),
     )
 
 
@@ -392,7 +398,7 @@ def kanban_move(
         data_dir=data_dir,
         token_env=token_env,
         as_json=as_json,
-        body=op_command("kanban", ("move_task", "move_card"), {"task_id": task_id, "status": status}),
+        body=op_command("kanban", ("move", "move_task"), {"task_id": task_id, "status": status}),
     )
 
 
@@ -410,5 +416,5 @@ def kanban_show(
         data_dir=data_dir,
         token_env=token_env,
         as_json=as_json,
-        body=op_command("kanban", ("get_task", "show_task", "get_card"), {"task_id": task_id}),
+        body=op_command("kanban", ("show", "get_task"), {"task_id": task_id}),
     )

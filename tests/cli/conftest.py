@@ -85,15 +85,17 @@ def lines(*items: str) -> Callable[[str], Any]:
 
 
 class FakeKanban(GenServer):
+    """The op names and arguments of ``minihermes.work.kanban.Kanban``."""
+
     tasks: dict[str, dict[str, Any]] = state(default_factory=dict)
 
     @call
-    def list_tasks(self, status: str = "") -> dict[str, Any]:
+    def list(self, status: str = "") -> dict[str, Any]:
         rows = [t for t in self.tasks.values() if not status or t["status"] == status]
         return {"status": "ok", "tasks": rows, "count": len(rows)}
 
     @call
-    def create_task(self, title: str, body: str = "", assignee: str = "") -> dict[str, Any]:
+    def create(self, title: str, body: str = "", assignee: str = "") -> dict[str, Any]:
         task_id = f"t{len(self.tasks) + 1}"
         self.tasks[task_id] = {
             "task_id": task_id,
@@ -105,14 +107,14 @@ class FakeKanban(GenServer):
         return {"status": "ok", "task_id": task_id}
 
     @call
-    def move_task(self, task_id: str, status: str) -> dict[str, Any]:
+    def move(self, task_id: str, status: str) -> dict[str, Any]:
         if task_id not in self.tasks:
             raise NotFound(f"no task {task_id}", field="task_id")
         self.tasks[task_id]["status"] = status
         return {"status": "ok", "task_id": task_id, "to": status}
 
     @call
-    def get_task(self, task_id: str) -> dict[str, Any]:
+    def show(self, task_id: str) -> dict[str, Any]:
         if task_id not in self.tasks:
             raise NotFound(f"no task {task_id}", field="task_id")
         return {"status": "ok", "task": self.tasks[task_id]}

@@ -60,20 +60,18 @@ def test_a_running_server_is_reached_with_url(tmp_path):
 
 async def test_kanban_ops_through_the_http_api(remote):
     console = Console(record=True)
-    created = await op_command("kanban", ("create_task", "create_card"), {"title": "Ship", "body": None})(
+    created = await op_command("kanban", ("create", "create_task"), {"title": "Ship", "body": None})(
         remote, console
     )
     task_id = created["task_id"]
-    moved = await op_command("kanban", ("move_task",), {"task_id": task_id, "status": "doing"})(
-        remote, console
-    )
+    moved = await op_command("kanban", ("move",), {"task_id": task_id, "status": "doing"})(remote, console)
     assert moved["to"] == "doing"
-    listed = await op_command("kanban", ("list_tasks",), {"status": "doing"})(remote, console)
+    listed = await op_command("kanban", ("list",), {"status": "doing"})(remote, console)
     assert [t["title"] for t in listed["tasks"]] == ["Ship"]
     from minihermes.cli._backend import CommandError
 
     with pytest.raises(CommandError) as e:
-        await op_command("kanban", ("get_task",), {"task_id": "t99"})(remote, console)
+        await op_command("kanban", ("show",), {"task_id": "t99"})(remote, console)
     assert e.value.code == "not_found" and e.value.field == "task_id"
     with pytest.raises(NotEnabled, match="goals is not enabled"):
         await pick_op(remote, "goals", ("list_goals",))
