@@ -13,6 +13,8 @@ An op's structured error comes back as ``CommandError`` (code, message, field) o
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -155,5 +157,15 @@ async def open_backend(
         return
     from minihermes.embed import MiniHermes
 
+    _quiet_logs()
     async with MiniHermes(data_dir=data_dir) as mh:
         yield Embedded(mh)
+
+
+def _quiet_logs() -> None:
+    """The embedded node's warnings (a timer dropped at shutdown) are not the command's output; errors
+    still show. ``MINIHERMES_CLI_LOG_LEVEL=info`` shows more. A program that set up logging keeps its own."""
+    root = logging.getLogger()
+    if not root.handlers:
+        level = os.environ.get("MINIHERMES_CLI_LOG_LEVEL", "error").upper()
+        logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
