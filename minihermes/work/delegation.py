@@ -22,9 +22,10 @@ from .kanban_tools import OPS as KANBAN_OPS
 
 MAX_DEPTH = 2
 CHILD_ITERATIONS = 6
-CHILD_TIMEOUT = 120.0
-"""Seconds a child may take; the executor's timeout for the tool is set above it, so the child's budget is
-what ends a slow child, with a clear error."""
+CHILD_TIMEOUT = 100.0
+"""Seconds a child may take. The tool executor's timeout for this tool is set a little above it, and the
+agent waits 120 s for a tool (its ``tool_timeout``), so the child's own budget is what ends a slow child,
+with an error that says so."""
 RECORD_TTL = 86400.0
 TOOLSETS: dict[str, tuple[str, ...]] = {
     "compute": ("calculator",),
@@ -122,4 +123,4 @@ def register() -> None:
         requires="agent",
     )
     register_builtin_tool(kind, delegate_task)
-    BUILTINS["delegate_task"].handler_config["timeout"] = CHILD_TIMEOUT + 15
+    BUILTINS["delegate_task"].handler_config["timeout"] = CHILD_TIMEOUT + 10

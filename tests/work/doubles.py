@@ -21,6 +21,7 @@ class Script:
         self.hold: dict[str, asyncio.Event] = {}
         self.entered: dict[str, asyncio.Event] = {}
         self.calls: list[str] = []
+        self.tools: dict[str, list[str]] = {}
 
 
 SCRIPT = Script()
@@ -45,6 +46,7 @@ class ScriptedGateway(GenServer):
         stream_topic: str = "",
         **extra: Any,
     ) -> Any:
+        SCRIPT.tools[session_id] = sorted(t["name"] for t in tools or [])
         return Deferred(self.host.spawn(self._answer(messages, session_id)))
 
     async def _answer(self, messages: list[dict[str, Any]], session_id: str) -> dict[str, Any]:
