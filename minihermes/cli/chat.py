@@ -37,6 +37,9 @@ HELP = """Commands:
   /help                 this help                             /quit      leave (Ctrl-D too)"""
 
 
+DEFAULT_SESSION = "cli"
+
+
 async def run_chat(*, session: str, url: str | None, data_dir: Path, token: str | None) -> int:
     console = Console()
     async with open_backend(url=url, data_dir=data_dir, token=token) as backend:
@@ -126,8 +129,33 @@ class ChatLoop:
         self.console = console
         self.backend = backend
         self.session = session
+        self._own_sessions = False
+
+    async def _start(self) -> None:
+        """A server caller with only the ``user`` role may chat only in sessions they created: such a caller
+        gets a session of their own instead of the shared default name (an explicit --session is kept)."""
+        if not isinstance(self.backend, Remote):
+            return
+        resp = await self.backend.client.get("/api/v1/whoami")
+        from ._backend import _body
+
+        roles = set(_body(resp).get("roles", []))
+        if roles & {"admin", "viewer"}:
+            return
+        self._own_sessions = True
+        if self.session == DEFAULT_SESSION:
+            self.session = await self._create_session()
+
+    async def _create_session(self) -> str:
+        reply = await self.backend.ask("session_manager", "create_session", {"channel": "cli"})
+        return str(reply["session_id"])
 
     async def run(self, read_line: ReadLine) -> int:
+        try:
+            await self._start()
+        except CommandError as e:
+            self.console.print(f"[red]error[/red] {e.code}: {escape(e.message)}")
+            return 1
         self.console.print(
             f"[bold]MiniHermes[/bold] session [cyan]{self.session}[/cyan] ({self.backend.where}). "
             "/help for commands, /quit to leave."
@@ -232,7 +260,9 @@ class ChatLoop:
         if cmd == "/help":
             c.print(HELP, highlight=False)
         elif cmd == "/new":
-            self.session = f"cli-{uuid.uuid4().hex[:8]}"
+            self.session = (
+                await self._create_session() if self._own_sessions else f"cli-{uuid.uuid4().hex[:8]}"
+            )
             c.print(f"new session [cyan]{self.session}[/cyan]")
         elif cmd == "/history":
             for m in (await ask("agent", "get_history", {"session_id": self.session}))["messages"]:

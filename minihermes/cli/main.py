@@ -162,7 +162,10 @@ async def _serve(cfg: AppConfig, host: str, port: int, auth: Any) -> None:
 
 @app.command()
 def chat(
-    session: Annotated[str, typer.Option(help="Session id (kept across runs).")] = "cli",
+    session: Annotated[
+        str,
+        typer.Option(help="Session id (kept across runs; a user-role caller gets a new one of their own)."),
+    ] = "cli",
     url: Annotated[str | None, typer.Option(help="A running server, e.g. http://127.0.0.1:8091")] = None,
     data_dir: Annotated[Path, typer.Option(help="Data dir of the embedded node (without --url).")] = Path(
         "./data"

@@ -102,3 +102,51 @@ async def test_a_server_without_streaming_gets_a_plain_chat_call(captured):
     assert reply["response"] == "echo hello"
     assert seen == [("chat", {"message": "hello", "session_id": "web-1"})]
     assert "agent> echo hello (0 tool calls, 1 LLM calls)" in captured.text
+
+
+async def test_a_user_role_caller_chats_in_a_session_of_their_own(tmp_path, captured):
+    import time
+
+    import jwt
+
+    from minihermes.agent.app import build_agent_node
+    from minihermes.api import AuthConfig, create_app
+
+    from .conftest import core_config, lines
+
+    secret = "x" * 32
+
+    def token(sub: str, roles: list[str]) -> str:
+        claims = {"tenant": "acme", "sub": sub, "roles": roles, "exp": int(time.time()) + 600}
+        return jwt.encode(claims, secret, algorithm="HS256")
+
+    cfg = core_config()
+    cfg.model.node.data_dir = str(tmp_path / "srv")
+    node = build_agent_node(cfg)
+    await node.start()
+    try:
+        app = create_app(node, AuthConfig(jwt_secret=secret))
+
+        def remote(sub: str, roles: list[str]) -> Remote:
+            client = httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app),
+                base_url="http://127.0.0.1",
+                headers={"Authorization": f"Bearer {token(sub, roles)}"},
+            )
+            return Remote(client, "http://127.0.0.1")
+
+        bob = ChatLoop(captured.console, remote("bob", ["user"]), "cli")
+        assert await bob.run(lines("calculate 2 + 3", "/new", "/quit")) == 0
+        out = captured.text
+        assert "error" not in out and "5" in out
+        first = out.split("session ", 1)[1].split(" ", 1)[0]
+        assert first.startswith("sess-") and bob.session.startswith("sess-") and bob.session != first
+        # Another user cannot use bob's session; an explicit --session is kept as given.
+        eve = ChatLoop(captured.console, remote("eve", ["user"]), first)
+        await eve.run(lines("hello", "/quit"))
+        assert "error not_found" in captured.text.split(f"session {first}", 2)[-1]
+        admin = ChatLoop(captured.console, remote("root", ["admin"]), "cli")
+        await admin.run(lines("/quit"))
+        assert admin.session == "cli"
+    finally:
+        await node.stop()
