@@ -68,6 +68,20 @@ class _Postings:
     slots: I32 = field(default_factory=lambda: np.empty(4, np.int32))
     tfs: F32 = field(default_factory=lambda: np.empty(4, np.float32))
     size: int = 0
+    weights: F32 | None = None
+    """BM25 term weights without idf, cached: valid while size is unchanged and the average length drifts
+    less than 2% (a slot's length never changes)."""
+    weights_avg: float = 0.0
+    weights_size: int = 0
+
+    def bm25(self, lengths: F32, avg: float, k1: float, b: float) -> F32:
+        w = self.weights
+        if w is None or self.weights_size != self.size or abs(self.weights_avg - avg) > 0.02 * avg:
+            slots, tfs = self.slots[: self.size], self.tfs[: self.size]
+            norm = k1 * (1.0 - b + b * lengths[slots] / avg)
+            w = (tfs * (k1 + 1.0) / (tfs + norm)).astype(np.float32)
+            self.weights, self.weights_avg, self.weights_size = w, avg, self.size
+        return w
 
     def add(self, slot: int, tf: float) -> None:
         if self.size == len(self.slots):
@@ -222,6 +236,7 @@ class SkillIndex:
                 continue
             new_slots = remap[slots[live]].astype(np.int32)
             p.slots, p.tfs, p.size = new_slots, tfs[live].copy(), len(new_slots)
+            p.weights = None
         cap = max(16, len(keep) * 2)
         for name in _ARRAYS:
             old = getattr(self, name)
@@ -255,11 +270,8 @@ class SkillIndex:
             p = self._postings.get(term)
             if p is None:
                 continue
-            slots, tfs = p.slots[: p.size], p.tfs[: p.size]
-            df = p.size
-            idf = math.log(1.0 + (live - df + 0.5) / (df + 0.5))
-            norm = k1 * (1.0 - b + b * self._len[slots] / avg)
-            scores[slots] += idf * tfs * (k1 + 1.0) / (tfs + norm)
+            idf = math.log(1.0 + (live - p.size + 0.5) / (p.size + 0.5))
+            scores[p.slots[: p.size]] += np.float32(idf) * p.bm25(self._len, avg, k1, b)
         cand = np.flatnonzero(scores)
         if not len(cand):
             return []
@@ -267,6 +279,11 @@ class SkillIndex:
         cand = cand[keep & self._visible(cand, user_id)]
         if not len(cand):
             return []
+        # The usage and recency factors stay within about 4x of each other, so the best `limit` after them
+        # are among the best few hundred by text relevance: only those get them.
+        shortlist = max(200, limit * 20)
+        if len(cand) > shortlist:
+            cand = cand[np.argpartition(-scores[cand], shortlist - 1)[:shortlist]]
         final = scores[cand].astype(np.float64) * self._boost(cand, now)
         if len(cand) > limit:
             top = np.argpartition(-final, limit - 1)[:limit]
