@@ -227,6 +227,7 @@ def build_agent_node(config: AppConfig, *, clock: Clock | None = None) -> Node:
             spec.args.setdefault("tools_root", str(config.data_dir / "skill_tools"))
         elif spec.cls is MCPManager:
             spec.args.setdefault("log_dir", str(config.data_dir / "mcp"))
+            spec.args.setdefault("credential_key", paths["credential_key"])
     return build_node(config, clock=clock)
 
 

@@ -10,7 +10,8 @@
   its first call. A server whose transport died (its process exited) is reconnected on the next call.
 
 Args: ``log_dir`` (stdio servers' stderr goes to ``<log_dir>/<tenant>/<server>.log``; none: discarded),
-``stdio_commands`` (the executables a tenant admin may start, ``["*"]`` for any: the default; a node that
+``credential_key`` (encrypts the servers' env and header values at rest; the app passes the data dir's
+``credential.key``), ``stdio_commands`` (the executables a tenant admin may start, ``["*"]`` for any: the default; a node that
 serves tenants who do not own the machine lists the ones it allows, or ``[]`` for none), ``max_servers``.
 """
 
@@ -38,6 +39,7 @@ from minihermes.runtime import (
 from . import _tool
 from ._config import MAX_TIMEOUT, MAX_TOOLS_PER_SERVER, RESERVED_ARGS, check_server, public, tool_name
 from ._connection import MCPConnection
+from ._secrets import ServerSecrets
 
 _tool.register()
 
@@ -72,6 +74,9 @@ class MCPManager(GenServer):
         commands = args.get("stdio_commands", ["*"])
         self.stdio_commands: list[str] = [str(c) for c in commands]
         self.max_servers = int(args.get("max_servers", MAX_SERVERS))
+        self._secrets = ServerSecrets(
+            self.host.private_kv, current_context().tenant, args.get("credential_key")
+        )
         self._conns: dict[str, MCPConnection] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self.host.join("svc:mcp_manager")
@@ -132,8 +137,8 @@ class MCPManager(GenServer):
         """Reconnect, list the tools again, register new ones and remove gone ones. Admin only."""
         _require(_ADMIN_ROLES, "refresh_server")
         record = self._server(name)
-        plain = {k: v for k, v in record.items() if k not in ("registered", "added_at", "added_by")}
-        return await self._sync(plain, "refresh_server")
+        stored = {k: v for k, v in record.items() if k not in ("registered", "added_at", "added_by")}
+        return await self._sync(await self._secrets.open(stored), "refresh_server")
 
     @call
     async def remove_server(self, name: str) -> dict[str, Any]:
@@ -142,6 +147,7 @@ class MCPManager(GenServer):
         record = self._server(name)
         for exec_name in record.get("registered", {}):
             await self._unregister(exec_name)
+        await self._secrets.forget(record)
         del self.servers[name]
         conn = self._conns.pop(name, None)
         if conn is not None:
@@ -206,7 +212,7 @@ class MCPManager(GenServer):
                 return conn
             if conn is not None:
                 await conn.close()
-            conn = self._new_connection(record)
+            conn = self._new_connection(await self._secrets.open(record))
             await conn.open()
             self._conns[name] = conn
             return conn
@@ -233,10 +239,14 @@ class MCPManager(GenServer):
             await old.close()
         self._conns[name] = conn
         ctx = current_context()
-        self.servers[name] = record | {
+        previous_record = self.servers.get(name)
+        sealed = await self._secrets.seal(record)
+        if previous_record is not None:
+            await self._secrets.forget(previous_record, keep=sealed)
+        self.servers[name] = sealed | {
             "registered": registered,
-            "added_at": self.servers.get(name, {}).get("added_at", self.host.now()),
-            "added_by": self.servers.get(name, {}).get("added_by", ctx.principal),
+            "added_at": (previous_record or {}).get("added_at", self.host.now()),
+            "added_by": (previous_record or {}).get("added_by", ctx.principal),
         }
         fire_audit(
             self.host,

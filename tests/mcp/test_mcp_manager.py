@@ -265,3 +265,26 @@ async def test_concurrent_calls_share_a_connection_and_a_slow_call_times_out(mak
     # The connection outlives an abandoned request: still answering.
     again = await _run(node, "mcp_t_whoami", {})
     assert again["result"]["untrusted_content"]["structured"]["pid"] == pid
+
+
+async def test_env_values_are_encrypted_at_rest(make_node, tmp_path):
+    data = tmp_path / "sealed"
+    key = {"credential_key": "k" * 44}
+    node = await make_node(data_dir=data, mcp_args=key)
+    cfg = stdio_server(tools=["whoami"], env={"MCP_TEST_SECRET": "s3cr3t-value-123"})
+    await node.ask("mcp_manager", "add_server", cfg, ctx=ACME, timeout=60)
+    await node.stop(deadline=15)  # everything flushed to the files
+    for f in data.rglob("*"):
+        if f.is_file():
+            assert b"s3cr3t-value-123" not in f.read_bytes(), f
+
+    again = await make_node(data_dir=data, mcp_args=key)
+    out = await _run(again, "mcp_t_whoami", {})  # decrypted to start the server again
+    assert out["result"]["untrusted_content"]["structured"]["secret"] == "s3cr3t-value-123"
+    await again.stop(deadline=15)
+
+    other_key = await make_node(data_dir=data, mcp_args={"credential_key": "z" * 44})
+    failed = await _run(other_key, "mcp_t_whoami", {})
+    assert (
+        failed["error"]["code"] == "mcp_unavailable" and "cannot be decrypted" in failed["error"]["message"]
+    )
