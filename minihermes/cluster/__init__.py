@@ -8,8 +8,8 @@
 ``build_node`` does this for an app config with ``[cluster] enabled = true``.
 """
 
-from ._fabric import Cluster, ClusterUnavailable
+from ._fabric import Cluster, ClusterUnavailable, NodeDown
 from ._settings import ClusterSettings
 from ._wire import Unauthenticated
 
-__all__ = ["Cluster", "ClusterSettings", "ClusterUnavailable", "Unauthenticated"]
+__all__ = ["Cluster", "ClusterSettings", "ClusterUnavailable", "NodeDown", "Unauthenticated"]

@@ -1,7 +1,7 @@
 """Who is in the cluster: every node's heartbeat in a JetStream KV bucket with a per-key TTL.
 
 A node writes its heartbeat (boot id, groups, registry entries, watched topics) every ``heartbeat`` seconds
-with a TTL of ``node_ttl``; nats-server (2.11+) removes the key when the TTL runs out and tells watchers with
+with a TTL of ``node_ttl`` (from a thread of its own: ``_heartbeat``); nats-server (2.11+) removes the key when the TTL runs out and tells watchers with
 a delete marker, so every node learns of a death within ``node_ttl`` without any other protocol. A node
 leaving gracefully purges its key at once.
 """
@@ -15,13 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from nats.js import JetStreamContext
 from nats.js.errors import KeyDeletedError, KeyNotFoundError
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from minihermes.runtime._node import RegistryEntry
 from minihermes.runtime.store import Scope
 
+from ._heartbeat import HeartbeatThread
 from ._wire import Signer, Subjects
 
 log = logging.getLogger("minihermes.cluster")
@@ -44,7 +44,6 @@ class Directory:
 
     def __init__(
         self,
-        js: JetStreamContext,
         kv: KeyValue,
         signer: Signer,
         subjects: Subjects,
@@ -53,7 +52,6 @@ class Directory:
         ttl: float,
         on_down: Callable[[str, str], None],
     ) -> None:
-        self._js = js
         self._kv = kv
         self._signer = signer
         self._subjects = subjects
@@ -65,21 +63,29 @@ class Directory:
         self._key_to_node: dict[str, str] = {}
         self._my_key = subjects.node_key(node_id)
         self._watcher: Any = None
-        self.last_beat_ok = time.monotonic()
+        self.heartbeat: HeartbeatThread | None = None
+        self.on_self_expired: Callable[[], None] | None = None
 
     # -- our heartbeat -------------------------------------------------------------------------------------
 
-    async def beat(self, directory: dict[str, Any], topics: list[str]) -> None:
-        """Write this node's heartbeat (with a TTL: it disappears if we stop writing it)."""
+    def heartbeat_value(self, directory: dict[str, Any], topics: list[str]) -> bytes:
+        """This node's signed heartbeat (written by the ``HeartbeatThread`` with the TTL)."""
         body = {"node": self.node_id, "boot": self.boot, "dir": directory, "topics": topics}
-        value = self._signer.seal_value(self._my_key, body)
-        await self._js.publish(
-            f"$KV.{self._subjects.nodes_bucket}.{self._my_key}", value, msg_ttl=self.ttl, timeout=self.ttl
-        )
-        self.last_beat_ok = time.monotonic()
+        return self._signer.seal_value(self._my_key, body)
+
+    @property
+    def heartbeat_subject(self) -> str:
+        return f"$KV.{self._subjects.nodes_bucket}.{self._my_key}"
+
+    def beat_overdue(self) -> bool:
+        """Whether our heartbeat may soon expire (half its TTL passed since the last one that landed was
+        sent): the node must stop acting on its leases before others may take them."""
+        last = self.heartbeat.last_sent_ok if self.heartbeat is not None else time.monotonic()
+        return time.monotonic() - last > self.ttl / 2
 
     async def leave(self) -> None:
         """Remove our heartbeat now (graceful stop): the others see us gone without waiting for the TTL."""
+        self.on_self_expired = None
         await self._kv.purge(self._my_key)
 
     # -- the others ----------------------------------------------------------------------------------------
@@ -100,6 +106,8 @@ class Directory:
                 continue  # the end of the initial values
             key = entry.key
             if entry.operation in (KV_DEL, KV_PURGE) or not entry.value:
+                if key == self._my_key and self.on_self_expired is not None:
+                    self.on_self_expired()  # our heartbeat ran out: the others may take our leases now
                 node = self._key_to_node.pop(key, None)
                 if node is not None:
                     self._drop(node)

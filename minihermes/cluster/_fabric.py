@@ -33,8 +33,10 @@ from minihermes.runtime._pubsub import Bridge
 from minihermes.runtime.store import Scope
 
 from ._directory import Directory, cancel_quietly
+from ._heartbeat import HeartbeatThread
 from ._leases import Holder, LeaseTable
 from ._settings import ClusterSettings
+from ._topics import TopicBridge
 from ._wire import Signer, Subjects, Unauthenticated
 
 if TYPE_CHECKING:
@@ -49,6 +51,12 @@ class ClusterUnavailable(ActorError):
     code = "cluster_unavailable"
 
 
+class NodeDown(ActorError):
+    """The node holding the actor died while handling this ask (the next ask activates it elsewhere)."""
+
+    code = "node_down"
+
+
 class _Retry(Exception):
     """The holder could not take the message (gone, stopping, moved): read the lease again and retry."""
 
@@ -60,17 +68,16 @@ class Cluster:
         self.settings = settings
         self.subjects = Subjects(settings.name)
         self.signer = Signer(settings.secret)
-        self.pubsub_bridge: Bridge | None = self
+        self.pubsub_bridge: Bridge | None = TopicBridge(self)
         self._node: Node | None = None
         self._nc: Client | None = None
         self._dir: Directory | None = None
         self._leases: LeaseTable | None = None
+        self._hb: HeartbeatThread | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._pending: dict[str, set[asyncio.Future[Any]]] = {}
         self._down: set[asyncio.Future[Any]] = set()
         self._dir_dirty = asyncio.Event()
-        self._watched: dict[str, tuple[Scope, str]] = {}
-        self._topic_subs: dict[str, Any] = {}
         self._outbox: asyncio.Queue[tuple[str, bytes, dict[str, str]]] = asyncio.Queue(10_000)
         self.stats = {"forwarded": 0, "served": 0, "rejected": 0, "takeovers": 0}
 
@@ -103,17 +110,26 @@ class Cluster:
         )
         leases = await _bucket(js, KeyValueConfig(bucket=self.subjects.leases_bucket, history=1))
         self._dir = Directory(
-            js, nodes, self.signer, self.subjects, node.node_id, node.boot_id, s.node_ttl, self._node_down
+            nodes, self.signer, self.subjects, node.node_id, node.boot_id, s.node_ttl, self._node_down
         )
         self._leases = LeaseTable(leases, self.signer, self._dir)
+        self._dir.on_self_expired = self._fence
         await self._dir.start_watch()
-        self._spawn(self._dir.watch_loop())
+        self.spawn(self._dir.watch_loop())
         await nc.subscribe(self.subjects.requests(node.node_id), cb=self._on_request)
         await nc.subscribe(self.subjects.channels, cb=self._on_channel)
         await nc.subscribe(self.subjects.reminders, cb=self._on_reminders)
-        await self._dir.beat(node.local_directory(), list(self._watched))
-        self._spawn(self._heartbeat_loop())
-        self._spawn(self._pump())
+        self._hb = HeartbeatThread(
+            s.connect_options(node.node_id),
+            self._dir.heartbeat_subject,
+            s.heartbeat,
+            s.node_ttl,
+            stall_limit=max(10.0, 2 * s.node_ttl),
+        )
+        await self._hb.start(self._dir.heartbeat_value(node.local_directory(), self._watched_topics()))
+        self._dir.heartbeat = self._hb
+        self.spawn(self._heartbeat_loop())
+        self.spawn(self._pump())
         log.info("node %s joined cluster %s at %s", node.node_id, s.name, s.nats_url)
 
     async def stop(self) -> None:
@@ -123,6 +139,8 @@ class Cluster:
         for t in list(self._tasks):
             if t.get_name().startswith("mh-release"):
                 await asyncio.wait({t}, timeout=self.settings.node_ttl)
+        if self._hb is not None:
+            await asyncio.to_thread(self._hb.stop)  # no heartbeat may land after we leave
         released = await self.leases.release_all()
         # Each step is a courtesy to the other nodes (the heartbeat's TTL ends our membership anyway), so a
         # failure of one (the connection is already gone) does not keep the node from stopping.
@@ -152,7 +170,7 @@ class Cluster:
             **self.stats,
         }
 
-    def _spawn(self, coro: Any, name: str = "mh-fabric") -> asyncio.Task[Any]:
+    def spawn(self, coro: Any, name: str = "mh-fabric") -> asyncio.Task[Any]:
         task: asyncio.Task[Any] = asyncio.ensure_future(coro)
         task.set_name(name)
         self._tasks.add(task)
@@ -178,7 +196,7 @@ class Cluster:
 
     def send(self, target: str, op: str, payload: dict[str, Any], ctx: RequestContext, system: bool) -> None:
         limit = self.node.options.ask_timeout
-        self._spawn(self._send(target, op, payload, ctx, system, limit), "mh-send")
+        self.spawn(self._send(target, op, payload, ctx, system, limit), "mh-send")
 
     async def _send(
         self, target: str, op: str, payload: dict[str, Any], ctx: RequestContext, system: bool, limit: float
@@ -271,9 +289,16 @@ class Cluster:
                 f"{target}.{op} did not answer within {timeout:g}s", actor=target, op=op
             ) from None
         except asyncio.CancelledError:
-            if task in self._down:
-                raise _Retry() from None  # the holder died with our request: ask again elsewhere
-            raise
+            if task not in self._down:
+                raise
+            if kind == "ask":
+                # It may have run before its node died: the caller decides whether asking again is safe.
+                raise NodeDown(
+                    f"node {holder.node} died while handling {target}.{op}; it may or may not have run",
+                    actor=target,
+                    op=op,
+                ) from None
+            raise _Retry() from None  # a cast is at least once: deliver it to the new holder
         finally:
             pending.discard(task)
             self._down.discard(task)
@@ -293,7 +318,7 @@ class Cluster:
 
     async def _on_request(self, msg: Msg) -> None:
         # nats-py runs one subscription's callbacks one at a time: serve each request in its own task.
-        self._spawn(self._serve(msg), "mh-serve")
+        self.spawn(self._serve(msg), "mh-serve")
 
     async def _serve(self, msg: Msg) -> None:
         node = self.node
@@ -306,6 +331,8 @@ class Cluster:
             return  # nothing is answered to a stranger
         self.stats["served"] += 1
         reply: dict[str, Any]
+        if self.directory.beat_overdue():
+            self._fence()
         try:
             if not node._accepting:
                 raise ShuttingDown("the node is shutting down")
@@ -333,7 +360,7 @@ class Cluster:
         if self._leases is None:
             return
         node, ck = self.node, cell.ck
-        self._spawn(self.leases.release(ck, lambda: node.is_active_here(ck)), "mh-release")
+        self.spawn(self.leases.release(ck, lambda: node.is_active_here(ck)), "mh-release")
 
     def _node_down(self, node_id: str, boot: str) -> None:
         if self._leases is not None:
@@ -342,7 +369,7 @@ class Cluster:
             self._down.add(task)
             task.cancel()
         # Channel messages the dead node had received and not acked go back to the queue now.
-        self._spawn(self.node.store.channels.release_receipt_prefix(f"{node_id}:{boot}:"), "mh-receipts")
+        self.spawn(self.node.store.channels.release_receipt_prefix(f"{node_id}:{boot}:"), "mh-receipts")
 
     def directory_changed(self) -> None:
         self._dir_dirty.set()
@@ -354,22 +381,24 @@ class Cluster:
         return self._dir.entries(scope) if self._dir is not None else []
 
     async def _heartbeat_loop(self) -> None:
-        s, d, node = self.settings, self.directory, self.node
+        """Feed the heartbeat thread (directory changes, proof that this loop runs), fence when our heartbeat
+        is overdue, forget silent peers, re-arm reminders."""
+        s, d, node, hb = self.settings, self.directory, self.node, self._hb
+        assert hb is not None
         while True:
             try:
-                await asyncio.wait_for(self._dir_dirty.wait(), s.heartbeat)
+                await asyncio.wait_for(self._dir_dirty.wait(), s.heartbeat / 2)
                 await asyncio.sleep(0.02)  # coalesce a burst of joins/leaves into one heartbeat
             except TimeoutError:
                 pass
-            self._dir_dirty.clear()
-            try:
-                await d.beat(node.local_directory(), list(self._watched))
-            except Exception as e:
-                log.warning("heartbeat failed: %r", e)
-                if time.monotonic() - d.last_beat_ok > s.node_ttl / 2:
-                    self._fence()
-                self._dir_dirty.set()  # retry soon
-                await asyncio.sleep(min(0.2, s.heartbeat))
+            hb.tick = time.monotonic()
+            hb.healthy = self._nc is not None and self._nc.is_connected
+            if self._dir_dirty.is_set():
+                self._dir_dirty.clear()
+                hb.value = d.heartbeat_value(node.local_directory(), self._watched_topics())
+                hb.nudge()
+            if d.beat_overdue():
+                self._fence()  # cut off, or this loop stalled: our heartbeat may expire any moment
             d.sweep()
             await node.rearm_reminders()  # in case a reminder notice from another node was missed
 
@@ -378,7 +407,8 @@ class Cluster:
         node = self.node
         dropped = self.leases.drop_all()
         if dropped:
-            log.error("heartbeat lapsed: stopping %d leased actors", len(dropped))
+            node.metrics.incr("cluster_fenced_total")
+            log.error("heartbeat overdue: stopping %d leased actors (they may move)", len(dropped))
         for ck in dropped:
             cell = node._cells.get(ck)
             if cell is not None:
@@ -388,7 +418,11 @@ class Cluster:
 
     # -- notices: channel wake-ups, reminders, topics ---------------------------------------------------------
 
-    def _post(self, subject: str, body: dict[str, Any]) -> None:
+    def _watched_topics(self) -> list[str]:
+        bridge = self.pubsub_bridge
+        return bridge.subjects() if isinstance(bridge, TopicBridge) else []
+
+    def post(self, subject: str, body: dict[str, Any]) -> None:
         body["f"] = self.directory.node_id
         data, headers = self.signer.seal(subject, body)
         try:
@@ -402,77 +436,33 @@ class Cluster:
             if self._nc is not None:
                 await self._nc.publish(subject, data, headers=headers)
 
-    def _open_notice(self, msg: Msg) -> dict[str, Any] | None:
+    def open_notice(self, msg: Msg) -> dict[str, Any] | None:
         try:
             body = self.signer.open(msg.subject, msg.data, msg.headers)
         except Unauthenticated as e:
             self.stats["rejected"] += 1
+            self.node.metrics.incr("cluster_rejected_total")
             log.warning("rejected a fabric notice: %s", e.message)
             return None
         return None if body.get("f") == self.directory.node_id else body
 
     def channel_sent(self, scope: Scope, channel: str) -> None:
         if self._dir is not None:
-            self._post(self.subjects.channels, {"s": list(scope), "ch": channel})
+            self.post(self.subjects.channels, {"s": list(scope), "ch": channel})
 
     async def _on_channel(self, msg: Msg) -> None:
-        body = self._open_notice(msg)
+        body = self.open_notice(msg)
         if body is not None:
             tenant, ns = body["s"]
             self.node.wake_channel((str(tenant), str(ns)), str(body["ch"]))
 
     def reminders_changed(self) -> None:
         if self._dir is not None:
-            self._post(self.subjects.reminders, {})
+            self.post(self.subjects.reminders, {})
 
     async def _on_reminders(self, msg: Msg) -> None:
-        if self._open_notice(msg) is not None:
-            self._spawn(self.node.rearm_reminders(), "mh-rearm")
-
-    def watch(self, scope: Scope, topic: str) -> None:
-        subject = self.subjects.topic(scope, topic)
-        self._watched[subject] = (scope, topic)
-        if subject not in self._topic_subs and self._nc is not None:
-            self._topic_subs[subject] = None
-            self._spawn(self._subscribe_topic(subject), "mh-topic")
-        self.directory_changed()
-
-    async def _subscribe_topic(self, subject: str) -> None:
-        assert self._nc is not None
-        sub = await self._nc.subscribe(subject, cb=self._on_topic)
-        if subject in self._watched:
-            self._topic_subs[subject] = sub
-        else:
-            await sub.unsubscribe()
-            self._topic_subs.pop(subject, None)
-
-    def unwatch(self, scope: Scope, topic: str) -> None:
-        subject = self.subjects.topic(scope, topic)
-        self._watched.pop(subject, None)
-        sub = self._topic_subs.pop(subject, None)
-        if sub is not None:
-            self._spawn(sub.unsubscribe(), "mh-topic")
-        self.directory_changed()
-
-    def forward(self, scope: Scope, topic: str, event: Any) -> None:
-        if self._dir is None:
-            return
-        subject = self.subjects.topic(scope, topic)
-        if self._dir.interested(subject):
-            self._post(subject, {"s": list(scope), "t": topic, "e": event})
-
-    def remote_interest(self, scope: Scope, topic: str) -> bool:
-        return self._dir is not None and self._dir.interested(self.subjects.topic(scope, topic))
-
-    async def _on_topic(self, msg: Msg) -> None:
-        body = self._open_notice(msg)
-        if body is None:
-            return
-        tenant, ns = body["s"]
-        scope = (str(tenant), str(ns))
-        topic = str(body["t"])
-        if self.subjects.topic(scope, topic) == msg.subject:  # the scope named is the one signed for
-            self.node.pubsub.deliver(scope, topic, body.get("e"))
+        if self.open_notice(msg) is not None:
+            self.spawn(self.node.rearm_reminders(), "mh-rearm")
 
 
 async def _bucket(js: JetStreamContext, config: KeyValueConfig) -> KeyValue:

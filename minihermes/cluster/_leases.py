@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import APIError, KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from minihermes.runtime._cell import CellKey
@@ -25,6 +25,9 @@ from ._directory import Directory
 from ._wire import Signer, Subjects
 
 log = logging.getLogger("minihermes.cluster")
+
+_WRONG_REVISION = (10071, 10164)
+"""JetStream's "wrong last sequence" codes: the key changed since the revision we hold."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,8 +127,10 @@ class LeaseTable:
             _, rev = self.held.pop(key)
             try:
                 await self._kv.delete(key, last=rev)
-            except KeyWrongLastSequenceError:
-                pass  # no longer ours (taken over while we were cut off)
+            except APIError as e:
+                if e.err_code not in _WRONG_REVISION:
+                    raise
+                log.warning("lease of %s was taken over while this node held it", ck)
         lock = self._locks.get(key)
         if lock is not None and not lock.locked():
             del self._locks[key]

@@ -169,7 +169,12 @@ def demo_config(node_id: str, data_dir: str, cluster_name: str) -> AppConfig:
     cfg.model.node.id = node_id
     cfg.model.node.data_dir = data_dir
     cfg.model.node.shutdown_deadline_seconds = 3.0
-    cfg.model.cluster = ClusterModel(enabled=True, name=cluster_name, heartbeat="0.5s", node_ttl="2s")
+    cfg.model.cluster = ClusterModel(enabled=True, name=cluster_name, heartbeat="1s", node_ttl="4s")
+    for spec in cfg.tree.walk():
+        if spec.name == "memory":
+            # Memory loads its embedding model on the event loop when it activates (seconds of CPU): the
+            # demo keeps to BM25 recall, so what the tests time is the fabric, not model loading.
+            spec.args.setdefault("semantic", False)
     if uses_postgres():
         cfg.model.node.backend = "postgres"
         cfg.model.node.backend_options = {"dsn_env": "MINIHERMES_PG_DSN", "schema": pg_schema(cluster_name)}
