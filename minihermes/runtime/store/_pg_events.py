@@ -1,18 +1,23 @@
 """PostgreSQL event log: hash-chained, append-only streams (chain rules in ``_chain``).
 
-An append locks its stream's head row (an upsert that creates it on first use), computes the next hash in
-Python (the canonical JSON must be byte-for-byte what verification re-hashes) and writes the entry and the
-new head in one statement, all in one transaction: appends from many connections and nodes extend one
-gap-free chain.
+Appends group-commit per stream: the appends one store receives for a (scope, stream) while the previous
+batch of that stream commits go out together as the next batch, in call order, so entries are chained in
+the order they were appended (what the SQLite writer's FIFO gives) and a burst costs one transaction. A
+batch locks the stream's head row (an upsert that creates it on first use), computes the hashes in Python
+(the canonical JSON must be byte-for-byte what verification re-hashes), inserts the entries (pipelined)
+and moves the head: appends from many nodes extend one gap-free chain.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+from dataclasses import dataclass, field
+from functools import partial
 
 from ._chain import ZERO_HASH, StreamHead, chain_hash, verify_rows
 from ._common import check_count, check_name, check_scope, loads_json
-from ._pg_common import Part
+from ._pg_common import Part, execute_many
 from ._pg_engine import Conn, logger
 from .base import JSON, ChainCheck, EventRecord, Scope
 
@@ -22,12 +27,24 @@ VALUES (%s, %s, %s, 0, %s, 0, %s)
 ON CONFLICT (tenant, ns, stream) DO UPDATE SET last_seq = s.last_seq
 RETURNING last_seq, last_hash"""
 
-_WRITE = """
-WITH entry AS (
-    INSERT INTO events (tenant, ns, stream, seq, ts, data, prev_hash, hash)
-    VALUES (%(tenant)s, %(ns)s, %(stream)s, %(seq)s, %(ts)s, %(data)s, %(prev)s, %(hash)s))
-UPDATE event_streams SET last_seq = %(seq)s, last_hash = %(hash)s
-WHERE tenant = %(tenant)s AND ns = %(ns)s AND stream = %(stream)s"""
+_INSERT = """
+INSERT INTO events (tenant, ns, stream, seq, ts, data, prev_hash, hash) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"""
+
+_MOVE_HEAD = """
+UPDATE event_streams SET last_seq = %s, last_hash = %s WHERE tenant = %s AND ns = %s AND stream = %s"""
+
+MAX_BATCH = 500
+"""Entries per transaction at most."""
+
+_Key = tuple[str, str, str]
+
+
+@dataclass(slots=True)
+class _Pending:
+    ts: float
+    text: str
+    stored: JSON
+    future: asyncio.Future[EventRecord] = field(repr=False)
 
 
 def _encode(data: JSON) -> str:
@@ -40,36 +57,75 @@ def _encode(data: JSON) -> str:
         raise ValueError(f"event data is not valid JSON: {exc}") from None
 
 
+async def _write(conn: Conn, *, key: _Key, batch: list[_Pending]) -> list[EventRecord]:
+    cur = await conn.execute(_LOCK_HEAD, (*key, ZERO_HASH, ZERO_HASH))
+    row = await cur.fetchone()
+    assert row is not None
+    seq, prev = int(row[0]), str(row[1])
+    records, rows = [], []
+    for item in batch:
+        seq += 1
+        digest = chain_hash(prev, seq, item.ts, item.stored)
+        records.append(EventRecord(seq, item.ts, item.stored, prev, digest))
+        rows.append((*key, seq, item.ts, item.text, prev, digest))
+        prev = digest
+    await execute_many(conn, _INSERT, rows)
+    await conn.execute(_MOVE_HEAD, (seq, prev, *key))
+    return records
+
+
 class PgEvents(Part):
     """Per-(scope, stream) hash chains; the head row is read under its row lock, never cached."""
+
+    _queues: dict[_Key, list[_Pending]] | None = None
+    _writers: dict[_Key, asyncio.Task[None]] | None = None
 
     async def append(self, scope: Scope, stream: str, data: JSON) -> EventRecord:
         tenant, ns = check_scope(scope)
         check_name("stream", stream)
         text = _encode(data)
         stored = json.loads(text)  # callers get back exactly what read() will return (tuples become lists)
-        ts = self._now()
+        key = (tenant, ns, stream)
+        loop = asyncio.get_running_loop()
+        if self._queues is None or self._writers is None:
+            self._queues, self._writers = {}, {}
+        pending = _Pending(self._now(), text, stored, loop.create_future())
+        self._queues.setdefault(key, []).append(pending)
+        if key not in self._writers:
+            self._writers[key] = loop.create_task(self._write_stream(key))
+        # Shielded: a cancelled caller must not cancel the batch its entry is in (it may be written anyway,
+        # as with any write whose caller gave up).
+        return await asyncio.shield(pending.future)
 
-        async def op(conn: Conn) -> EventRecord:
-            cur = await conn.execute(_LOCK_HEAD, (tenant, ns, stream, ZERO_HASH, ZERO_HASH))
-            row = await cur.fetchone()
-            assert row is not None
-            seq, prev = int(row[0]) + 1, str(row[1])
-            digest = chain_hash(prev, seq, ts, stored)
-            params = {
-                "tenant": tenant,
-                "ns": ns,
-                "stream": stream,
-                "seq": seq,
-                "ts": ts,
-                "data": text,
-                "prev": prev,
-                "hash": digest,
-            }
-            await conn.execute(_WRITE, params)
-            return EventRecord(seq, ts, stored, prev, digest)
+    async def _write_stream(self, key: _Key) -> None:
+        queues, writers = self._queues, self._writers
+        assert queues is not None and writers is not None
+        try:
+            while queue := queues.get(key):
+                batch, rest = queue[:MAX_BATCH], queue[MAX_BATCH:]
+                if rest:
+                    queues[key] = rest
+                else:
+                    del queues[key]
+                try:
+                    records = await self._db.transaction(partial(_write, key=key, batch=batch))
+                except BaseException as exc:
+                    for item in batch:
+                        if not item.future.done():
+                            item.future.set_exception(exc)
+                    if isinstance(exc, asyncio.CancelledError):
+                        raise
+                    continue
+                for item, record in zip(batch, records, strict=True):
+                    if not item.future.done():
+                        item.future.set_result(record)
+        finally:
+            del writers[key]
 
-        return await self._db.transaction(op)
+    async def drain(self) -> None:
+        """Wait for every append requested so far (before close)."""
+        while self._writers:
+            await asyncio.gather(*self._writers.values(), return_exceptions=True)
 
     async def read(
         self, scope: Scope, stream: str, after_seq: int = 0, limit: int = 100

@@ -140,7 +140,8 @@ class PostgresStore:
         self.kv: KVStore = PgKV(engine, clk)
         self.tuples: TupleSpace = PgTuples(engine, clk)
         self.blobs: BlobStore = PgBlobs(engine, clk)
-        self.events: EventLog = PgEvents(engine, clk)
+        self._events = PgEvents(engine, clk)
+        self.events: EventLog = self._events
         self.channels: ChannelStore = PgChannels(engine, clk)
         self.locks: LockStore = PgLocks(engine, clk)
         self._checkpoints = PgCheckpoints(engine, clk)
@@ -165,8 +166,9 @@ class PostgresStore:
             await self._engine.start(lambda conn: prepare(conn, self.schema))
 
     async def close(self) -> None:
-        """Commit every pending checkpoint, then close the pool. Later calls raise StoreClosedError."""
-        await self._checkpoints.drain()
+        """Commit every pending checkpoint and event append, then close the pool. Later calls raise
+        StoreClosedError."""
+        await asyncio.gather(self._checkpoints.drain(), self._events.drain())
         await self._engine.stop()
 
     async def __aenter__(self) -> PostgresStore:
