@@ -12,8 +12,8 @@ compare-and-set) is shared between them. Keys:
 from __future__ import annotations
 
 import re
-from contextlib import contextmanager
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from minihermes.runtime import Host, InvalidArgument, RequestContext, reset_context, set_context
@@ -31,7 +31,7 @@ def check_job_id(job_id: str, op: str) -> None:
 
 
 def ms(t: float) -> int:
-    return int(round(t * 1000))
+    return round(t * 1000)
 
 
 def job_key(job_id: str) -> str:

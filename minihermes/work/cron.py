@@ -173,7 +173,9 @@ class CronScheduler(GenServer):
         if not 1 <= limit <= 10_000:
             raise InvalidArgument("list_jobs: limit must be 1..10000", op="list_jobs", field="limit")
         rows = await self.host.kv.list("cron:job:")
-        jobs = [_job_view(v) for _, v in rows if isinstance(v, dict) and (not status or v["status"] == status)]
+        jobs = [
+            _job_view(v) for _, v in rows if isinstance(v, dict) and (not status or v["status"] == status)
+        ]
         return {"status": "ok", "jobs": jobs[:limit], "count": min(len(jobs), limit), "total": len(jobs)}
 
     @call

@@ -45,7 +45,12 @@ CHILD_PROMPT = (
 SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "goal": {"type": "string", "minLength": 1, "maxLength": 4000, "description": "What the child must do"},
+        "goal": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 4000,
+            "description": "What the child must do",
+        },
         "context": {"type": "string", "maxLength": 20000, "description": "What the child needs to know"},
         "toolsets": {
             "type": "array",
@@ -100,7 +105,9 @@ async def delegate_task(args: dict[str, Any], env: ToolEnv) -> Any:
             "child_timeout", f"the sub-agent did not finish within {CHILD_TIMEOUT:g}s", child_session=child
         ) from None
     except ActorCrashed as e:
-        raise ToolFailure("child_crashed", f"the sub-agent crashed: {e.message}", child_session=child) from None
+        raise ToolFailure(
+            "child_crashed", f"the sub-agent crashed: {e.message}", child_session=child
+        ) from None
     except ActorError as e:
         raise ToolFailure("child_failed", f"{e.code}: {e.message}", child_session=child) from None
     return {

@@ -104,7 +104,7 @@ class Goals(GenServer):
         active = await self._goals(session_id, "active")
         if len(active) >= MAX_GOALS_PER_SESSION:
             raise Conflict(f"{op}: this session has {MAX_GOALS_PER_SESSION} active goals already")
-        goal = {
+        goal: dict[str, Any] = {
             "goal_id": uuid.uuid4().hex[:12],
             "session_id": session_id,
             "text": text.strip(),
@@ -200,9 +200,7 @@ class Goals(GenServer):
         kinds = {p["name"]: p.get("kind") for p in providers.get("providers", [])}
         return kinds.get(active) == "simulated"
 
-    async def _complete(
-        self, goal: dict[str, Any], reason: str, *, by: str, turn_id: str = ""
-    ) -> None:
+    async def _complete(self, goal: dict[str, Any], reason: str, *, by: str, turn_id: str = "") -> None:
         goal.update(status="completed", completed_at=self.host.now(), reason=reason, completed_by=by)
         await self.host.kv.put(_key(goal["session_id"], goal["goal_id"]), goal)
         detail = f"goal_id={goal['goal_id']} by={by}" + (f" turn={turn_id}" if turn_id else "")

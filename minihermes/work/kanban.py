@@ -116,8 +116,8 @@ class Kanban(GenServer):
             "events": [{"seq": e.seq, "at": e.ts, **e.data} for e in events],
         }
 
-    @call
-    async def list(
+    @call(name="list")
+    async def list_tasks(
         self,
         status: StatusFilter = "",
         assignee: str = "",
@@ -326,7 +326,7 @@ class Kanban(GenServer):
             "total": len(cards),
             "by_status": by_status,
             "archived": sum(1 for c in cards if c["archived"]),
-            "claimed": sum(1 for c in cards if c["claim"]),
+            "claimed": sum(1 for c in cards if c["claim"] is not None),
             "expired_claims": sum(1 for c in cards if c["claim"] and c["claim"]["expires_at"] < now),
         }
 

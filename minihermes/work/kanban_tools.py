@@ -44,7 +44,11 @@ OPS: dict[str, tuple[str, dict[str, Any], str]] = {
         ),
         MUTATING,
     ),
-    "show": ("Show a task, its events and its dependencies' summaries.", _obj({"task_id": _ID}, ("task_id",)), READ),
+    "show": (
+        "Show a task, its events and its dependencies' summaries.",
+        _obj({"task_id": _ID}, ("task_id",)),
+        READ,
+    ),
     "list": (
         "List tasks, optionally by status or assignee.",
         _obj(
@@ -76,19 +80,46 @@ OPS: dict[str, tuple[str, dict[str, Any], str]] = {
         _obj({"task_id": _ID, "assignee": {"type": "string", "maxLength": 200}}, ("task_id", "assignee")),
         MUTATING,
     ),
-    "move": ("Move a task to a status column.", _obj({"task_id": _ID, "status": _STATUS}, ("task_id", "status")), MUTATING),
-    "comment": ("Comment on a task.", _obj({"task_id": _ID, "text": _TEXT}, ("task_id", "text")), MUTATING),
-    "block": ("Block a task you are stuck on, with the reason.", _obj({"task_id": _ID, "reason": _TEXT}, ("task_id", "reason")), MUTATING),
-    "unblock": ("Unblock a task.", _obj({"task_id": _ID}, ("task_id",)), MUTATING),
-    "start": ("Claim a ready task.", _obj({"task_id": _ID, "worker": _WORKER, "ttl": _TTL}, ("task_id",)), MUTATING),
-    "heartbeat": ("Keep your claim on a task alive.", _obj({"task_id": _ID, "worker": _WORKER, "ttl": _TTL}, ("task_id",)), MUTATING),
-    "complete": (
-        "Complete a task with a summary the next task can read.",
-        _obj({"task_id": _ID, "summary": _TEXT, "metadata": {"type": "object"}, "worker": _WORKER}, ("task_id", "summary")),
+    "move": (
+        "Move a task to a status column.",
+        _obj({"task_id": _ID, "status": _STATUS}, ("task_id", "status")),
         MUTATING,
     ),
-    "fail": ("Give up on your attempt at a task, with the reason.", _obj({"task_id": _ID, "reason": _TEXT, "worker": _WORKER}, ("task_id", "reason")), MUTATING),
-    "cancel": ("Cancel a task.", _obj({"task_id": _ID, "reason": {"type": "string", "maxLength": 2000}}, ("task_id",)), MUTATING),
+    "comment": ("Comment on a task.", _obj({"task_id": _ID, "text": _TEXT}, ("task_id", "text")), MUTATING),
+    "block": (
+        "Block a task you are stuck on, with the reason.",
+        _obj({"task_id": _ID, "reason": _TEXT}, ("task_id", "reason")),
+        MUTATING,
+    ),
+    "unblock": ("Unblock a task.", _obj({"task_id": _ID}, ("task_id",)), MUTATING),
+    "start": (
+        "Claim a ready task.",
+        _obj({"task_id": _ID, "worker": _WORKER, "ttl": _TTL}, ("task_id",)),
+        MUTATING,
+    ),
+    "heartbeat": (
+        "Keep your claim on a task alive.",
+        _obj({"task_id": _ID, "worker": _WORKER, "ttl": _TTL}, ("task_id",)),
+        MUTATING,
+    ),
+    "complete": (
+        "Complete a task with a summary the next task can read.",
+        _obj(
+            {"task_id": _ID, "summary": _TEXT, "metadata": {"type": "object"}, "worker": _WORKER},
+            ("task_id", "summary"),
+        ),
+        MUTATING,
+    ),
+    "fail": (
+        "Give up on your attempt at a task, with the reason.",
+        _obj({"task_id": _ID, "reason": _TEXT, "worker": _WORKER}, ("task_id", "reason")),
+        MUTATING,
+    ),
+    "cancel": (
+        "Cancel a task.",
+        _obj({"task_id": _ID, "reason": {"type": "string", "maxLength": 2000}}, ("task_id",)),
+        MUTATING,
+    ),
     "archive": ("Archive a done or cancelled task.", _obj({"task_id": _ID}, ("task_id",)), MUTATING),
     "stats": ("Counts of tasks per status.", _obj({}), READ),
 }
@@ -115,4 +146,6 @@ def _handler(op: str) -> Any:
 
 def register() -> None:
     for op, (description, schema, effects) in OPS.items():
-        register_builtin_tool(Kind(f"kanban_{op}", description, schema, effects, TRUSTED, requires="kanban"), _handler(op))
+        register_builtin_tool(
+            Kind(f"kanban_{op}", description, schema, effects, TRUSTED, requires="kanban"), _handler(op)
+        )

@@ -99,7 +99,9 @@ class KanbanWorker(GenServer):
                 shown = await self.host.ask("kanban", "show", {"task_id": task_id})
                 prompt = worker_prompt(card, shown["dependencies"])
                 try:
-                    reply = await run_turn_once(self.host, session, session, prompt, timeout=self.turn_timeout)
+                    reply = await run_turn_once(
+                        self.host, session, session, prompt, timeout=self.turn_timeout
+                    )
                 except ActorError as e:
                     await self._report_failure(task_id, session, f"{e.code}: {e.message}")
                     return

@@ -39,7 +39,9 @@ class Orchestrator(Workflow):
             wave = [s for s in plan if s.n not in results and all(d in results for d in s.after)]
             outs = await asyncio.gather(
                 *(
-                    self.step(f"sub:{s.n}", self._run_sub, task_id, s.to_dict(), [results[d] for d in s.after])
+                    self.step(
+                        f"sub:{s.n}", self._run_sub, task_id, s.to_dict(), [results[d] for d in s.after]
+                    )
                     for s in wave
                 )
             )
@@ -81,7 +83,9 @@ class Orchestrator(Workflow):
                 plan = plan_from_llm(str(reply["response"].get("content") or ""), self.max_subtasks)
                 source = "llm"
             except ActorError as e:
-                self.host.log.info("orchestrator: LLM plan unavailable (%s); planning deterministically", e.code)
+                self.host.log.info(
+                    "orchestrator: LLM plan unavailable (%s); planning deterministically", e.code
+                )
         if not plan:
             plan, source = plan_deterministic(task, self.max_subtasks), "deterministic"
         self.host.log.debug("orchestrator plan (%s): %s", source, [s.task for s in plan])
@@ -90,7 +94,9 @@ class Orchestrator(Workflow):
     async def _simulated(self) -> bool:
         providers = await self.host.ask("llm_gateway", "list_providers", {})
         active = providers.get("active", {}).get("provider")
-        return any(p["name"] == active and p.get("kind") == "simulated" for p in providers.get("providers", []))
+        return any(
+            p["name"] == active and p.get("kind") == "simulated" for p in providers.get("providers", [])
+        )
 
     async def _run_sub(
         self, task_id: str, sub: dict[str, Any], inputs: list[dict[str, Any]]

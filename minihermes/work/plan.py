@@ -30,8 +30,13 @@ VERBS = frozenset(
     summarize tell test translate update verify write""".split()
 )
 _SEQ = re.compile(r"\s*(?:,\s*)?\b(?:and\s+then|then|after\s+that|afterwards|finally|next)\b\s*,?\s*", re.I)
-_REFERS = re.compile(r"\b(?:the\s+(?:result|results|answer|output|above|findings|list|summary)|it|its|that|them|those|this)\b", re.I)
-_ALL = re.compile(r"\b(?:them|those|these|both|all\s+of\s+(?:it|them)|the\s+(?:results|findings|answers))\b", re.I)
+_REFERS = re.compile(
+    r"\b(?:the\s+(?:result|results|answer|output|above|findings|list|summary)|it|its|that|them|those|this)\b",
+    re.I,
+)
+_ALL = re.compile(
+    r"\b(?:them|those|these|both|all\s+of\s+(?:it|them)|the\s+(?:results|findings|answers))\b", re.I
+)
 _ITEM = re.compile(r"^\s*(?:\d+[.)]|[-*\u2022])\s+(?P<text>.+)$")
 
 

@@ -78,7 +78,9 @@ class CronRunner(GenServer):
 
     async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
         self.run_timeout = float(args.get("run_timeout", 300))
-        self._loop = ConsumerLoop(self, CHANNEL, int(args.get("max_concurrent", 8)), float(args.get("poll", 0.5)))
+        self._loop = ConsumerLoop(
+            self, CHANNEL, int(args.get("max_concurrent", 8)), float(args.get("poll", 0.5))
+        )
         self._session_locks: dict[str, asyncio.Lock] = {}
         self._stats = {"completed": 0, "failed": 0, "retried": 0, "skipped_duplicates": 0, "delivered": 0}
         self._audit = self.host.has_actor("audit_event")

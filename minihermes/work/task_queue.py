@@ -98,9 +98,13 @@ class TaskQueue(GenServer):
         if not ctx.roles & _WRITERS:
             raise PermissionDenied(f"{op}: a read-only role cannot enqueue tasks", op=op)
         if not TYPE.match(task_type):
-            raise InvalidArgument(f"{op}: task_type must be 1-64 letters, digits, '_', '.', '-'", field="task_type")
+            raise InvalidArgument(
+                f"{op}: task_type must be 1-64 letters, digits, '_', '.', '-'", field="task_type"
+            )
         if len(idempotency_key) > 200:
-            raise InvalidArgument(f"{op}: idempotency_key is longer than 200 characters", field="idempotency_key")
+            raise InvalidArgument(
+                f"{op}: idempotency_key is longer than 200 characters", field="idempotency_key"
+            )
         if task_type not in self.types:
             await self._declare(task_type)
             self.types = sorted({*self.types, task_type})
@@ -145,9 +149,7 @@ class TaskQueue(GenServer):
         # Waiting happens off the mailbox: acks and other consumers' dequeues go on meanwhile.
         return Deferred(self.host.spawn(self._receive(types, limit, timeout_ms / 1000, vt)))
 
-    async def _receive(
-        self, types: list[str], limit: int, wait: float, vt: float | None
-    ) -> dict[str, Any]:
+    async def _receive(self, types: list[str], limit: int, wait: float, vt: float | None) -> dict[str, Any]:
         got: list[ChannelMessage] = []
         clock = self.host.clock
         deadline = clock.monotonic() + wait
@@ -218,8 +220,14 @@ class TaskQueue(GenServer):
             raise InvalidArgument("dead_letters: limit must be 1..1000", field="limit")
         dead = await self.host.channels.dead_letters(channel_of(task_type), limit)
         items = [
-            {"msg_id": d.msg_id, "task_type": d.msg_type, "payload": (d.payload or {}).get("payload"),
-             "deliveries": d.deliveries, "reason": d.reason, "dead_at": d.dead_at}
+            {
+                "msg_id": d.msg_id,
+                "task_type": d.msg_type,
+                "payload": (d.payload or {}).get("payload"),
+                "deliveries": d.deliveries,
+                "reason": d.reason,
+                "dead_at": d.dead_at,
+            }
             for d in dead
         ]
         return {"status": "ok", "dead_letters": items, "count": len(items)}

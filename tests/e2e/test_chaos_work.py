@@ -55,7 +55,11 @@ async def test_cron_runs_and_queued_tasks_survive_sigkill_exactly_once(server_fa
                     c,
                     "cron_scheduler",
                     "create_job",
-                    {"job_id": f"chaos-{i}", "prompt": f"remember that cron_key_{i} is cval_{i}", "schedule": at},
+                    {
+                        "job_id": f"chaos-{i}",
+                        "prompt": f"remember that cron_key_{i} is cval_{i}",
+                        "schedule": at,
+                    },
                 )
                 for i in range(JOBS)
             )
@@ -121,7 +125,9 @@ async def test_cron_runs_and_queued_tasks_survive_sigkill_exactly_once(server_fa
             assert got["found"] and got["value"] == f"cval_{i}"
         for i, m in enumerate(msg_ids):
             result = (await call(c, "task_queue", "get_result", {"msg_id": m}))["result"]
-            history = (await call(c, "agent", "get_history", {"session_id": result["session_id"]}))["messages"]
+            history = (await call(c, "agent", "get_history", {"session_id": result["session_id"]}))[
+                "messages"
+            ]
             assert user_turns(history) == 1 and memory_stores(history) == 1, (m, history)
             got = await call(c, "memory", "recall_memory", {"key": f"task_key_{i}"})
             assert got["found"] and got["value"] == f"tval_{i}"

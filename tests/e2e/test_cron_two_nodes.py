@@ -4,6 +4,7 @@ the survivor takes over the schedule when the leader is SIGKILLed."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import sys
 from collections import Counter
@@ -86,13 +87,13 @@ async def check_once_per_slot(c: httpx.AsyncClient) -> None:
     """Each job's runs sit on consecutive schedule slots (none skipped, none twice), and each run id was
     executed once (one cron_executed audit event). A run the killed node had in flight may still be
     running (it comes back after the channel's visibility timeout), so slots count runs in any state."""
-    events = (await call(c, "audit_event", "query_events", {"event_type": "cron_executed", "limit": 1000}))
+    events = await call(c, "audit_event", "query_events", {"event_type": "cron_executed", "limit": 1000})
     executed = Counter(e["detail"].split("run_id=")[1] for e in events["events"])
     assert executed and max(executed.values()) == 1, executed.most_common(3)
     for i in range(JOBS):
         runs = await all_runs(c, f"two-{i}")
         slots = [r["scheduled_at"] for r in runs]
-        assert all(abs((b - a) - PERIOD) < 1e-6 for a, b in zip(slots, slots[1:])), slots
+        assert all(abs((b - a) - PERIOD) < 1e-6 for a, b in itertools.pairwise(slots)), slots
         assert len({r["run_id"] for r in runs}) == len(runs)
 
 
@@ -113,7 +114,11 @@ async def test_two_nodes_on_one_store_fire_each_job_once_per_schedule(tmp_path):
                     ca,
                     "cron_scheduler",
                     "create_job",
-                    {"job_id": f"two-{i}", "prompt": f"calculate {i} + 1", "schedule": f"every {int(PERIOD)}s"},
+                    {
+                        "job_id": f"two-{i}",
+                        "prompt": f"calculate {i} + 1",
+                        "schedule": f"every {int(PERIOD)}s",
+                    },
                 )
             # Both nodes run a scheduler and a runner for the tenant and compete for every tick.
             assert len((await call(cb, "cron_scheduler", "list_jobs", {}))["jobs"]) == JOBS

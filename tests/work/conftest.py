@@ -37,6 +37,8 @@ async def app_node(tmp_path: Path, clock: ManualClock) -> AsyncIterator[Callable
     async def factory(data_dir: Path | None = None, *, scripted: bool = False, **args: Any) -> Node:
         """``scripted``: the LLM gateway is ``doubles.ScriptedGateway``; ``args``: actor name -> its args."""
         config = default_config(data_dir or tmp_path / "data")
+        # The semantic extra's model takes seconds to load and is not what these tests are about.
+        args = {"memory": {"semantic": False}, "skill_store": {"semantic": "off"}, **args}
         for spec in config.tree.walk():
             if scripted and spec.name == "llm_gateway":
                 spec.cls = ScriptedGateway

@@ -58,7 +58,9 @@ class ScriptedGateway(GenServer):
         if session_id in SCRIPT.fail:
             raise ActorError("scripted failure", code="llm_unavailable")
         got = SCRIPT.answer(session_id, messages)
-        response = got if isinstance(got, dict) else {"content": got, "stop_reason": "end_turn", "tool_calls": []}
+        response = (
+            got if isinstance(got, dict) else {"content": got, "stop_reason": "end_turn", "tool_calls": []}
+        )
         return {"status": "ok", "response": response, "provider": "scripted", "model": "test"}
 
     @call

@@ -35,7 +35,9 @@ def finished(node: Node, job_id: str, n: int, status: str = "completed"):
 
 async def test_job_crud_and_structured_errors(app_node):
     node = await app_node(scripted=True)
-    made = await cron(node, "create_job", job_id="digest", prompt="Summarize pending tasks", schedule="every_24h")
+    made = await cron(
+        node, "create_job", job_id="digest", prompt="Summarize pending tasks", schedule="every_24h"
+    )
     assert made["schedule"] == "every_86400s" and made["next_run_at"] == node.clock.time() + 86400
     with pytest.raises(ActorError) as e:
         await cron(node, "create_job", job_id="digest", prompt="x", schedule="every_1h")
@@ -113,10 +115,14 @@ async def test_misfire_policy_after_downtime(app_node, clock, tmp_path, policy, 
 async def test_failed_runs_are_recorded_and_retried_with_backoff_up_to_the_limit(app_node, clock):
     node = await app_node(scripted=True)
     doubles.SCRIPT.fail.add("cron:f")
-    await cron(node, "create_job", job_id="f", prompt="p", schedule="every_1h", max_retries=2, retry_backoff=10)
+    await cron(
+        node, "create_job", job_id="f", prompt="p", schedule="every_1h", max_retries=2, retry_backoff=10
+    )
     await cron(node, "run_now", job_id="f")
     run = (await until(finished(node, "f", 1, "retrying")))[0]
-    assert run["error"]["code"] == "llm_unavailable" and run["next_attempt_at"] == pytest.approx(run["finished_at"] + 10)
+    assert run["error"]["code"] == "llm_unavailable" and run["next_attempt_at"] == pytest.approx(
+        run["finished_at"] + 10
+    )
     await ticks(clock, 10)
     await until(lambda: _attempt(node, "f", 1, "retrying"))
     again = (await runs_of(node, "f"))[0]
@@ -184,7 +190,10 @@ async def test_a_redelivered_completed_run_is_not_executed_again(app_node, clock
     calls = len(doubles.SCRIPT.calls)
     # The same run id arrives again (a node that crashed before its ack, or a second leader).
     msg = await node.store.channels.send(
-        ("acme", "default"), "cron:pending", "cron_run", {"run_id": run["run_id"], "job_id": "d", "attempt": 0}
+        ("acme", "default"),
+        "cron:pending",
+        "cron_run",
+        {"run_id": run["run_id"], "job_id": "d", "attempt": 0},
     )
     node.channel_event(("acme", "default"), "cron:pending").set()
 

@@ -13,7 +13,11 @@ from .conftest import ACME
 
 
 def delegate(goal: str, toolsets: list[str]) -> dict:
-    call = {"id": "c1", "name": "delegate_task", "input": {"goal": goal, "context": "ctx", "toolsets": toolsets}}
+    call = {
+        "id": "c1",
+        "name": "delegate_task",
+        "input": {"goal": goal, "context": "ctx", "toolsets": toolsets},
+    }
     return {"content": "", "stop_reason": "tool_use", "tool_calls": [call]}
 
 
@@ -57,7 +61,9 @@ async def test_nested_delegation_has_a_depth_limit(app_node):
     reply = await node.ask("agent", "chat", {"message": "parent-goal", "session_id": "p"}, ctx=ACME)
     level1 = json.loads(reply["response"].removeprefix("parent saw: "))
     assert level1["depth"] == 1
-    children = sorted((s for s in doubles.SCRIPT.tools if s.startswith("delegate:")), key=doubles.SCRIPT.calls.index)
+    children = sorted(
+        (s for s in doubles.SCRIPT.tools if s.startswith("delegate:")), key=doubles.SCRIPT.calls.index
+    )
     assert len(children) == MAX_DEPTH
     assert "delegate_task" not in doubles.SCRIPT.tools[children[-1]]  # the last level is not offered it
     assert "delegate_task" in doubles.SCRIPT.tools[children[0]]

@@ -73,7 +73,9 @@ async def test_a_turn_that_reaches_the_goal_completes_it_and_is_audited(app_node
 async def test_the_llm_judge_and_the_turn_budget(app_node):
     node = await app_node(scripted=True)
     verdicts = {"s1": '{"done": false, "reason": "not yet"}'}
-    doubles.SCRIPT.answer = lambda s, m: verdicts.get(s, "working on it") if "judge" in m[0]["content"] else "ok"
+    doubles.SCRIPT.answer = lambda s, m: (
+        verdicts.get(s, "working on it") if "judge" in m[0]["content"] else "ok"
+    )
     a = await goals(node, "set_goal", session_id="s1", text="write the report", max_turns=2)
     for turn in ("t1", "t1", "t2"):  # the repeated notice of t1 is judged once
         await node.ask(

@@ -43,12 +43,23 @@ async def test_the_fifteen_operations(app_node):
         {"task_id": t1, "title": "Research topic", "status": "done", "summary": "sources: seeds 000-004"}
     ]
     events = [e["type"] for e in (await kb(node, "show", task_id=t1))["events"]]
-    assert events == ["created", "updated", "assigned", "commented", "blocked", "unblocked", "claimed", "completed"]
+    assert events == [
+        "created",
+        "updated",
+        "assigned",
+        "commented",
+        "blocked",
+        "unblocked",
+        "claimed",
+        "completed",
+    ]
     t3 = (await kb(node, "create", title="Spare"))["task_id"]
     await kb(node, "cancel", task_id=t3, reason="not needed")
     await kb(node, "archive", task_id=t3)
     assert [t["task_id"] for t in (await kb(node, "list"))["tasks"]] == [t1, t2]
-    assert [t["task_id"] for t in (await kb(node, "list", include_archived=True, status="cancelled"))["tasks"]] == [t3]
+    assert [
+        t["task_id"] for t in (await kb(node, "list", include_archived=True, status="cancelled"))["tasks"]
+    ] == [t3]
     with pytest.raises(ActorError) as e:
         await kb(node, "delete", task_id=t1)  # t2 depends on it
     assert e.value.code == "conflict"
@@ -84,7 +95,11 @@ async def test_claims_are_atomic_and_need_heartbeats(app_node, clock):
     await kb(node, "start", task_id=t, worker="w9", ttl=30)
     await kb(node, "fail", task_id=t, worker="w9", reason="tool crashed")
     c = await card(node, t)
-    assert c["status"] == "blocked" and "failed 2 times" in c["blocked_reason"] and "tool crashed" in c["blocked_reason"]
+    assert (
+        c["status"] == "blocked"
+        and "failed 2 times" in c["blocked_reason"]
+        and "tool crashed" in c["blocked_reason"]
+    )
 
 
 async def test_agent_workers_follow_the_protocol_and_hand_off(app_node, clock):
@@ -130,17 +145,40 @@ async def test_a_card_whose_turns_fail_twice_is_blocked(app_node, clock):
 async def test_the_kanban_tools(app_node):
     node = await app_node(scripted=True)
     tools = {t["name"] for t in (await node.ask("tool_executor", "list_tools", {}, ctx=ACME))["tools"]}
-    ops = ["create", "show", "list", "update", "delete", "assign", "move", "comment", "block", "unblock",
-           "start", "complete", "cancel", "archive", "stats", "heartbeat"]
+    ops = [
+        "create",
+        "show",
+        "list",
+        "update",
+        "delete",
+        "assign",
+        "move",
+        "comment",
+        "block",
+        "unblock",
+        "start",
+        "complete",
+        "cancel",
+        "archive",
+        "stats",
+        "heartbeat",
+    ]
     assert {f"kanban_{op}" for op in ops} <= tools
     run = await node.ask(
-        "tool_executor", "execute", {"name": "kanban_create", "input": {"title": "From a tool"}, "session_id": "s"},
+        "tool_executor",
+        "execute",
+        {"name": "kanban_create", "input": {"title": "From a tool"}, "session_id": "s"},
         ctx=ACME,
     )
     assert run["status"] == "ok" and run["result"]["task_id"] == "t1"
     claim = await node.ask(
-        "tool_executor", "execute", {"name": "kanban_start", "input": {"task_id": "t1"}, "session_id": "s"}, ctx=ACME
+        "tool_executor",
+        "execute",
+        {"name": "kanban_start", "input": {"task_id": "t1"}, "session_id": "s"},
+        ctx=ACME,
     )
     assert claim["result"]["task"]["claim"]["worker"] == "s"  # the calling session holds the claim
-    bad = await node.ask("tool_executor", "execute", {"name": "kanban_show", "input": {"task_id": "t7"}}, ctx=ACME)
+    bad = await node.ask(
+        "tool_executor", "execute", {"name": "kanban_show", "input": {"task_id": "t7"}}, ctx=ACME
+    )
     assert bad["status"] == "error" and bad["error"]["code"] == "not_found"

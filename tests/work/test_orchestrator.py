@@ -61,11 +61,16 @@ async def test_an_llm_plan_runs_independent_sub_tasks_concurrently(app_node):
 async def test_an_unusable_llm_plan_falls_back_to_the_deterministic_planner(app_node):
     node = await app_node(scripted=True)
     scripted("I would rather not.")
-    out = (await orch(node, "workflow_run", task="calculate 6*7 and remember the result", task_id="o2"))["result"]
+    out = (await orch(node, "workflow_run", task="calculate 6*7 and remember the result", task_id="o2"))[
+        "result"
+    ]
     assert [s["task"] for s in out["sub_results"]] == ["calculate 6*7", "remember the result"]
-    assert "result of [calculate 6*7]" in (
-        await node.ask("agent", "get_history", {"session_id": "orch:o2:1"}, ctx=ACME)
-    )["messages"][0]["content"]
+    assert (
+        "result of [calculate 6*7]"
+        in (await node.ask("agent", "get_history", {"session_id": "orch:o2:1"}, ctx=ACME))["messages"][0][
+            "content"
+        ]
+    )
 
 
 async def test_a_restart_mid_run_does_not_redo_finished_sub_tasks(app_node, clock):

@@ -44,7 +44,9 @@ def test_a_cron_expression_fires_in_its_time_zone():
 
 def test_a_one_shot_iso_time():
     s = parse_schedule("2027-01-01T10:00:00Z")
-    assert s.kind == "once" and s.first_fire(T0) == datetime(2027, 1, 1, 10, tzinfo=ZoneInfo("UTC")).timestamp()
+    assert (
+        s.kind == "once" and s.first_fire(T0) == datetime(2027, 1, 1, 10, tzinfo=ZoneInfo("UTC")).timestamp()
+    )
     assert s.following(s.at, s.at + 10) is None and s.advance(s.at, s.at + 1000) == []
     naive = parse_schedule("2027-01-01 10:00", tz="Asia/Tokyo")
     assert naive.at == datetime(2027, 1, 1, 10, tzinfo=ZoneInfo("Asia/Tokyo")).timestamp()
@@ -59,7 +61,9 @@ def test_missed_fires_after_downtime_are_listed_and_the_next_is_on_the_grid():
     assert c.advance(fired, fired + 3600) == [fired + 900 * k for k in range(1, 5)]
 
 
-@pytest.mark.parametrize("text", ["", "every_0m", "sometimes", "61 * * * *", "every 2 weeks", "2026-13-40T00:00"])
+@pytest.mark.parametrize(
+    "text", ["", "every_0m", "sometimes", "61 * * * *", "every 2 weeks", "2026-13-40T00:00"]
+)
 def test_invalid_schedules_are_structured_errors_naming_them(text):
     with pytest.raises(InvalidArgument) as e:
         parse_schedule(text)

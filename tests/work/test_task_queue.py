@@ -32,7 +32,9 @@ async def test_enqueue_dequeue_ack_nack_and_stats(app_node):
     assert [t["msg_id"] for t in again] == [b["msg_id"]] and again[0]["deliveries"] == 2
     await tq(node, "nack", msg_id=b["msg_id"], requeue=False, reason="bad address")
     stats = await tq(node, "get_stats")
-    assert {k: stats[k] for k in ("enqueued", "completed", "failed", "depth", "in_flight", "dead_lettered")} == {
+    assert {
+        k: stats[k] for k in ("enqueued", "completed", "failed", "depth", "in_flight", "dead_lettered")
+    } == {
         "enqueued": 2,
         "completed": 1,
         "failed": 2,
