@@ -239,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.sessions, args.asks = 60, 300
     env = {k: v for k, v in os.environ.items() if k.startswith("MINIHERMES_")}
+    # No failover here: a long heartbeat TTL keeps overloaded nodes from fencing themselves mid-run.
+    env.setdefault("MINIHERMES_DEMO_NODE_TTL", "20s")
     started = None
     if not all(env.get(k) for k in NATS_KEYS):
         if local_nats.find_server() is None:

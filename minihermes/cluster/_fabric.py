@@ -129,6 +129,7 @@ class Cluster:
         await self._hb.start(self._dir.heartbeat_value(node.local_directory(), self._watched_topics()))
         self._dir.heartbeat = self._hb
         self.spawn(self._heartbeat_loop())
+        self.spawn(self._reminder_loop())
         self.spawn(self._pump())
         log.info("node %s joined cluster %s at %s", node.node_id, s.name, s.nats_url)
 
@@ -382,7 +383,7 @@ class Cluster:
 
     async def _heartbeat_loop(self) -> None:
         """Feed the heartbeat thread (directory changes, proof that this loop runs), fence when our heartbeat
-        is overdue, forget silent peers, re-arm reminders."""
+        is overdue, forget silent peers. It awaits nothing but its timer."""
         s, d, node, hb = self.settings, self.directory, self.node, self._hb
         assert hb is not None
         while True:
@@ -400,7 +401,16 @@ class Cluster:
             if d.beat_overdue():
                 self._fence()  # cut off, or this loop stalled: our heartbeat may expire any moment
             d.sweep()
-            await node.rearm_reminders()  # in case a reminder notice from another node was missed
+
+    async def _reminder_loop(self) -> None:
+        """Re-arm this node's reminder timer now and then, in case a notice from another node was missed (its
+        own task: a slow store must not hold up the heartbeat loop)."""
+        while True:
+            await asyncio.sleep(self.settings.heartbeat)
+            try:
+                await self.node.rearm_reminders()
+            except Exception as e:
+                log.warning("re-arming reminders failed: %r", e)
 
     def _fence(self) -> None:
         """Our heartbeat may have expired: others may take our actors, so they must not run here."""
