@@ -102,7 +102,7 @@ class Remote:
             )
         except httpx.HTTPError as e:
             raise CommandError("connection_failed", f"{self.where}: {type(e).__name__}: {e}") from None
-        return _body(resp)
+        return reply_body(resp)
 
     async def _load(self) -> dict[str, set[str]]:
         import httpx
@@ -112,7 +112,7 @@ class Remote:
                 resp = await self.client.get("/api/v1/actors")
             except httpx.HTTPError as e:
                 raise CommandError("connection_failed", f"{self.where}: {type(e).__name__}: {e}") from None
-            body = _body(resp)
+            body = reply_body(resp)
             actors = body.get("actors", body) if isinstance(body, dict) else body
             catalog: dict[str, set[str]] = {}
             for entry in actors if isinstance(actors, list) else []:
@@ -128,7 +128,8 @@ class Remote:
         return (await self._load()).get(actor, set())
 
 
-def _body(resp: Any) -> Any:
+def reply_body(resp: Any) -> Any:
+    """An HTTP response's JSON body; an error status raises ``CommandError`` with the API's code and field."""
     try:
         body = resp.json()
     except ValueError:

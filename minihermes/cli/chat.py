@@ -17,11 +17,12 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from rich.console import Console
 from rich.markup import escape
 
-from ._backend import Backend, CommandError, Embedded, Remote, open_backend
+from ._backend import Backend, CommandError, Embedded, Remote, open_backend, reply_body
 from .commands import NotEnabled, pick_op
 
 ReadLine = Callable[[str], Awaitable[str]]
@@ -137,9 +138,7 @@ class ChatLoop:
         if not isinstance(self.backend, Remote):
             return
         resp = await self.backend.client.get("/api/v1/whoami")
-        from ._backend import _body
-
-        roles = set(_body(resp).get("roles", []))
+        roles = set(reply_body(resp).get("roles", []))
         if roles & {"admin", "viewer"}:
             return
         self._own_sessions = True
@@ -218,32 +217,34 @@ class ChatLoop:
             with_sub.close()
 
     async def _remote_turn(self, backend: Remote, message: str, renderer: Renderer) -> dict[str, Any]:
-        path = f"/api/v1/sessions/{self.session}/messages"
+        import httpx
+
+        path = f"/api/v1/sessions/{quote(self.session, safe='')}/messages"
         final: dict[str, Any] | None = None
         try:
             async with backend.client.stream("POST", path, json={"content": message, "stream": True}) as resp:
                 if resp.status_code in (404, 405):
-                    final = None  # a server without streaming: ask the agent directly
-                elif resp.status_code >= 400:
+                    # A server without streaming (or a session it refuses: agent.chat says which).
+                    reply: dict[str, Any] = await backend.ask(
+                        "agent", "chat", {"message": message, "session_id": self.session}
+                    )
+                    return reply
+                if resp.status_code >= 400:
                     await resp.aread()
-                    from ._backend import _body
-
-                    _body(resp)
-                else:
-                    async for event in sse_events(resp.aiter_lines()):
-                        if event.get("type") == "final":
-                            final = event.get("reply", event)
-                        elif event.get("type") == "error":
-                            err = event.get("error", event)
-                            raise CommandError(str(err.get("code", "error")), str(err.get("message", "")))
-                        else:
-                            renderer.event(event)
-                    if final is None:
-                        raise CommandError("stream_ended", "the stream ended without a final reply")
-        except CommandError:
-            raise
+                    reply_body(resp)  # raises the API's structured error
+                async for event in sse_events(resp.aiter_lines()):
+                    kind = event.get("type")
+                    if kind == "final":
+                        final = event.get("reply", event)
+                    elif kind == "error":
+                        err = event.get("error", event)
+                        raise CommandError(str(err.get("code", "error")), str(err.get("message", "")))
+                    else:
+                        renderer.event(event)
+        except httpx.HTTPError as e:
+            raise CommandError("connection_failed", f"{backend.where}: {type(e).__name__}: {e}") from None
         if final is None:
-            final = await backend.ask("agent", "chat", {"message": message, "session_id": self.session})
+            raise CommandError("stream_ended", "the stream ended without a final reply")
         return final
 
     # -- slash commands -----------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ async def _chat(*args: str, stdin: str) -> str:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), 120)
+    out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), 300)  # a loaded CI machine
     assert proc.returncode == 0, err.decode()
     return out.decode()
 
@@ -75,7 +75,7 @@ async def test_scripting_commands_against_a_running_server(server_factory):
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
-        out, err = await asyncio.wait_for(proc.communicate(), 120)
+        out, err = await asyncio.wait_for(proc.communicate(), 300)
         assert proc.returncode == 0, err.decode()
         return out.decode()
 
