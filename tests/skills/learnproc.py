@@ -24,7 +24,7 @@ def tree(gateway_args: dict[str, object]) -> SupervisorSpec:
         children=[
             ActorSpec("agent", HistoryAgent, virtual=True, key_field="session_id"),
             ActorSpec("llm_gateway", SimGateway, per_tenant=True, args=gateway_args),
-            ActorSpec("skill_store", SkillStore, per_tenant=True),
+            ActorSpec("skill_store", SkillStore, per_tenant=True, args={"semantic": "off"}),
             ActorSpec("skill_workflow", SkillWorkflow, virtual=True, idle_timeout=None),
         ],
     )

@@ -20,7 +20,14 @@ async def _active_skills(node: Node) -> list[dict[str, Any]]:
 
 
 async def test_a_second_request_of_a_learned_family_takes_fewer_iterations(tmp_path: Path) -> None:
-    node = build_agent_node(default_config(tmp_path / "data"), clock=ManualClock())
+    config = default_config(tmp_path / "data")
+    for spec in config.tree.walk():
+        # Embedding models off (their load takes minutes on a busy machine); test_semantic.py covers fusion.
+        if spec.name == "skill_store":
+            spec.args["semantic"] = "off"
+        elif spec.name == "memory":
+            spec.args["semantic"] = False
+    node = build_agent_node(config, clock=ManualClock())
     await node.start()
     try:
         first = await node.ask(

@@ -285,7 +285,7 @@ async def test_skill_md_import_and_export_round_trip(make_node, tmp_path):
 
 
 async def test_bad_input_is_a_structured_error(make_node):
-    node = await make_node([ActorSpec("skill_store", SkillStore, per_tenant=True)])
+    node = await make_node([ActorSpec("skill_store", SkillStore, per_tenant=True, args={"semantic": "off"})])
     for bad in ({"name": ""}, {"name": "x" * 65}, {"description": "d" * 1025}, {"procedure": " "}):
         with pytest.raises(ActorError) as e:
             await _propose(node, **bad)
