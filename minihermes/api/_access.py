@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import logging
 import math
+import re
 from typing import Any
 
 from fastapi import Request
@@ -19,6 +20,8 @@ from ._errors import ApiError, forbidden, invalid
 
 log = logging.getLogger("minihermes.api")
 _SESSION_ACTOR = "session_manager"
+MAX_KEY_CHARS = 512
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _AUDIT_ACTOR = "audit_event"
 
 
@@ -135,3 +138,17 @@ def timeout_of(state: ApiState, request: Request, default: float | None = None) 
     if not (math.isfinite(value) and 0 < value <= state.max_timeout):
         raise invalid(f"timeout must be a number of seconds in (0, {state.max_timeout:g}]", field="timeout")
     return value
+
+
+def check_key(info: ActorInfo, payload: dict[str, Any]) -> None:
+    """The key of a per-session (virtual) actor names its storage: printable and bounded, else 422 here,
+    before the runtime tries to activate an instance under it."""
+    field = info.key_field
+    value = payload.get(field) if field else None
+    if isinstance(value, str) and value:
+        check_key_value(field or "key", value)
+
+
+def check_key_value(field: str, value: str) -> None:
+    if len(value) > MAX_KEY_CHARS or _CONTROL.search(value):
+        raise invalid(f"{field} must be 1-{MAX_KEY_CHARS} printable characters", field=field)

@@ -14,7 +14,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from minihermes.runtime import Node, RequestContext
 
-from ._access import authorize, enforce_ownership, find_actor, find_op, read_body, restricted, timeout_of
+from ._access import (
+    authorize,
+    check_key,
+    enforce_ownership,
+    find_actor,
+    find_op,
+    read_body,
+    restricted,
+    timeout_of,
+)
 from ._auth import AuthConfig, Authenticator
 from ._catalog import actor_listing, openapi_paths
 from ._core import (
@@ -190,6 +199,7 @@ async def _call(
         named = payload.pop("op", op)
         if named != op:
             raise invalid(f"the body names op {named!r} but the URL names {op!r}", field="op")
+    check_key(info, payload)
     timeout = timeout_of(state, request)
     if restricted(ctx):
         await enforce_ownership(state, ctx, info, opinfo, payload, timeout)

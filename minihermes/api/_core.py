@@ -105,7 +105,22 @@ def observe(
     request_id: str,
     ctx: RequestContext | None,
 ) -> None:
-    """Count and log one finished request (for a stream: once its headers are decided)."""
+    """Count and log one finished request (for a stream: once its headers are decided). Never raises: the
+    response is decided, and bookkeeping must not turn it into a 500."""
+    try:
+        _observe(state, request, status, started, request_id, ctx)
+    except Exception:
+        log.exception("request %s: metrics or access log failed", request_id)
+
+
+def _observe(
+    state: ApiState,
+    request: Request,
+    status: int,
+    started: float,
+    request_id: str,
+    ctx: RequestContext | None,
+) -> None:
     route = str(getattr(request.scope.get("route"), "path", "") or "unmatched")
     elapsed = time.perf_counter() - started
     start_history = state.extras.get("start_history")

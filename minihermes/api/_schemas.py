@@ -136,13 +136,44 @@ def chat_reply_schema() -> dict[str, Any]:
     return json_content(CHAT_REPLY)
 
 
+# The data of each Server-Sent Event (a JSON text), by event name.
+SSE_EVENTS: dict[str, dict[str, Any]] = {
+    "turn_started": _obj({"turn_id": _STR}, ["turn_id"]),
+    "text_delta": _obj({"text": _STR}, ["text"]),
+    "tool_call_start": _obj({"id": _STR, "name": _STR, "input": {}}, ["id", "name"]),
+    "tool_call_end": _obj(
+        {"id": _STR, "name": _STR, "is_error": _BOOL, "result": _STR, "duration_ms": {"type": "number"}},
+        ["id", "name", "is_error"],
+    ),
+    "dropped": _obj({"count": _INT}, ["count"]),
+    "final": _obj({"reply": CHAT_REPLY}, ["reply"]),
+    "error": {"$ref": "#/components/schemas/Error"},
+}
+
+
 def stream_schema() -> dict[str, Any]:
+    """One schema per event (``event``, ``id`` and the JSON text in ``data``), as SSE tools read them."""
     return {
         "text/event-stream": {
             "schema": {
-                "type": "string",
-                "description": "Server-Sent Events: turn_started, text_delta, tool_call_start, "
-                "tool_call_end, dropped, then final {reply} or error {error}",
+                "description": "Server-Sent Events: turn_started, text_delta, tool_call_start, tool_call_end, "
+                "dropped, then final {reply} or error {error}; the stream ends after either",
+                "oneOf": [
+                    {
+                        "type": "object",
+                        "properties": {
+                            "event": {"const": name},
+                            "id": {"type": "string", "pattern": "^[0-9]+$"},
+                            "data": {
+                                "type": "string",
+                                "contentMediaType": "application/json",
+                                "contentSchema": data,
+                            },
+                        },
+                        "required": ["event", "data"],
+                    }
+                    for name, data in SSE_EVENTS.items()
+                ],
             }
         }
     }

@@ -25,7 +25,16 @@ from fastapi.responses import Response, StreamingResponse
 
 from minihermes.runtime import ActorError, Node, RequestContext, Subscription
 
-from ._access import authorize, enforce_ownership, find_actor, find_op, read_body, restricted, timeout_of
+from ._access import (
+    authorize,
+    check_key_value,
+    enforce_ownership,
+    find_actor,
+    find_op,
+    read_body,
+    restricted,
+    timeout_of,
+)
 from ._core import (
     API_PREFIX,
     ApiState,
@@ -99,6 +108,7 @@ async def _prepare(state: ApiState, request: Request, ctx: RequestContext, sessi
     info = find_actor(state, AGENT)
     opinfo = find_op(state, info, "chat")
     authorize(state, ctx, opinfo)
+    check_key_value("session_id", session_id)
     body = await read_body(state, request)
     unknown = sorted(set(body) - {"content", "stream"})
     if unknown:

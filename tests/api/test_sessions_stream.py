@@ -212,6 +212,12 @@ async def test_refusals_are_plain_http_errors(server):
             assert r.status_code == 422, (bad, r.text)
         r = await c.post(url, content=b"not json", headers=USER)
         assert r.status_code == 422
+        # A key no store can hold is refused here; found by fuzzing: it crash-looped the agent's activation.
+        r = await c.post("/api/v1/sessions/a%00b/messages", json={"content": "hi"}, headers=ADMIN)
+        assert r.status_code == 422 and r.json()["error"]["field"] == "session_id"
+        r = await c.post("/api/v1/actors/agent/get_history", json={"session_id": "a\u0000b"}, headers=ADMIN)
+        assert r.status_code == 422 and r.json()["error"]["field"] == "session_id"
+        assert (await c.get("/readyz")).status_code == 200
         r = await c.post(url, json={"content": "hi"}, headers=GLOBEX)  # its own (new) session: no leak
         assert r.status_code == 200 and r.json()["session_id"] == sid
 
