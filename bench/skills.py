@@ -16,7 +16,9 @@ paraphrased requests, each labelled with the skill(s) that should match.
   unranked (first three found). Run on an in-memory list of the tuples, i.e. without the TupleSpace
   read the seed does on every query, so its latency here is a lower bound.
 - ``actor``: ``match_skills`` asked of a running ``skill_store`` (mailbox, index, procedure fetch), skills
-  imported through ``import_skills``.
+  imported through ``import_skills`` (slow: every skill is several durable writes, so the actor run uses
+  2k skills by default; its cost over the index is the ``ask`` round trip). BM25 only unless
+  ``--semantic`` (needs the ``semantic`` extra: the query is embedded on every match).
 
 Metrics: p50/p99 latency per query; P@3 = relevant skills in the top 3 / 3 (the usual definition, so a query
 with one relevant skill scores at most 0.33); hit@1 = the first result is relevant; R@3 = share of the
@@ -172,14 +174,24 @@ def pct(times: list[float], p: float) -> float:
 # ------------------------------------------------------------------------------------------------ actor
 
 
-async def actor_run(skills: list[dict[str, Any]], queries: list[str], rounds: int) -> dict[str, Any]:
+async def actor_run(
+    skills: list[dict[str, Any]], queries: list[str], rounds: int, semantic: bool
+) -> dict[str, Any]:
     from minihermes.agent.app import build_agent_node, default_config
     from minihermes.runtime import RequestContext
     from minihermes.skills import render_skill_md
 
     admin = RequestContext(tenant="bench", principal="admin", roles=frozenset({"admin"}))
     with tempfile.TemporaryDirectory() as tmp:
-        node = build_agent_node(default_config(Path(tmp) / "data"))
+
+        def config() -> Any:
+            cfg = default_config(Path(tmp) / "data")
+            for spec in cfg.tree.walk():
+                if spec.name == "skill_store":
+                    spec.args["semantic"] = "on" if semantic else "off"
+            return cfg
+
+        node = build_agent_node(config())
         await node.start()
         try:
             t0 = time.perf_counter()
@@ -193,7 +205,7 @@ async def actor_run(skills: list[dict[str, Any]], queries: list[str], rounds: in
             populate = time.perf_counter() - t0
             ids = {r["name"]: r["skill_id"] for r in results}
             await node.stop(deadline=30)
-            node = build_agent_node(default_config(Path(tmp) / "data"))
+            node = build_agent_node(config())
             await node.start()
             t0 = time.perf_counter()
             await node.ask("skill_store", "get_stats", {}, ctx=admin, timeout=600)
@@ -231,9 +243,14 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=5, help="passes over the query set for latency")
+    parser.add_argument("--sizes", default="", help="comma-separated corpus sizes (default 1k,10k,100k)")
+    parser.add_argument("--actor-size", type=int, default=-1, help="skills for the actor run (0: skip)")
+    parser.add_argument("--semantic", action="store_true", help="actor run with semantic fusion (extra)")
     args = parser.parse_args()
     sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
-    actor_size = 1_000 if args.quick else 10_000
+    if args.sizes:
+        sizes = [int(x) for x in args.sizes.split(",") if x]
+    actor_size = args.actor_size if args.actor_size >= 0 else (1_000 if args.quick else 2_000)
     data = load_labelled()
     queries = data["queries"]
     texts = [q["query"] for q in queries]
@@ -261,8 +278,10 @@ def main() -> None:
             lambda q, m=seed: m.search(q, 3), texts, 1 if size >= 100_000 else args.rounds
         )
         row(size, "seed", build, times, cpu, quality(got, queries, ids))
+    if not actor_size:
+        return
     skills = corpus(actor_size, data["skills"])
-    out = asyncio.run(actor_run(skills, texts, args.rounds))
+    out = asyncio.run(actor_run(skills, texts, args.rounds, args.semantic))
     times = out["times"]
     row(actor_size, "actor", out["activation_s"], times, None, quality(out["results"], queries, out["ids"]))
     print(

@@ -69,6 +69,9 @@ class SkillStore(SkillStoreCore):
                 return self._proposal_reply(existing, created=False, patched=False)
         probe = {"name": fields["name"], "description": fields["description"], "triggers": fields["triggers"]}
         twin = self._near_duplicate(probe, procedure_tools(fields["procedure"]), owner)
+        if twin is not None and twin["scope"] == "tenant":
+            # A tenant-wide skill already covers it; a user's proposal never rewrites what everyone uses.
+            return self._proposal_reply(twin, created=False, patched=False)
         if twin is not None:
             record = await self._patch(twin, fields, reason=f"merged proposal from session {session_id}")
             return self._proposal_reply(record, created=False, patched=True)

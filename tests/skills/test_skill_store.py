@@ -328,3 +328,21 @@ async def test_forgetting_a_user_clears_provenance_and_retires_their_own_skills(
     assert a["status"] == "archived" and a["owner"] == "(forgotten)" and a["provenance"]["user_id"] == ""
     assert b["status"] == "active" and b["provenance"]["session_id"] == "" and b["scope"] == "tenant"
     assert "bob" not in str(await node.ask("skill_store", "search_skills", {"query": "weather"}, ctx=ACME))
+
+
+async def test_a_users_proposal_never_rewrites_a_tenant_skill(make_node):
+    node = await make_node(skills_tree())
+    p = await _propose(node)
+    await _activate(node, p["skill_id"])
+    await node.ask("skill_store", "promote_skill", {"skill_id": p["skill_id"]}, ctx=ACME)
+    again = await _propose(node, ctx=ACME_CAROL, procedure=CALC_STORE, turn_id="t9")
+    assert again == {
+        "status": "ok",
+        "skill_id": p["skill_id"],
+        "created": False,
+        "patched": False,
+        "version": 1,
+        "skill_status": "active",
+    }
+    got = await node.ask("skill_store", "get_skill", {"skill_id": p["skill_id"]}, ctx=ACME)
+    assert got["skill"]["procedure"] == CALC and got["skill"]["versions"] == 1
