@@ -607,6 +607,7 @@ class Agent(GenServer):
                 self.history[turn["start"] :],
                 self.host.now(),
                 turn["start"],
+                before=self.history[max(0, turn["start"] - 2) : turn["start"]],
             )
         self.last_reply = reply
         self.turn = None

@@ -33,7 +33,6 @@ from minihermes.context import forget as forgetting
 from minihermes.context._text import analyze, query_terms, snippet
 from minihermes.context.recall import (
     DEFAULT_HALF_LIFE_DAYS,
-    cosine,
     final_score,
     fuse,
     lexical,
@@ -69,6 +68,8 @@ Tier = Literal["core", "reachable", "deep"]
 TierFilter = Literal["", "core", "reachable", "deep"]
 Kind = Literal["semantic", "episodic", "declarative"]
 KindFilter = Literal["", "semantic", "episodic", "declarative"]
+DENSE_MIN_COSINE = 0.35
+"""A record found only by its embedding must be at least this similar (unrelated MiniLM pairs sit lower)."""
 _VEC = "memvec:"
 """kv prefix of a record's embedding (only with the semantic extra)."""
 
@@ -140,8 +141,8 @@ class Memory(GenServer):
     """Per-tenant memory store (see the module docstring).
 
     Args: ``max_memories`` (per tenant), ``max_value_chars`` (per tier, a dict), ``core_snapshot_chars``,
-    ``half_life_days`` (temporal decay of search scores; 0 turns decay off), ``semantic`` (use the semantic
-    extra when installed; default true).
+    ``half_life_days`` (temporal decay of search scores; 0 turns decay off), ``semantic`` (fuse cosine
+    similarity from the semantic extra when it is installed; default false).
     """
 
     state_version = 1
@@ -154,7 +155,11 @@ class Memory(GenServer):
         self._core: list[dict[str, Any]] | None = None
         """Every core record: read for each system prompt, so cached; every write here invalidates it."""
         self.half_life_days = float(args.get("half_life_days", DEFAULT_HALF_LIFE_DAYS))
-        self._embedder = load_embedder() if args.get("semantic", True) else None
+        # Opt-in: loading the model costs seconds and each store an embedding.
+        self._embedder = load_embedder() if args.get("semantic", False) else None
+        self._vectors: dict[str, list[float]] | None = None
+        """Every record's embedding (semantic extra only), loaded on the first search; a cache of kv."""
+        self._matrix: Any = None
         self._stats = {"stores": 0, "recalls": 0, "searches": 0, "deletes": 0, "forgets": 0}
         self._audit_on = self.host.has_actor("audit_event")
         self.host.join("svc:memory")
@@ -228,8 +233,12 @@ class Memory(GenServer):
         }
         await self.host.text.upsert(INDEX, rkey, {"terms": analysed or key.lower()}, meta)
         if self._embedder is not None:
-            vector = self._embedder.embed([f"{key}: {text[:2000]}"])[0]
-            await self.host.kv.put(_VEC + rkey, vector)
+            # The model runs in a thread: tens of milliseconds of CPU must not stall the event loop.
+            vectors = await asyncio.to_thread(self._embedder.embed, [f"{key}: {text[:2000]}"])
+            await self.host.kv.put(_VEC + rkey, vectors[0])
+            if self._vectors is not None:
+                self._vectors[rkey] = vectors[0]
+                self._matrix = None
         if previous is None or previous.get("tier") != tier:
             await self.host.tuples.take_all(["memory", scope, owner, key, None])
             await self.host.tuples.write(["memory", scope, owner, key, tier])
@@ -288,6 +297,8 @@ class Memory(GenServer):
             return False
         await self.host.text.remove(INDEX, rkey)
         await self.host.kv.delete(_VEC + rkey)
+        if self._vectors is not None and self._vectors.pop(rkey, None) is not None:
+            self._matrix = None
         await self.host.tuples.take_all(["memory", scope, owner, key, None])
         self.memory_count = max(0, self.memory_count - 1)
         if record.get("tier") == "core":
@@ -374,17 +385,28 @@ class Memory(GenServer):
             user_id = ctx.principal
         words = query_terms(query)
         # Candidates come from the index; decay and filters reorder them, so fetch more than asked for.
-        hits = await self.host.text.search(INDEX, " ".join(words), limit=min(max(limit * 5, 50), 500))
+        fetch = min(max(limit * 5, 50), 500)
+        hits = await self.host.text.search(INDEX, " ".join(words), limit=fetch)
         best = max((h.score for h in hits), default=0.0)
-        vectors: list[Any] = []
-        qvec: list[float] | None = None
-        if self._embedder is not None and hits:
-            qvec = self._embedder.embed([query])[0]
-            vectors = list(await asyncio.gather(*(self.host.kv.get(_VEC + h.doc_id) for h in hits)))
+        # Candidates: rkey -> (meta, bm25 or None, cosine or None).
+        candidates: dict[str, tuple[dict[str, Any], float | None, float | None]] = {
+            h.doc_id: (h.meta if isinstance(h.meta, dict) else {}, h.score, None) for h in hits
+        }
+        if self._embedder is not None:
+            qvec = (await asyncio.to_thread(self._embedder.embed, [query]))[0]
+            for rkey, cos_sim in await self._nearest(qvec, fetch):
+                meta, lexical_score, _ = candidates.get(rkey, ({}, None, None))
+                if lexical_score is not None or cos_sim >= DENSE_MIN_COSINE:
+                    candidates[rkey] = (meta, lexical_score, cos_sim)
+            missing = [k for k, (meta, _, _) in candidates.items() if not meta]
+            for rkey, record in zip(missing, await self._raw(missing), strict=True):
+                if isinstance(record, dict):
+                    terms = " ".join(dict.fromkeys(analyze(f"{record['key']} {record['value']}").split()))
+                    _, lexical_score, similarity = candidates[rkey]
+                    candidates[rkey] = ({**record, "terms": terms}, lexical_score, similarity)
         now = self.host.now()
-        ranked: list[tuple[float, float, Any]] = []
-        for i, hit in enumerate(hits):
-            meta = hit.meta if isinstance(hit.meta, dict) else {}
+        ranked: list[tuple[float, float, str]] = []
+        for rkey, (meta, bm25, cos) in candidates.items():
             probe = {"scope": meta.get("scope", ""), "owner": meta.get("owner", ""), **meta}
             if not probe.get("scope") or not _visible(probe, agent_id, session_id, user_id):
                 continue
@@ -392,16 +414,16 @@ class Memory(GenServer):
                 continue
             if kind and probe.get("kind", "semantic") != kind:
                 continue
-            relevance = lexical(words, set(str(meta.get("terms", "")).split()), hit.score, best)
-            if qvec is not None and isinstance(vectors[i], list):
-                relevance = fuse(relevance, cosine(qvec, vectors[i]))
+            relevance = lexical(words, set(str(meta.get("terms", "")).split()), bm25 or 0.0, best)
+            if self._embedder is not None:
+                relevance = fuse(relevance, cos if cos is not None else 0.0)
             score = final_score(relevance, probe, now, self.half_life_days if decay else 0.0)
             if score >= min_score and score > 0:
-                ranked.append((score, relevance, hit))
+                ranked.append((score, relevance, rkey))
         ranked.sort(key=lambda r: -r[0])
-        records = await asyncio.gather(*(self.host.kv.get(h.doc_id) for _, _, h in ranked[: limit * 2]))
+        records = await self._raw([k for _, _, k in ranked[: limit * 2]])
         found: list[dict[str, Any]] = []
-        for (score, relevance, _hit), record in zip(ranked, records, strict=False):
+        for (score, relevance, _key), record in zip(ranked, records, strict=False):
             if not isinstance(record, dict):
                 continue  # an index entry whose record is gone (see the module docstring)
             found.append(
@@ -517,6 +539,27 @@ class Memory(GenServer):
     async def _records(self, ids: list[tuple[str, str, str]]) -> list[dict[str, Any]]:
         got = await asyncio.gather(*(self.host.kv.get(_record_key(s, o, k)) for s, o, k in ids))
         return [r for r in got if isinstance(r, dict)]
+
+    async def _raw(self, rkeys: list[str]) -> list[Any]:
+        return list(await asyncio.gather(*(self.host.kv.get(k) for k in rkeys)))
+
+    async def _nearest(self, qvec: list[float], n: int) -> list[tuple[str, float]]:
+        """The ``n`` records whose embeddings are closest to ``qvec`` (a scan of this tenant's vectors,
+        held in memory as one matrix; embeddings are unit length, so the dot product is the cosine)."""
+        if self._vectors is None:
+            rows = await self.host.kv.list(_VEC)
+            self._vectors = {k[len(_VEC) :]: v for k, v in rows if isinstance(v, list)}
+        if not self._vectors:
+            return []
+        import numpy as np  # present whenever the semantic extra is (sentence-transformers needs it)
+
+        if self._matrix is None:
+            keys = list(self._vectors)
+            self._matrix = (keys, np.asarray([self._vectors[k] for k in keys], dtype=np.float32))
+        keys, matrix = self._matrix
+        sims = matrix @ np.asarray(qvec, dtype=np.float32)
+        top = np.argsort(-sims)[:n]
+        return [(keys[i], float(sims[i])) for i in top]
 
     async def _all_records(self) -> list[dict[str, Any]]:
         rows = await self.host.tuples.read_all(["memory", None, None, None, None])

