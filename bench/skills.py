@@ -210,6 +210,11 @@ async def actor_run(
             t0 = time.perf_counter()
             await node.ask("skill_store", "get_stats", {}, ctx=admin, timeout=600)
             activation = time.perf_counter() - t0
+            while semantic:  # every skill embedded (in the background) before measuring
+                stats = await node.ask("skill_store", "get_stats", {}, ctx=admin)
+                if stats["embedded"] >= len(skills):
+                    break
+                await asyncio.sleep(0.5)
             got, times = [], []
             for r in range(rounds):
                 for q in queries:

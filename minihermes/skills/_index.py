@@ -172,6 +172,9 @@ class SkillIndex:
         self._vec[slot] = vector
         self._has_vec[slot] = True
 
+    def vector_count(self) -> int:
+        return int(self._has_vec[: len(self._ids)].sum())
+
     def has_vector(self, skill_id: str) -> bool:
         slot = self._slot_of.get(skill_id)
         return slot is not None and bool(self._has_vec[slot])

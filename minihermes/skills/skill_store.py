@@ -228,6 +228,8 @@ class SkillStore(SkillStoreCore):
             "skills": len(self._records),
             "by_status": {s: by_status.get(s, 0) for s in STATUSES},
             "pinned": sum(1 for r in self._records.values() if r["pinned"]),
+            "semantic": self.embedder is not None,
+            "embedded": self.index.vector_count(),
         }
 
     # -- usage and lifecycle ------------------------------------------------------------------------------
