@@ -26,6 +26,9 @@ from ._wire import Signer, Subjects
 
 log = logging.getLogger("minihermes.cluster")
 
+FENCE_AT = 0.7
+"""Share of the heartbeat TTL after which a node without a landed heartbeat stops its leased actors."""
+
 
 @dataclass(slots=True)
 class Peer:
@@ -78,10 +81,11 @@ class Directory:
         return f"$KV.{self._subjects.nodes_bucket}.{self._my_key}"
 
     def beat_overdue(self) -> bool:
-        """Whether our heartbeat may soon expire (half its TTL passed since the last one that landed was
-        sent): the node must stop acting on its leases before others may take them."""
+        """Whether our heartbeat may soon expire (70% of its TTL passed since the last one that landed was
+        sent): the node must stop acting on its leases before others may take them. The margin left (30%,
+        checked every half heartbeat) is for this loop to notice."""
         last = self.heartbeat.last_sent_ok if self.heartbeat is not None else time.monotonic()
-        return time.monotonic() - last > self.ttl / 2
+        return time.monotonic() - last > self.ttl * FENCE_AT
 
     async def leave(self) -> None:
         """Remove our heartbeat now (graceful stop): the others see us gone without waiting for the TTL."""

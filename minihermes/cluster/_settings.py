@@ -31,8 +31,8 @@ class ClusterSettings:
     node_ttl: float = 3.0
 
     def __post_init__(self) -> None:
-        if self.node_ttl < 2 * self.heartbeat:
-            raise ConfigError("cluster.node_ttl", "must be at least twice the heartbeat")
+        if self.node_ttl < 3 * self.heartbeat:
+            raise ConfigError("cluster.node_ttl", "must be at least three times the heartbeat")
         if len(self.secret) < 16:
             raise ConfigError("cluster.secret", "the cluster secret must be at least 16 bytes")
 

@@ -149,7 +149,7 @@ class ClusterModel(_Model):
     tls_key: str | None = None
     heartbeat: Any = 1.0
     node_ttl: Any = 3.0
-    """A node whose heartbeat is this old is dead: its actors may be activated elsewhere."""
+    """A node whose heartbeat is this old is dead: its actors may be activated elsewhere (>= 3 heartbeats)."""
 
     @field_validator("heartbeat", "node_ttl")
     @classmethod

@@ -252,8 +252,8 @@ def test_settings_from_config_and_environment(tmp_path: Any) -> None:
         ClusterSettings.from_model(ClusterModel(enabled=True), {"MINIHERMES_NATS_URL": "nats://x:1"})
     with pytest.raises(ConfigError, match="16 bytes"):
         ClusterSettings.from_model(ClusterModel(), {**env, "MINIHERMES_CLUSTER_SECRET": "short"})
-    with pytest.raises(ConfigError, match="twice the heartbeat"):
-        ClusterSettings.from_model(ClusterModel(heartbeat="2s", node_ttl="3s"), env)
+    with pytest.raises(ConfigError, match="three times the heartbeat"):
+        ClusterSettings.from_model(ClusterModel(heartbeat="2s", node_ttl="5s"), env)
     secret = tmp_path / "secret"
     secret.write_text("f" * 40 + "\n")
     s = ClusterSettings.from_model(ClusterModel(secret_file=str(secret)), env)

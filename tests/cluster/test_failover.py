@@ -22,7 +22,7 @@ from .driver import NodeProc
 
 pytestmark = pytest.mark.slow
 
-SESSIONS = 9
+SESSIONS = 6
 LLM_LATENCY = 0.05
 REMINDERS = 30
 SPACING = 0.2
