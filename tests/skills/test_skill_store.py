@@ -346,3 +346,25 @@ async def test_a_users_proposal_never_rewrites_a_tenant_skill(make_node):
     }
     got = await node.ask("skill_store", "get_skill", {"skill_id": p["skill_id"]}, ctx=ACME)
     assert got["skill"]["procedure"] == CALC and got["skill"]["versions"] == 1
+
+
+async def test_a_patched_version_that_fails_its_evaluation_is_rolled_back(make_node):
+    node = await make_node(skills_tree())
+    p = await _propose(node)
+    await _activate(node, p["skill_id"])
+    twin = await _propose(node, procedure=CALC_STORE, turn_id="t2")
+    assert twin["patched"] and twin["version"] == 2
+    out = await node.ask(
+        "skill_store",
+        "record_evaluation",
+        {"skill_id": p["skill_id"], "version": 2, "passed": False},
+        ctx=ACME,
+    )
+    assert out["rolled_back"] is True
+    got = await node.ask("skill_store", "get_skill", {"skill_id": p["skill_id"]}, ctx=ACME_USER)
+    assert (
+        got["skill"]["version"] == 3
+        and got["skill"]["procedure"] == CALC
+        and got["skill"]["status"] == "active"
+    )
+    assert [v["reason"] for v in got["versions"]][-1] == "rollback to v1"
