@@ -207,6 +207,8 @@ class MCPManager(GenServer):
         name = record["name"]
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:
+            if name not in self.servers:  # removed while this call waited: do not connect it again
+                raise NotFound(f"MCP server {name!r} was removed", field="server")
             conn = self._conns.get(name)
             if conn is not None and conn.alive:
                 return conn
