@@ -308,6 +308,9 @@ register_builtin_tool(
             "type": "object",
             "properties": {"skill_tool": {"type": "string", "minLength": 1, "maxLength": 64}},
             "required": ["skill_tool"],
+            # A self-written tool's parameters are scalars (see skill_manage); the tool's own schema,
+            # checked first, names them.
+            "additionalProperties": {"type": ["string", "number", "integer", "boolean"]},
         },
         MUTATING,
         TRUSTED,  # it computes: no network, no files but its own folder, so no outside content comes in
