@@ -56,9 +56,14 @@ class ConsumerLoop:
             await self.slots.acquire()
             self.slots.release()
             free = self.limit - len(self.busy)
-            got: list[ChannelMessage] = await host.channels.receive(
-                self.channel, timeout=self.poll, max_messages=max(1, free)
-            )
+            try:
+                got: list[ChannelMessage] = await host.channels.receive(
+                    self.channel, timeout=self.poll, max_messages=max(1, free)
+                )
+            except Exception as e:  # the loop outlives a store hiccup; what it held is redelivered anyway
+                host.log.warning("consumer of %s: receive failed (%s); retrying", self.channel, e)
+                await host.clock.sleep(1.0)
+                continue
             for msg in got:
                 await self.slots.acquire()
                 self.busy.add(msg.msg_id)

@@ -47,17 +47,22 @@ class TaskWorker(GenServer):
             await self._free.acquire()
             self._free.release()
             free = self.max_concurrent - len(self._running)
-            reply = await self.host.ask(
-                "task_queue",
-                "dequeue",
-                {
-                    "limit": max(1, free),
-                    "timeout_ms": self.wait_ms,
-                    "task_type": TASK_TYPE,
-                    "visibility_timeout": self.turn_timeout + 60,
-                },
-                timeout=self.wait_ms / 1000 + 30,
-            )
+            try:
+                reply = await self.host.ask(
+                    "task_queue",
+                    "dequeue",
+                    {
+                        "limit": max(1, free),
+                        "timeout_ms": self.wait_ms,
+                        "task_type": TASK_TYPE,
+                        "visibility_timeout": self.turn_timeout + 60,
+                    },
+                    timeout=self.wait_ms / 1000 + 30,
+                )
+            except ActorError as e:  # the queue restarting must not end this loop for good
+                self.host.log.warning("task_worker: dequeue failed (%s); retrying", e.message)
+                await self.host.clock.sleep(1.0)
+                continue
             for task in reply["tasks"]:
                 await self._free.acquire()
                 self._running.add(task["msg_id"])
