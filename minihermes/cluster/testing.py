@@ -171,8 +171,8 @@ def demo_config(node_id: str, data_dir: str, cluster_name: str) -> AppConfig:
     cfg.model.node.shutdown_deadline_seconds = 3.0
     # A short TTL makes failover quick (tests); a busy machine needs a longer one (``MINIHERMES_DEMO_NODE_TTL``,
     # set by bench/cluster.py) or its nodes fence themselves whenever their heartbeat runs late.
-    ttl = os.environ.get("MINIHERMES_DEMO_NODE_TTL", "5s")
-    cfg.model.cluster = ClusterModel(enabled=True, name=cluster_name, heartbeat="1s", node_ttl=ttl)
+    ttl = os.environ.get("MINIHERMES_DEMO_NODE_TTL", "4s")
+    cfg.model.cluster = ClusterModel(enabled=True, name=cluster_name, heartbeat="0.5s", node_ttl=ttl)
     for spec in cfg.tree.walk():
         if spec.name == "memory":
             # Memory loads its embedding model on the event loop when it activates (seconds of CPU): the

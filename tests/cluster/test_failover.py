@@ -44,8 +44,8 @@ class Load:
         return [n for n in self.nodes if not n.dead and n.proc.returncode is None]
 
     async def ask_any(self, start: int, target: str, op: str, payload: dict[str, Any]) -> Any:
-        """Ask through node ``start`` (mod the live ones), moving on to the next on failure, for 20 s."""
-        deadline = time.monotonic() + 20.0
+        """Ask through node ``start`` (mod the live ones), moving on to the next on failure, for 40 s."""
+        deadline = time.monotonic() + 40.0
         i = start
         while True:
             live = self.alive()
@@ -53,7 +53,7 @@ class Load:
                 raise AssertionError("every node exited (see the n*.log files in the data dir)")
             node = live[i % len(live)]
             try:
-                return await node.ask(target, op, payload, timeout=8.0)
+                return await node.ask(target, op, payload, timeout=15.0)
             except (ActorError, TimeoutError) as e:
                 self.errors[getattr(e, "code", "timeout")] += 1
                 if time.monotonic() > deadline:
