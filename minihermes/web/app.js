@@ -30,6 +30,7 @@ const PAGES = [
 const root = document.getElementById("app");
 let ctx = null;
 let timer = null;
+let generation = 0; // the latest navigation; a slower, older page render must not overwrite it
 
 async function start() {
   try {
@@ -113,6 +114,7 @@ function missing(page) {
 
 async function route() {
   if (!ctx) return;
+  const mine = ++generation;
   if (timer) clearInterval(timer);
   timer = null;
   const name = (location.hash.replace(/^#\//, "").split("?")[0] || "chat").toLowerCase();
@@ -128,12 +130,13 @@ async function route() {
   const view = h("div", { class: "view" });
   try {
     const refresh = await page.render(view, ctx);
+    if (mine !== generation) return;
     clear(target, view);
     if (typeof refresh === "function" && page.poll) {
       timer = setInterval(() => refresh().catch(() => {}), page.poll);
     }
   } catch (err) {
-    clear(target, errorBox(err));
+    if (mine === generation) clear(target, errorBox(err));
   }
 }
 
