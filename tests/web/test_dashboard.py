@@ -188,10 +188,19 @@ def test_every_page_renders_and_is_captured(dashboard: Any, server: Server, shot
     if server.has(acme, "goals"):
         session = server.call(acme, "session_manager", "create_session", channel="web", user_id="alice")
         server.call(acme, "goals", "set_goal", session_id=session["session_id"], text="Ship the dashboard")
+    chat = server.call(acme, "session_manager", "create_session", channel="web", user_id="alice")[
+        "session_id"
+    ]
+    server.call(acme, "agent", "chat", message="Remember that I deploy on Fridays", session_id=chat)
     admin = dashboard("acme", "alice", ["admin"])
     for name in PAGES:
-        page = admin.open(name)
+        page = admin.open(f"chat?session={chat}" if name == "chat" else name)
         page.wait_for_load_state("networkidle")
+        if name == "chat":
+            send(page, "what is 17 * 23? use the calculator")
+        elif name in ("skills", "sessions") and page.locator("table.grid a").count():
+            page.locator("table.grid a").first.click()
+            page.wait_for_load_state("networkidle")
         assert page.locator("#page .error").count() == 0, page.inner_text("#page")
         assert re.search(r"\S", page.inner_text("#page"))
         page.screenshot(path=str(shots / f"{name}.png"), full_page=False)
