@@ -261,6 +261,11 @@ class CronScheduler(GenServer):
             return
         self._ticking = True
         self._stats["led"] += 1
+        # Dispatching a large due batch takes a while: it runs beside the mailbox, so job ops are served
+        # meanwhile (everything it touches is in KV, none of it in this actor's state).
+        self.host.spawn(self._lead())
+
+    async def _lead(self) -> None:
         try:
             await self._dispatch_due()
             await self._dispatch_retries()
