@@ -71,27 +71,26 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The agent app with JWT auth."""
+    yield from _serve(tmp_path_factory, "web", ["--jwt-secret-env", "WEB_JWT_SECRET"])
+
+
+@pytest.fixture(scope="session")
+def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The demo app (none of the agent's actors), without auth: the local owner on loopback."""
+    yield from _serve(tmp_path_factory, "demo", ["--app", "demo"])
+
+
+def _serve(factory: pytest.TempPathFactory, name: str, options: list[str]) -> Iterator[Server]:
     port = _free_port()
-    data = tmp_path_factory.mktemp("web") / "data"
+    data = factory.mktemp(name) / "data"
     log_file = data.parent / "server.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MINIHERMES_")}
     env["WEB_JWT_SECRET"] = SECRET
+    command = [sys.executable, "-m", "minihermes.cli.main", "serve", "--port", str(port)]
     with log_file.open("wb") as log:
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "minihermes.cli.main",
-                "serve",
-                "--port",
-                str(port),
-                "--data-dir",
-                str(data),
-                "--jwt-secret-env",
-                "WEB_JWT_SECRET",
-                "--log-level",
-                "warning",
-            ],
+            [*command, "--data-dir", str(data), "--log-level", "warning", *options],
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,

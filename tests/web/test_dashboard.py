@@ -209,3 +209,20 @@ def test_every_page_renders_and_is_captured(dashboard: Any, server: Server, shot
     login.wait_for_selector("form.login-form")
     login.screenshot(path=str(shots / "login.png"))
     login.close()
+
+
+def test_pages_whose_actor_is_absent_say_so(browser: Any, demo_server: Server) -> None:
+    context = browser.new_context()
+    errors: list[str] = []
+    page = context.new_page()
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(demo_server.url + "/")  # no auth: the local owner, no sign-in
+    expect(page.locator(".who")).to_contain_text("local owner (no auth)")
+    for name in PAGES:
+        page.goto(f"{demo_server.url}/#/{name}")
+        page.wait_for_selector(f"#page[data-page='{name}'] .view")
+        if name != "metrics":  # the only page that needs no actor
+            expect(page.locator("#page [data-disabled]").first).to_contain_text("not enabled on this node")
+        assert page.locator("#page .error").count() == 0, name
+    context.close()
+    assert not errors, errors
