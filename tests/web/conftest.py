@@ -69,13 +69,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """The agent app with JWT auth."""
     yield from _serve(tmp_path_factory, "web", ["--jwt-secret-env", "WEB_JWT_SECRET"])
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """The demo app (none of the agent's actors), without auth: the local owner on loopback."""
     yield from _serve(tmp_path_factory, "demo", ["--app", "demo"])
@@ -119,8 +119,10 @@ def _serve(factory: pytest.TempPathFactory, name: str, options: list[str]) -> It
     assert "Traceback" not in log_file.read_text(), log_file.read_text()[-6000:]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """Module-scoped: Playwright's sync API keeps an event loop running in this thread while it is started,
+    so it must be stopped before the async tests of other modules run."""
     sync_api = pytest.importorskip("playwright.sync_api", reason="Python playwright is not installed")
     if not Path(CHROMIUM).is_file():
         pytest.skip(f"{CHROMIUM} not found: run scripts/setup.d/20-chromium.sh")
