@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import quote
 
 from minihermes.runtime import (
+    ActorError,
     GenServer,
     InvalidArgument,
     NotFound,
@@ -134,6 +135,12 @@ class SessionManager(GenServer):
         if await self.host.kv.get(index) == session_id:
             await self.host.kv.delete(index)
         self.total_ended += 1
+        if self.host.has_actor("memory"):
+            # Session-scoped memories end with the session (memory.session_ended drops them).
+            try:
+                self.host.send("memory", "session_ended", {"session_id": session_id})
+            except ActorError as e:
+                self.host.log.warning("session %s: memories not dropped: %s", session_id, e.message)
         fire_audit(
             self.host,
             "session_ended",

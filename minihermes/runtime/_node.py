@@ -283,6 +283,13 @@ class Node:
                         field=kf or "key",
                     )
                 key = value
+            if len(key) > MAX_KEY_CHARS or not key.isprintable():
+                # A key no store can hold would fail activation over and over and take the tree down.
+                raise InvalidArgument(
+                    f"{op}: the key of '{name}' must be 1-{MAX_KEY_CHARS} printable characters",
+                    op=op,
+                    field=spec.key_field or "key",
+                )
             scope = ctx.scope
         else:
             if key:
@@ -917,6 +924,8 @@ def _expire(fut: asyncio.Future[Any], target: str, op: str, limit: float) -> Non
 
 
 DEADLINE_BUCKET = 0.25
+MAX_KEY_CHARS = 512
+"""Longest virtual-actor key (a session id, say)."""
 
 
 def _log_task_error(task: asyncio.Task[Any]) -> None:

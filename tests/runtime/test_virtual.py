@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from minihermes.runtime import ActorSpec, InvalidArgument, ManualClock, RequestContext
+from minihermes.runtime import ActorSpec, GenServer, InvalidArgument, ManualClock, RequestContext, call
 
 from .actors import Counter, Door
 from .conftest import tree
@@ -64,3 +64,19 @@ async def test_per_tenant_service_changes_never_cross_tenants(make_node):
     node2 = await make_node(tree(ActorSpec("policy", Door, per_tenant=True)))
     assert (await node2.ask("policy", "get_state", ctx=A))["state"] == "locked"
     assert (await node2.ask("policy", "get_state", ctx=B))["state"] == "closed"
+
+
+async def test_a_key_no_store_can_hold_is_refused_before_activation(make_node):
+    """A NUL (or any control character) in a key used to crash-loop the activation and stop the node."""
+    node = await make_node(tree(ActorSpec("v", _KeyEcho, virtual=True)))
+    for bad in ("a\x00b", "line\nbreak", "x" * 600):
+        with pytest.raises(InvalidArgument):
+            await node.ask(f"v/{bad}", "who")
+    assert await node.ask("v/fine", "who") == "v/fine"
+    assert not node.failed.is_set()
+
+
+class _KeyEcho(GenServer):
+    @call
+    def who(self) -> str:
+        return self.actor_id
