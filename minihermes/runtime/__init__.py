@@ -48,8 +48,6 @@ from ._spec import ActorSpec, SupervisorSpec
 from ._workflow import Workflow
 
 __all__ = [
-    "PubSub",
-    "Subscription",
     "DEFAULT_NAMESPACE",
     "DEFAULT_TENANT",
     "SYSTEM_CONTEXT",
@@ -80,11 +78,13 @@ __all__ = [
     "NotFound",
     "Overloaded",
     "PermissionDenied",
+    "PubSub",
     "RedactSecrets",
     "RequestContext",
     "ServiceLink",
     "ServiceLinks",
     "ShuttingDown",
+    "Subscription",
     "SupervisorSpec",
     "SystemClock",
     "UnknownOp",
