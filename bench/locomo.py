@@ -35,6 +35,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
 from minihermes.agent.memory import Memory
 from minihermes.context import recall, session_index
 from minihermes.runtime import ActorSpec, GenServer, Node, NodeOptions, RequestContext, SupervisorSpec, call
@@ -131,9 +134,21 @@ async def run(args: argparse.Namespace) -> None:
         )
         node = Node(open_store("sqlite", data_dir=tmp), tree, options=NodeOptions("bench"))
         await node.start()
+        bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        bar.start()
         try:
             load_started = time.perf_counter()
+            loading = bar.add_task("loading conversations", total=len(convs))
+            asking = bar.add_task("asking questions", total=sum(len(c["qs"]) for c in convs))
             for conv in convs:
+                bar.advance(loading)
                 ctx = RequestContext(
                     tenant=f"locomo-{conv['id']}", principal="bench", roles=frozenset({"admin"})
                 )
@@ -162,6 +177,7 @@ async def run(args: argparse.Namespace) -> None:
                 )
                 by_session = {sid: ids for sid, ids in conv["sessions"].items()}
                 for qa in conv["qs"]:
+                    bar.advance(asking)
                     for mode in modes:
                         t0 = time.perf_counter()
                         if mode == "fts5-plain":
@@ -188,6 +204,7 @@ async def run(args: argparse.Namespace) -> None:
                         for name, v in (("r5", r5), ("r10", r10), ("h1", h1), ("h10", h10)):
                             results[mode][name].append(v)
         finally:
+            bar.stop()
             await node.stop(deadline=10)
     n_q = sum(len(c["qs"]) for c in convs)
     n_t = sum(len(c["turns"]) for c in convs)
