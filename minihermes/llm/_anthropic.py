@@ -4,7 +4,7 @@ Differences from the neutral form that this module absorbs: the system prompt is
 parameter; tool calls are ``tool_use`` content blocks and their results ``tool_result`` blocks inside a
 user message (consecutive results merged into one); roles must alternate, so adjacent same-role messages
 are merged; and prompt caching is explicit, with ``cache_control`` breakpoints on the tools' last entry,
-the last system block and the last message of the stable prefix (``cache_prefix_messages``).
+the last system block of the stable prefix and its last message (``cache_prefix_messages``).
 """
 
 from __future__ import annotations
@@ -105,13 +105,16 @@ def to_anthropic_messages(
     Every system message becomes a system block, wherever it stood: the Messages API has no system role
     inside the conversation.
     """
-    system: list[dict[str, Any]] = [
-        {"type": "text", "text": m.content} for m in request.messages if m.role == "system" and m.content
-    ]
+    system: list[dict[str, Any]] = []
+    stable_system: dict[str, Any] | None = None
     out: list[dict[str, Any]] = []
     last_stable: dict[str, Any] | None = None
     for index, message in enumerate(request.messages):
         if message.role == "system":
+            if message.content:
+                system.append({"type": "text", "text": message.content})
+                if index < request.cache_prefix_messages:
+                    stable_system = system[-1]
             continue
         blocks = _blocks(message)
         if not blocks:
@@ -124,7 +127,11 @@ def to_anthropic_messages(
         if index < request.cache_prefix_messages:
             last_stable = blocks[-1]
     if cache:
-        if system:
+        # The breakpoint goes after the stable prefix: a per-turn system block after it (matched skills,
+        # recalled memories) must not be part of what is cached, or nothing would ever be reused.
+        if stable_system is not None:
+            stable_system["cache_control"] = EPHEMERAL
+        elif system and not request.cache_prefix_messages:
             system[-1]["cache_control"] = EPHEMERAL
         if last_stable is not None:
             last_stable["cache_control"] = EPHEMERAL

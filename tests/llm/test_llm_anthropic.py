@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -353,3 +354,17 @@ async def test_connection_refused_is_unavailable() -> None:
             await llm.complete(conversation())
     assert caught.value.kind is ErrorKind.UNAVAILABLE
     assert_key_absent(caught.value)
+
+
+async def test_a_per_turn_system_block_after_the_stable_prefix_is_not_cached(stub: StubServer) -> None:
+    """The agent sends [stable prefix, per-turn section, *history] with cache_prefix_messages=1: the
+    breakpoint must sit on the stable block, or the cache would change every turn."""
+    stub.reply(Reply(json=message([{"type": "text", "text": "42."}])))
+    async with provider(stub.base_url) as llm:
+        await llm.complete(conversation(cache_prefix=1))
+    body = stub.last.json()
+    assert body["system"] == [
+        {"type": "text", "text": "You are MiniHermes.", "cache_control": EPHEMERAL},
+        {"type": "text", "text": "## Relevant Skills\n1. calculator"},
+    ]
+    assert "cache_control" not in json.dumps(body["messages"])
