@@ -37,9 +37,10 @@ class MiniHermes:
         principal: str = "local",
         clock: Clock | None = None,
     ) -> None:
-        from minihermes.agent.app import default_config
+        from minihermes.agent.app import default_config, single_owner
 
-        self.config = config or default_config()
+        # An embedding program is one owner: it may approve its own agent's paused calls.
+        self.config = config or single_owner(default_config())
         self.config.model.node.data_dir = str(data_dir)
         self.ctx = RequestContext(tenant=tenant, principal=principal, roles=frozenset({"admin"}))
         self._clock = clock

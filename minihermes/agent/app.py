@@ -236,3 +236,12 @@ def default_config(data_dir: str | Path | None = None) -> AppConfig:
     if data_dir is not None:
         cfg.model.node.data_dir = str(data_dir)
     return cfg
+
+
+def single_owner(config: AppConfig) -> AppConfig:
+    """Mark a config as one person's (no auth, or an embedding program): guardrails then let that owner
+    approve their own paused tool calls, since nobody else could."""
+    for spec in config.tree.walk():
+        if spec.cls is Guardrails:
+            spec.args.setdefault("self_approval", True)
+    return config

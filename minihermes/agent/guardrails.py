@@ -112,6 +112,9 @@ class Guardrails(GenFSM):
     async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
         self.max_repeats = int(args.get("max_repeats", MAX_REPEATS))
         self.resume_timeout = float(args.get("resume_timeout", RESUME_TIMEOUT))
+        # A one-person deployment (no auth: every request is the local owner) has nobody else to review:
+        # there the owner may decide on their own requests. Off everywhere else.
+        self.self_approval = bool(args.get("self_approval", False))
         # (session_id, turn_id) -> {call fingerprint: times seen}. Turns are short-lived: kept in memory.
         self._calls: OrderedDict[tuple[str, str], dict[str, int]] = OrderedDict()
         self._allow_count = 0
@@ -411,7 +414,7 @@ class Guardrails(GenFSM):
         requesters = {record["requested_by"]}
         if record["requester"] != _UNAUTHENTICATED:
             requesters.add(record["requester"])
-        if ctx.principal in requesters:
+        if ctx.principal in requesters and not self.self_approval:
             raise PermissionDenied(
                 f"{op}: nobody decides on their own request", op=op, approval_id=approval_id
             )

@@ -97,6 +97,10 @@ def serve(
     if jwt_secret_env and os.environ.get(jwt_secret_env):
         secrets.append(os.environ[jwt_secret_env])
     _setup_logging(log_level, secrets)
+    if auth is None and config is None and app_name == "agent":
+        from minihermes.agent.app import single_owner
+
+        single_owner(cfg)  # loopback without auth: every request is the local owner
     asyncio.run(_serve(cfg, host, port, auth))
 
 

@@ -407,6 +407,27 @@ async def test_deny_resumes_the_turn_with_the_refusal(make_node):
     ]
 
 
+async def test_a_single_owner_deployment_approves_its_own_requests(make_node):
+    """self_approval (set for serve without auth and for embedding programs: one person) lifts only the
+    own-request rule; roles still apply."""
+    node = await make_node(specs(self_approval=True))
+    own = await request(node, ctx=ACME)
+    reply = await g(node, "approve", ctx=ACME, approval_id=own)
+    assert reply["decision"] == "approved"
+    other = await request(node, ctx=ACME, input={"command": "other"})
+    with pytest.raises(PermissionDenied, match="admin"):
+        await g(node, "approve", ctx=ACME_USER, approval_id=other)
+
+
+def test_single_owner_marks_only_the_guardrails():
+    from minihermes.agent.app import default_config, single_owner
+
+    cfg = single_owner(default_config())
+    flagged = {s.name for s in cfg.tree.walk() if s.args.get("self_approval")}
+    assert flagged == {"guardrails"}
+    assert not any(s.args.get("self_approval") for s in default_config().tree.walk())
+
+
 async def test_nobody_approves_their_own_request_and_only_admins_decide(make_node):
     node = await make_node(specs())
     own = await request(node, ctx=ACME)  # requested_by defaults to the principal: alice
