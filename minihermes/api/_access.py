@@ -6,12 +6,19 @@ from __future__ import annotations
 import difflib
 import logging
 import math
-import re
 from typing import Any
 
 from fastapi import Request
 
-from minihermes.runtime import ActorError, ActorNotFound, NotFound, RequestContext, UnknownOp
+from minihermes.runtime import (
+    MAX_KEY_CHARS,
+    ActorError,
+    ActorNotFound,
+    NotFound,
+    RequestContext,
+    UnknownOp,
+    valid_key,
+)
 
 from ._body import check_content_type, parse_object, read_limited
 from ._catalog import ActorInfo, OpInfo
@@ -20,8 +27,6 @@ from ._errors import ApiError, forbidden, invalid
 
 log = logging.getLogger("minihermes.api")
 _SESSION_ACTOR = "session_manager"
-MAX_KEY_CHARS = 512
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _AUDIT_ACTOR = "audit_event"
 
 
@@ -150,5 +155,5 @@ def check_key(info: ActorInfo, payload: dict[str, Any]) -> None:
 
 
 def check_key_value(field: str, value: str) -> None:
-    if len(value) > MAX_KEY_CHARS or _CONTROL.search(value):
+    if not valid_key(value):  # the runtime's own rule, checked before a stream or a turn starts
         raise invalid(f"{field} must be 1-{MAX_KEY_CHARS} printable characters", field=field)

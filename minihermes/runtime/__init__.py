@@ -42,7 +42,7 @@ from ._errors import (
 from ._host import Host
 from ._links import LinkError, RedactSecrets, ServiceLink, ServiceLinks
 from ._metrics import Metrics
-from ._node import SYSTEM_SCOPE, Node, NodeOptions
+from ._node import MAX_KEY_CHARS, SYSTEM_SCOPE, Node, NodeOptions, valid_key
 from ._pubsub import PubSub, Subscription
 from ._spec import ActorSpec, SupervisorSpec
 from ._workflow import Workflow
@@ -50,6 +50,7 @@ from ._workflow import Workflow
 __all__ = [
     "DEFAULT_NAMESPACE",
     "DEFAULT_TENANT",
+    "MAX_KEY_CHARS",
     "SYSTEM_CONTEXT",
     "SYSTEM_SCOPE",
     "SYSTEM_TENANT",
@@ -101,4 +102,5 @@ __all__ = [
     "reset_context",
     "set_context",
     "state",
+    "valid_key",
 ]

@@ -283,7 +283,7 @@ class Node:
                         field=kf or "key",
                     )
                 key = value
-            if len(key) > MAX_KEY_CHARS or not key.isprintable():
+            if not valid_key(key):
                 # A key no store can hold would fail activation over and over and take the tree down.
                 raise InvalidArgument(
                     f"{op}: the key of '{name}' must be 1-{MAX_KEY_CHARS} printable characters",
@@ -926,6 +926,12 @@ def _expire(fut: asyncio.Future[Any], target: str, op: str, limit: float) -> Non
 DEADLINE_BUCKET = 0.25
 MAX_KEY_CHARS = 512
 """Longest virtual-actor key (a session id, say)."""
+
+
+def valid_key(key: str) -> bool:
+    """Whether a virtual actor may be keyed by ``key``: 1-MAX_KEY_CHARS printable characters (what every
+    store can hold as part of an address). Callers in front of the node (HTTP) check with this same rule."""
+    return 0 < len(key) <= MAX_KEY_CHARS and key.isprintable()
 
 
 def _log_task_error(task: asyncio.Task[Any]) -> None:
