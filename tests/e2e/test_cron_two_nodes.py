@@ -120,12 +120,16 @@ async def test_two_nodes_on_one_store_fire_each_job_once_per_schedule(tmp_path):
                         "schedule": f"every {int(PERIOD)}s",
                     },
                 )
-            # Both nodes run a scheduler and a runner for the tenant and compete for every tick.
+            # Both nodes run a scheduler and a runner for the tenant. Each firing of the tenant's durable
+            # tick reminder lands on whichever node claims it first (one node may win them all), and that
+            # node's scheduler competes for the leader lease: which node leads is not fixed, only that
+            # someone does and that no slot fires twice.
             assert len((await call(cb, "cron_scheduler", "list_jobs", {}))["jobs"]) == JOBS
             await wait_runs(ca, 3)
             sa = await call(ca, "cron_scheduler", "get_stats", {})
             sb = await call(cb, "cron_scheduler", "get_stats", {})
-            assert sa["ticks"] > 0 and sb["ticks"] > 0 and sa["holder"] != sb["holder"]
+            assert sa["holder"] != sb["holder"]
+            assert sa["ticks"] + sb["ticks"] > 0 and sa["led"] + sb["led"] > 0, (sa, sb)
             await check_once_per_slot(ca)
 
             await a.kill()  # the leader (or not) dies; the other node's lease takes over after its TTL
