@@ -29,8 +29,11 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
-from minihermes.agent.agent import DEFAULT_SYSTEM_PROMPT
+from minihermes.context.prompt import default_soul, stable_prefix
 from minihermes.tools.calculator import calculate
+
+SYSTEM_PROMPT = stable_prefix(default_soul(), "", [])
+"""The system prompt MiniHermes's agent sends when no SOUL.md, project file or core memory is present."""
 
 EXPRESSIONS = ("2+2", "3*3", "5-1")
 RESULTS = ("4", "9", "4")
@@ -133,7 +136,7 @@ class LangGraphTurns:
         if self.synchronous:
             await self.conn.execute(f"PRAGMA synchronous = {self.synchronous}")
         bound = self.model.bind_tools([calculator])
-        system = SystemMessage(content=DEFAULT_SYSTEM_PROMPT)
+        system = SystemMessage(content=SYSTEM_PROMPT)
 
         async def agent(state: MessagesState) -> dict[str, Any]:
             reply = await bound.ainvoke([system, *state["messages"]])

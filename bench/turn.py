@@ -69,6 +69,10 @@ from minihermes.llm import (  # noqa: E402
     register_provider,
 )
 from minihermes.runtime import ActorError, RequestContext  # noqa: E402
+from minihermes.runtime._loop import CHOICES as LOOP_CHOICES  # noqa: E402
+from minihermes.runtime._loop import ENV as LOOP_ENV  # noqa: E402
+from minihermes.runtime._loop import loop_factory  # noqa: E402
+from minihermes.runtime._loop import run as run_main  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------ sizes
 
@@ -232,7 +236,7 @@ class RatioRow:
     ratio_mean: float
     ratio_p50: float
     target: str
-    met: bool
+    met: bool | None
 
 
 @dataclass
@@ -262,12 +266,31 @@ def progress(msg: str) -> None:
 # ------------------------------------------------------------------------------------------------ MiniHermes
 
 
+LOOP_ONLY_AGENT_ARGS = {"memory_top_k": 0, "skills_limit": 0, "episodic": False, "index_sessions": False}
+"""The agent's own features LangGraph's loop does not have: memory recall in the prompt, skill matching, an
+episodic memory per turn, feeding session search (and, on skill_store, learning from the turn)."""
+
+
 async def start_mh(
-    data_dir: str, *, latency: float, shape: str, bench_admission: bool = False, tenants: int = 1
+    data_dir: str,
+    *,
+    latency: float,
+    shape: str,
+    bench_admission: bool = False,
+    tenants: int = 1,
+    loop_only: bool = False,
 ) -> MiniHermes:
     """A started MiniHermes whose tenant(s) use the bench provider: "bench0" (no latency, active) and, with
-    ``latency``, "bench". Tenants: "default" (``mh.ctx``), then "t1", "t2", ... (``tenant_contexts``)."""
+    ``latency``, "bench". Tenants: "default" (``mh.ctx``), then "t1", "t2", ... (``tenant_contexts``).
+    ``loop_only``: the agent without the features LangGraph's loop lacks (``LOOP_ONLY_AGENT_ARGS``);
+    guardrails, the tool executor, audit, the FSM and every checkpoint stay."""
     cfg = default_config()
+    if loop_only:
+        for spec in cfg.tree.walk():
+            if spec.name == "agent":
+                spec.args.update(LOOP_ONLY_AGENT_ARGS)
+            elif spec.name == "skill_store":
+                spec.args["learn_min_tool_calls"] = 1_000_000
     if bench_admission:
         # NodeOptions are built from the model when the AppConfig is made: setting cfg.model.node.max_inflight
         # (or mailbox_capacity) afterwards changes nothing, and tenant_max_share has no config key at all.
@@ -347,15 +370,22 @@ async def side_by_side(sz: Sizes, shape: str, mode: str, with_lg: bool, rounds: 
     out: dict[str, Timed] = {}
     try:
         mh = await start_mh(os.path.join(tmp, "mh"), latency=0.0, shape=shape)
+        lean = await start_mh(os.path.join(tmp, "mh_loop"), latency=0.0, shape=shape, loop_only=True)
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_callback(mh.stop)
+            stack.push_async_callback(lean.stop)
 
-            async def mh_turn(sid: str) -> Callable[[], None]:
-                reply = await mh.chat(MESSAGE, session_id=sid)
-                return lambda: check_reply(reply, shape)
+            def mh_turns(node: MiniHermes) -> Callable[[str], Any]:
+                async def run(sid: str) -> Callable[[], None]:
+                    reply = await node.chat(MESSAGE, session_id=sid)
+                    return lambda: check_reply(reply, shape)
 
+                return run
+
+            n_mh = sz.fresh if mode == "fresh" else sz.long
             plans: list[tuple[str, Callable[[str], Any], int]] = [
-                ("mh", mh_turn, sz.fresh if mode == "fresh" else sz.long)
+                ("mh", mh_turns(mh), n_mh),
+                ("mh_loop", mh_turns(lean), n_mh),
             ]
             if with_lg:
                 from _turn_langgraph import LangGraphTurns, check_turn
@@ -391,10 +421,8 @@ async def side_by_side(sz: Sizes, shape: str, mode: str, with_lg: bool, rounds: 
                     ids = range(done[key], done[key] + k)
                     await out[key].block(turn, [f"fresh-{i}" if mode == "fresh" else "long" for i in ids])
                     done[key] += k
-            if mode == "fresh":
-                await check_tools(mh, f"fresh-{sz.fresh - 1}")
-            else:
-                await check_tools(mh, "long")
+            for node in (mh, lean):
+                await check_tools(node, f"fresh-{sz.fresh - 1}" if mode == "fresh" else "long")
         return out
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -706,7 +734,8 @@ def machine_lines(with_langgraph: bool) -> list[str]:
             vers.append(f"{p} (not installed)")
     return [
         f"machine: {cpu}, {affinity} CPUs usable, load avg {load}; Python {platform.python_version()} "
-        f"({platform.python_implementation()}), {platform.system()} {platform.release()}",
+        f"({platform.python_implementation()}), {platform.system()} {platform.release()}, "
+        f"event loop {'uvloop' if loop_factory() else 'asyncio'} (both systems)",
         "versions: " + ", ".join(vers),
     ]
 
@@ -902,13 +931,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency", type=float, default=0.5, help="seconds per LLM call in the concurrency runs")
     ap.add_argument("--sessions", default="", help="comma-separated N for the concurrency runs")
     ap.add_argument("--no-concurrency", action="store_true", help="skip the concurrency runs")
+    ap.add_argument(
+        "--loop",
+        choices=LOOP_CHOICES,
+        default=os.environ.get(LOOP_ENV, "auto"),
+        help="event loop for both systems (auto: uvloop when installed, as `minihermes serve` runs)",
+    )
     ap.add_argument("--child-concurrency", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--admission", choices=("bench", "default"), default="bench", help=argparse.SUPPRESS)
     ap.add_argument("--tenants", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    os.environ[LOOP_ENV] = args.loop  # the concurrency children inherit it
 
     if args.child_concurrency:
-        result = asyncio.run(
+        result = run_main(
             concurrency_child(args.child_concurrency, args.latency, args.shape, args.admission, args.tenants)
         )
         print(json.dumps(result))
@@ -949,9 +985,11 @@ def main(argv: list[str] | None = None) -> int:
     # Per mode, one event loop holds a MiniHermes node and the LangGraph graph(s); their turns are timed in
     # alternating blocks (ROUNDS each), so load on the machine hits both alike.
     mh_rows: dict[str, TurnRow] = {}
+    full_rows: dict[str, TurnRow] = {}
     lg_rows: dict[str, TurnRow] = {}
     names = {
         "mh": "MiniHermes (agent tree, SQLite)",
+        "mh_loop": "MiniHermes, the same loop (recall, skills, episodes, session index, learning off)",
         "lg_sync": "LangGraph + AsyncSqliteSaver, durability=sync",
         "lg_async": "LangGraph + AsyncSqliteSaver, durability=async (its default)",
     }
@@ -968,31 +1006,41 @@ def main(argv: list[str] | None = None) -> int:
                 else f"{sz.lg_long:,}"
             )
         progress(f"{what}, interleaved in {sz.rounds} rounds")
-        timed = asyncio.run(side_by_side(sz, shape, mode, with_lg, sz.rounds))
+        timed = run_main(side_by_side(sz, shape, mode, with_lg, sz.rounds))
         for key, t in timed.items():
             n = len(t.samples)
-            unit = "session" if key == "mh" else "thread"
+            unit = "session" if key.startswith("mh") else "thread"
             wl = f"{n:,} turns, a fresh {unit} each" if mode == "fresh" else f"{n:,} turns on one {unit}"
             row = TurnRow(names[key], wl, t.samples, t.cpu / n * 1e3, t.main_cpu / n * 1e3)
             if mode == "long":
                 first, last = row.tail_ms()
                 row.extra = f"first 10% {first:.1f} ms, last 10% {last:.1f} ms"
-            if key == "mh":
+            if key == "mh_loop":
                 row.target, row.met = turn_target, row.mean_ms <= TARGET_TURN_MS
                 mh_rows[mode] = row
+            elif key == "mh":
+                full_rows[mode] = row
             elif key == "lg_sync":
                 lg_rows[mode] = row
             report.turns.append(row)
     for mode in lg_rows:
-        m, lgr = mh_rows[mode], lg_rows[mode]
+        lgr = lg_rows[mode]
+        where = "fresh sessions" if mode == "fresh" else "one long session"
+        m = mh_rows[mode]
         ratio = lgr.mean_ms / m.mean_ms
         report.ratios.append(
             RatioRow(
-                "fresh sessions" if mode == "fresh" else "one long session",
+                f"{where}, the same loop",
                 ratio,
                 lgr.q_ms(0.5) / m.q_ms(0.5),
                 f">= {TARGET_RATIO:g}x (mean)",
                 ratio >= TARGET_RATIO,
+            )
+        )
+        f = full_rows[mode]
+        report.ratios.append(
+            RatioRow(
+                f"{where}, the full agent", lgr.mean_ms / f.mean_ms, lgr.q_ms(0.5) / f.q_ms(0.5), "", None
             )
         )
 
@@ -1023,7 +1071,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         n = sz.profile
         progress(f"profile: anatomy + cProfile of {n} fresh turns")
-        prof = asyncio.run(profile_turns(n, shape))
+        prof = run_main(profile_turns(n, shape))
 
     # notes ---------------------------------------------------------------------------------------------
     report.notes.append(

@@ -178,8 +178,7 @@ class Agent(GenServer):
             self.owner = user
             await forgetting.record_session(self.host, self.session_id, user)
         await self._write_turn_meta()
-        await self.host.mark_durable(True)
-        await self.host.checkpoint()
+        await self._save_turn_state(running=True)
         self._fsm("processing")
         self._audit("turn_started", f"turn={self.turn['turn_id']}")
         self._publish({"type": "turn_started", "turn_id": self.turn["turn_id"]})
@@ -275,6 +274,10 @@ class Agent(GenServer):
             await asyncio.wait({task})
 
     async def _continue_turn(self) -> None:
+        # The FSM may have been saved at rest before the crash, or still be mid-turn: start it over.
+        if "agent_fsm" in self._services:
+            self._send(f"agent_fsm/{self.session_id}", "reset", {"reason": "turn resumed"})
+        self._fsm("tool_executing" if self._pending_calls() else "processing")
         try:
             await self._run_loop()
         except ActorError as e:
@@ -328,8 +331,7 @@ class Agent(GenServer):
                 "session_id": self.session_id,
                 "error": e.to_dict()["error"],
             }
-            await self.host.checkpoint()
-            await self.host.mark_durable(False)
+            await self._save_turn_state(running=False)
             self._fsm("idle")
             self._publish({"type": "final", "reply": self.last_reply})
             raise
@@ -611,8 +613,7 @@ class Agent(GenServer):
             )
         self.last_reply = reply
         self.turn = None
-        await self.host.checkpoint()
-        await self.host.mark_durable(False)
+        await self._save_turn_state(running=False)
         self._fsm("idle")
         self._audit(
             "turn_completed", f"turn={reply['turn_id']} status={status} tool_calls={turn['tool_calls']}"
@@ -621,6 +622,12 @@ class Agent(GenServer):
         self._publish({"type": "final", "reply": reply})
         self._after_turn(turn, reply)
         return reply
+
+    async def _save_turn_state(self, *, running: bool) -> None:
+        """Checkpoint, and (un)mark this session for resumption after a restart, in one group commit where
+        the store allows: the two are independent (a resume marker without a turn resumes nothing, and a
+        turn without its marker resumes on the session's next message)."""
+        await asyncio.gather(self.host.checkpoint(), self.host.mark_durable(running))
 
     def _paused_reply(self) -> dict[str, Any]:
         turn = self.turn
@@ -700,6 +707,8 @@ class Agent(GenServer):
                     "user_intent": turn["message"],
                     "user_id": turn["user_id"],
                     "tool_calls": calls,
+                    "skill_ids": [sid for sid in turn.get("skill_ids") or [] if sid],
+                    "success": success,
                 },
             )
         if "goals" in self._services:

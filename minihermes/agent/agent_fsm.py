@@ -4,6 +4,11 @@ States ``idle``, ``processing``, ``tool_executing``, ``responding``; the table b
 of which moves are valid. The agent loop drives it; an invalid move is an ``invalid_transition`` error and
 the state is unchanged, which catches loop bugs before they corrupt anything. Operators read ``get_state``
 to see what every agent is doing.
+
+Durable at rest: the state is checkpointed when a turn ends (``idle``), on ``reset`` and when the actor
+stops, not on every move: the agent's own checkpoint is the record a turn resumes from, and a resumed turn
+resets this FSM before it drives it again. Moves in between are in memory, so a turn's 9 moves cost one
+write instead of nine.
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ HISTORY = 20
 class AgentFSM(GenFSM):
     """One session's lifecycle: ``transition(to)``, ``get_state()``, ``reset()``."""
 
+    checkpoint_interval: ClassVar[int] = 1_000_000
+    """Saved by ``_settle`` at rest (idle), on reset and on stop; see the module docstring."""
+
     states: ClassVar[tuple[str, ...]] = STATES
     initial: ClassVar[str] = "idle"
     transitions: ClassVar[dict[str, frozenset[str] | set[str]]] = {k: v for k, v in TRANSITIONS.items()}
@@ -34,10 +42,12 @@ class AgentFSM(GenFSM):
     """The last moves as [from, to, at], oldest first."""
 
     @call
-    def transition(self, to: str, session_id: str = "") -> dict[str, Any]:
+    async def transition(self, to: str, session_id: str = "") -> dict[str, Any]:
         """Move to ``to``; ``invalid_transition`` (state unchanged) when the table forbids it."""
         prev = self.transition_to(to)
         self._record(prev, to)
+        if to == "idle":
+            await self.host.checkpoint()
         return {"status": "ok", "from": prev, "to": to, "session_id": self._session(session_id)}
 
     @call
@@ -54,13 +64,14 @@ class AgentFSM(GenFSM):
         }
 
     @call
-    def reset(self, session_id: str = "", reason: str = "") -> dict[str, Any]:
+    async def reset(self, session_id: str = "", reason: str = "") -> dict[str, Any]:
         """Back to ``idle`` from any state (recovery after an interrupted turn)."""
         prev = self.fsm_state
         if prev != "idle":
             self.fsm_state = "idle"
             self.transition_count += 1
             self._record(prev, "idle")
+            await self.host.checkpoint()
         return {"status": "ok", "from": prev, "to": "idle", "reason": reason}
 
     def _record(self, prev: str, to: str) -> None:

@@ -12,6 +12,8 @@ from typing import Annotated, Any
 import typer
 
 from minihermes.runtime import AppConfig, ConfigError, Node, RedactSecrets, build_node
+from minihermes.runtime._loop import loop_name
+from minihermes.runtime._loop import run as run_main
 
 app = typer.Typer(help="MiniHermes: a runtime for self-improving AI agents.", no_args_is_help=True)
 keys_app = typer.Typer(
@@ -101,7 +103,11 @@ def serve(
         from minihermes.agent.app import single_owner
 
         single_owner(cfg)  # loopback without auth: every request is the local owner
-    asyncio.run(_serve(cfg, host, port, auth))
+    try:
+        run_main(_serve(cfg, host, port, auth))
+    except ConfigError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
 
 
 def _auth(jwt_secret_env: str | None, api_keys: bool) -> Any:
@@ -123,7 +129,7 @@ async def _serve(cfg: AppConfig, host: str, port: int, auth: Any) -> None:
     stop = asyncio.Event()
     await node.start()
     node.install_signal_handlers(stop.set)
-    log.info("data dir: %s", cfg.data_dir.resolve())
+    log.info("data dir: %s (event loop: %s)", cfg.data_dir.resolve(), loop_name())
     for spec in cfg.tree.walk():
         kind = "virtual" if spec.virtual else "per-tenant" if spec.per_tenant else "shared"
         log.info("running %-16s %-9s %-10s restart=%s", spec.name, spec.behavior, kind, spec.restart)
@@ -180,7 +186,7 @@ def chat(
     from .chat import run_chat
 
     token = os.environ.get(token_env) if token_env else None
-    raise typer.Exit(asyncio.run(run_chat(session=session, url=url, data_dir=data_dir, token=token)))
+    raise typer.Exit(run_main(run_chat(session=session, url=url, data_dir=data_dir, token=token)))
 
 
 # -- doctor ---------------------------------------------------------------------------------------------------

@@ -57,6 +57,9 @@ class SkillStoreCore(GenServer):
         self.learn_min_tool_calls = int(args.get("learn_min_tool_calls", 3))
         self.duplicate_similarity = float(args.get("duplicate_similarity", DUPLICATE_SIMILARITY))
         self.workflow = str(args.get("workflow", "skill_workflow"))
+        self.relearn_after = float(args.get("relearn_after_days", 30)) * 86400.0
+        self._learned: OrderedDict[str, float] = OrderedDict()
+        """Recently seen learned-request markers (``learned:`` keys in KV) and when they were taught."""
         self.index = SkillIndex(half_life_days=float(args.get("recency_half_life_days", 30)))
         self._records: dict[str, dict[str, Any]] = {}
         """Every record, as in KV: the index's signals and the near-duplicate check read them here."""

@@ -34,6 +34,21 @@ def workflow_key(turn_id: str) -> str:
     return "learn-" + hashlib.sha256(turn_id.encode()).hexdigest()[:24]
 
 
+def learned_key(user_id: str, intent: str, tool_names: list[str]) -> str:
+    """The marker of a request already taught: the user, the request's words (case and spacing folded)
+    and the tools it took, hashed (no message text is kept)."""
+    return (
+        learned_prefix(user_id)
+        + hashlib.sha256("\x1f".join([" ".join(intent.lower().split()), *tool_names]).encode()).hexdigest()[
+            :32
+        ]
+    )
+
+
+def learned_prefix(user_id: str) -> str:
+    return "learned:" + hashlib.sha256(user_id.encode()).hexdigest()[:16] + ":"
+
+
 def _owner_of(record: dict[str, Any]) -> str:
     return "" if record["scope"] == "tenant" else str(record["owner"])
 

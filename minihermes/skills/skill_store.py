@@ -32,12 +32,16 @@ from ._model import (
 from ._semantic import fuse
 from ._store_core import Scope, SkillStoreCore, check_id, view
 
+_LEARNED_CACHE = 4096
+"""Learned-request markers kept in memory (the rest are read from KV when a request repeats)."""
+
 StatusFilter = Literal["", "candidate", "active", "stale", "archived", "pinned"]
 
 
 class SkillStore(SkillStoreCore):
     """Per-tenant skill store; see the module docstring. Args: ``learn_min_tool_calls`` (3),
-    ``duplicate_similarity`` (0.6), ``workflow`` (the extraction workflow's actor name)."""
+    ``duplicate_similarity`` (0.6), ``workflow`` (the extraction workflow's actor name),
+    ``relearn_after_days`` (30: how long a taught request is not taught again)."""
 
     state_version = 1
 
@@ -371,21 +375,50 @@ class SkillStore(SkillStoreCore):
         user_intent: str,
         user_id: str = "",
         tool_calls: int | list[dict[str, Any]] = 0,
+        skill_ids: list[str] | None = None,
+        success: bool = True,
     ) -> None:
         """After every finished turn (from the agent, never awaited): a turn with enough tool calls starts
         the extraction workflow for it (one workflow per turn, so a repeated cast starts nothing new).
-        ``tool_calls`` is the turn's count of calls, or the calls themselves."""
+        ``tool_calls`` is the turn's count of calls, or the calls themselves. Nothing new is learned from
+        a turn that a matched skill (``skill_ids``, injected into its prompt) carried to success, nor from
+        a request the same user already taught with the same tools (within ``relearn_after_days``): each
+        extraction costs several model calls, and a repeat teaches nothing the first one did not."""
         count = len(tool_calls) if isinstance(tool_calls, list) else tool_calls
         if count < self.learn_min_tool_calls or not self.host.has_actor(self.workflow):
             return
-        args = {
-            "session_id": session_id,
-            "turn_id": turn_id,
-            "user_intent": user_intent,
-            "user_id": access.acting_user(user_id),
-        }
+        user = access.acting_user(user_id)
+        if success and any(sid in self._records for sid in skill_ids or []):
+            self.host.incr_counter("skill_extractions_skipped_total", reason="skill_used")
+            return
+        names = (
+            [str(c.get("name", "")) for c in tool_calls if isinstance(c, dict)]
+            if isinstance(tool_calls, list)
+            else []
+        )
+        key = io.learned_key(user, user_intent, names)
+        if await self._learned_recently(key):
+            self.host.incr_counter("skill_extractions_skipped_total", reason="repeat")
+            return
+        await self.host.kv.put(key, {"turn_id": turn_id, "at": self.host.now()})
+        self._learned[key] = self.host.now()
+        args = {"session_id": session_id, "turn_id": turn_id, "user_intent": user_intent, "user_id": user}
         self.host.send(f"{self.workflow}/{io.workflow_key(turn_id)}", "start", args)
         self.host.incr_counter("skill_extractions_started_total")
+
+    async def _learned_recently(self, key: str) -> bool:
+        at = self._learned.get(key)
+        if at is None:
+            entry = await self.host.kv.get(key)
+            at = float(entry.get("at", 0.0)) if isinstance(entry, dict) else None
+        if at is None or self.host.now() - at > self.relearn_after:
+            self._learned.pop(key, None)
+            return False
+        self._learned[key] = at
+        self._learned.move_to_end(key)
+        while len(self._learned) > _LEARNED_CACHE:
+            self._learned.popitem(last=False)
+        return True
 
     @cast
     async def forget(self, session_id: str = "", user_id: str = "") -> None:
@@ -397,6 +430,12 @@ class SkillStore(SkillStoreCore):
             return
         if not session_id and not user_id:
             return
+        if user_id:
+            prefix = io.learned_prefix(user_id)
+            for key, _ in await self.host.kv.list(prefix):
+                await self.host.kv.delete(key)
+            for key in [k for k in self._learned if k.startswith(prefix)]:
+                del self._learned[key]
         for record in list(self._records.values()):
             prov = record["provenance"]
             by_session = bool(session_id) and prov.get("session_id") == session_id

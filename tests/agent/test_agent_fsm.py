@@ -101,3 +101,19 @@ async def test_state_survives_restart(make_node, tmp_path):
     assert st["state"] == "processing" and st["history"][0]["to"] == "processing"
     with pytest.raises(InvalidTransition):
         await node.ask("agent_fsm/x", "transition", {"to": "processing"}, ctx=ACME)
+
+
+async def test_saved_at_rest_not_on_every_move(make_node, tmp_path):
+    """Moves inside a turn stay in memory; reaching idle (or a reset) is checkpointed before the reply."""
+    node = await make_node(specs(), data_dir=tmp_path / "d")
+    saved = node.metrics.counter("checkpoints_total")
+    for to in ("processing", "tool_executing", "processing", "responding"):
+        await node.ask("agent_fsm/x", "transition", {"to": to}, ctx=ACME)
+    assert node.metrics.counter("checkpoints_total") == saved
+    await node.ask("agent_fsm/x", "transition", {"to": "idle"}, ctx=ACME)
+    assert node.metrics.counter("checkpoints_total") == saved + 1
+    cp = await node.store.checkpoints.load(ACME.scope, "agent_fsm/x")
+    assert cp is not None and b'"idle"' in cp.data
+    await node.ask("agent_fsm/x", "transition", {"to": "processing"}, ctx=ACME)
+    await node.ask("agent_fsm/x", "reset", {"reason": "test"}, ctx=ACME)
+    assert node.metrics.counter("checkpoints_total") == saved + 2

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from minihermes.agent.agent import Agent
+from minihermes.agent.agent_fsm import AgentFSM
 from minihermes.runtime import ActorError, ActorSpec, Conflict, InvalidArgument
 
 from . import doubles
@@ -117,6 +118,39 @@ async def test_turn_resumes_after_the_actor_dies_between_tool_calls(make_node):
     history = (await node.ask("agent/s", "get_history"))["messages"]
     assert [m["content"] for m in history if m["role"] == "assistant"][-2:] == ["finished", "second"]
     assert [name for name, _ in doubles.EXECUTED] == ["echo", "wait", "wait"]
+
+
+async def test_a_resumed_turn_drives_the_fsm_from_a_clean_start(make_node):
+    """The FSM is saved at rest only; whatever state it had when the agent died, the resumed turn resets
+    it and every move it then makes is valid (none rejected), ending idle."""
+    doubles.GATE["wait"] = asyncio.Event()
+    doubles.GATE["entered"] = asyncio.Event()
+    SCRIPTS["s"] = [tool_use(("echo", {"x": "first"}), ("wait", {})), end("finished"), end("second")]
+    tree = [*specs(), ActorSpec("agent_fsm", AgentFSM, virtual=True, key_field="session_id")]
+    node = await make_node(tree)
+    turn = asyncio.ensure_future(node.ask("agent", "chat", {"message": "go", "session_id": "s"}))
+    await doubles.GATE["entered"].wait()
+    assert (await node.ask("agent_fsm/s", "get_state"))["state"] == "tool_executing"
+    (agent,) = node.cells("agent")
+    (fsm,) = node.cells("agent_fsm")
+    await fsm.kill("test", abnormal=True)  # restarts from its checkpoint at rest: idle
+    await agent.kill("test", abnormal=True)
+    with pytest.raises(ActorError):
+        await turn
+    doubles.GATE["wait"].set()
+    # A new chat waits for the resumed turn first.
+    assert (await node.ask("agent", "chat", {"message": "next", "session_id": "s"}))["response"] == "second"
+    state = await node.ask("agent_fsm/s", "get_state")
+    assert state["state"] == "idle"
+    moves = [(m["from"], m["to"]) for m in state["history"]]
+    resumed = [
+        ("idle", "tool_executing"),
+        ("tool_executing", "processing"),
+        ("processing", "responding"),
+        ("responding", "idle"),
+    ]
+    after = [("idle", "processing"), ("processing", "responding"), ("responding", "idle")]
+    assert moves == resumed + after, moves
 
 
 async def test_resume_without_a_paused_turn_is_a_conflict(make_node):

@@ -16,7 +16,7 @@ from minihermes.skills import SkillStore, SkillWorkflow
 from minihermes.skills._store_io import workflow_key
 
 from .conftest import ACME, ACME_USER, skills_tree
-from .doubles import SUMS, HistoryAgent, SimGateway
+from .doubles import SUMS, HistoryAgent, SimGateway, sums_history
 from .learnproc import NODE_ID, tree
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,12 +47,20 @@ async def _wait_done(node: Any, turn_id: str, *, ctx: Any = ACME_USER) -> dict[s
         await asyncio.sleep(0.01)
 
 
-def _learn(node: Any, turn_id: str = "turn-1", tool_calls: int = 3, intent: str = SUMS) -> None:
+def _learn(
+    node: Any,
+    turn_id: str = "turn-1",
+    tool_calls: int | list[dict[str, Any]] = 3,
+    intent: str = SUMS,
+    session_id: str = "s1",
+    **extra: Any,
+) -> None:
     node.send(
         "skill_store",
         "evaluate_for_learning",
         {
-            "session_id": "s1",
+            **extra,
+            "session_id": session_id,
             "turn_id": turn_id,
             "user_intent": intent,
             "user_id": "bob",
@@ -96,15 +104,44 @@ async def test_a_short_turn_starts_nothing(make_node):
 
 
 async def test_learning_the_same_family_twice_patches_instead_of_duplicating(make_node):
-    node = await make_node(_tree())
+    other = SUMS.replace("what is", "please work out")
+    node = await make_node(_tree(histories={"s2": sums_history(other)}))
     _learn(node, "turn-1")
     first = await _wait_done(node, "turn-1")
-    _learn(node, "turn-2")
+    _learn(node, "turn-2", intent=other, session_id="s2")
     second = await _wait_done(node, "turn-2")
     assert first["status"] == second["status"] == "completed"
     r2 = (await node.ask(f"skill_workflow/{workflow_key('turn-2')}", "result", {}, ctx=ACME_USER))["result"]
     assert r2["patched"] and not r2["created"]
     assert (await node.ask("skill_store", "get_stats", {}, ctx=ACME))["skills"] == 1
+
+
+async def test_a_repeated_request_or_a_turn_a_skill_carried_teaches_nothing_new(make_node):
+    node = await make_node(_tree())
+    calls = [{"name": "calculator", "input": {"expression": e}, "is_error": False} for e in "abc"]
+    _learn(node, "turn-1", tool_calls=calls)
+    first = await _wait_done(node, "turn-1")
+    assert first["status"] == "completed"
+    # The same request again, in other words of spacing and case, with the same tools: nothing starts.
+    _learn(node, "turn-2", tool_calls=calls, intent="  " + SUMS.upper())
+    # A different request that a matched skill carried to success: its usage counts, no new extraction.
+    skill_id = (await node.ask("skill_store", "list_skills", {}, ctx=ACME))["skills"][0]["skill_id"]
+    _learn(node, "turn-3", tool_calls=calls, intent="sum these up", skill_ids=[skill_id], success=True)
+    # The same as turn 3 but failed: worth learning from.
+    _learn(node, "turn-4", tool_calls=calls, intent="sum those up", skill_ids=[skill_id], success=False)
+    fourth = await _wait_done(node, "turn-4")
+    assert fourth["status"] in ("completed", "failed")
+    for turn in ("turn-2", "turn-3"):
+        status = await node.ask(
+            f"skill_workflow/{workflow_key(turn)}", "query", {"name": "status"}, ctx=ACME_USER
+        )
+        assert status["status"] == "idle" and status["completed_steps"] == [], (turn, status)
+    assert node.metrics.counter("skill_extractions_skipped_total", tenant="acme", reason="repeat") == 1
+    assert node.metrics.counter("skill_extractions_skipped_total", tenant="acme", reason="skill_used") == 1
+    # Forgetting the user forgets what they taught: the request may be learned again.
+    node.send("skill_store", "forget", {"user_id": "bob"}, ctx=ACME)
+    _learn(node, "turn-5", tool_calls=calls)
+    assert (await _wait_done(node, "turn-5"))["status"] == "completed"
 
 
 async def test_status_and_cancel_while_a_step_runs(make_node):

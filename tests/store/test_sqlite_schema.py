@@ -27,13 +27,13 @@ def columns(path: Path, table: str) -> list[str]:
 async def test_fresh_file_settings(tmp_path: Path) -> None:
     path = tmp_path / "fresh.db"
     store = await opened(path, synchronous="full")
-    assert await store.schema_version() == LATEST_VERSION == 3
+    assert await store.schema_version() == LATEST_VERSION == 4
     await store.close()
     conn = sqlite3.connect(path)
     try:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental
-        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "3"
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "4"
     finally:
         conn.close()
     assert "receipt" in columns(path, "channel_messages")
@@ -59,6 +59,9 @@ async def test_migrates_v1_file_with_its_data(tmp_path: Path) -> None:
             entry = await store.kv.get_entry(scope, key)
             assert entry is not None and (entry.value, entry.version) == (value, 1)
         assert await store.tuples.read(scope, [fixture.tuple_[0], None, None]) == fixture.tuple_
+        # v4 indexed the second element of the tuples already stored: a two-literal pattern finds them
+        assert await store.tuples.read(scope, [*fixture.tuple_[:2], None]) == fixture.tuple_
+        assert await store.tuples.read(scope, [fixture.tuple_[0], "other", None]) is None
         checkpoint = await store.checkpoints.load(scope, fixture.actor_id)
         assert checkpoint is not None and (checkpoint.state_version, checkpoint.data) == (
             2,

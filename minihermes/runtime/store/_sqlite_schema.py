@@ -8,9 +8,11 @@ Every table carries (tenant, ns) as the leading columns of its key or index, and
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable
 
+from ._common import encode_element
 from ._errors import SchemaVersionError, StoreError
 
 MIN_SQLITE = (3, 35, 0)
@@ -137,7 +139,30 @@ def _v2_to_v3(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX vectors_dim ON vectors (tenant, ns, idx, dim)")
 
 
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {2: _v1_to_v2, 3: _v2_to_v3}
+def _v3_to_v4(conn: sqlite3.Connection) -> None:
+    """v4: the second element of a tuple indexed too. Most patterns name two elements (``("session_owner",
+    sid, None)``, ``("memory", scope, owner, key, None)``); with only the first indexed, each such read or take
+    walked every tuple of that kind, so a new session or memory cost more the more there were. ``e1`` is the
+    typed encoding of element 1 (NULL for 1-tuples), filled here for the tuples already stored."""
+    conn.execute("ALTER TABLE tuples ADD COLUMN e1 TEXT")
+    rows = conn.execute("SELECT id, body FROM tuples WHERE arity > 1").fetchall()
+    updates = []
+    for row_id, body in rows:
+        try:
+            value = json.loads(body)
+        except (TypeError, ValueError):
+            continue  # a corrupt body is quarantined when a scan meets it; it matches nothing by e1
+        if isinstance(value, list) and len(value) > 1:
+            updates.append((encode_element(value[1]), row_id))
+    conn.executemany("UPDATE tuples SET e1 = ? WHERE id = ?", updates)
+    conn.execute("CREATE INDEX tuples_second ON tuples (tenant, ns, arity, e0, e1, id)")
+
+
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
+    2: _v1_to_v2,
+    3: _v2_to_v3,
+    4: _v3_to_v4,
+}
 """target version -> step from the previous version. Steps run inside the caller's transaction."""
 
 LATEST_VERSION = max(MIGRATIONS)

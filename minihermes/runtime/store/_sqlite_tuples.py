@@ -1,8 +1,9 @@
 """SQLite tuple space.
 
 SQL narrows candidates by scope, arity and (when the pattern's first element is a literal, the common case:
-``("skill_trigger", None, None)``) the typed first element, through an index, in insertion order; Python
-applies the remaining typed comparisons with the shared ``tuple_matches``.
+``("skill_trigger", None, None)``) the typed first element, and the second one too when it is a literal
+(``("session_owner", sid, None)``), through an index, in insertion order; Python applies the remaining
+typed comparisons with the shared ``tuple_matches``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ def _candidates(tenant: str, ns: str, pattern: tuple[Scalar, ...]) -> tuple[str,
         return (
             "SELECT id, body FROM tuples WHERE tenant = ? AND ns = ? AND arity = ? ORDER BY id",
             (tenant, ns, len(pattern)),
+        )
+    if len(pattern) > 1 and pattern[1] is not None:
+        return (
+            "SELECT id, body FROM tuples WHERE tenant = ? AND ns = ? AND arity = ? AND e0 = ? AND e1 = ?"
+            " ORDER BY id",
+            (tenant, ns, len(pattern), encode_element(pattern[0]), encode_element(pattern[1])),
         )
     return (
         "SELECT id, body FROM tuples WHERE tenant = ? AND ns = ? AND arity = ? AND e0 = ? ORDER BY id",
@@ -71,8 +78,9 @@ class SqliteTuples(Part):
     async def write(self, scope: Scope, tup: Sequence[Scalar]) -> None:
         tenant, ns = check_scope(scope)
         values = check_tuple(tup)
-        params = (tenant, ns, len(values), encode_element(values[0]), encode_tuple(values), self._now())
-        sql = "INSERT INTO tuples (tenant, ns, arity, e0, body, created_at) VALUES (?, ?, ?, ?, ?, ?)"
+        e1 = encode_element(values[1]) if len(values) > 1 else None
+        params = (tenant, ns, len(values), encode_element(values[0]), e1, encode_tuple(values), self._now())
+        sql = "INSERT INTO tuples (tenant, ns, arity, e0, e1, body, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
         await self._db.write(lambda c: c.execute(sql, params))
 
     async def read(self, scope: Scope, pattern: Sequence[Scalar]) -> tuple[Scalar, ...] | None:
