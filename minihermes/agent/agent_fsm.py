@@ -31,7 +31,7 @@ class AgentFSM(GenFSM):
     """One session's lifecycle: ``transition(to)``, ``get_state()``, ``reset()``."""
 
     checkpoint_interval: ClassVar[int] = 1_000_000
-    """Saved by ``_settle`` at rest (idle), on reset and on stop; see the module docstring."""
+    """Saved when a move reaches idle (``checkpoint_after``), on reset and on stop; see the module docstring."""
 
     states: ClassVar[tuple[str, ...]] = STATES
     initial: ClassVar[str] = "idle"
@@ -42,12 +42,12 @@ class AgentFSM(GenFSM):
     """The last moves as [from, to, at], oldest first."""
 
     @call
-    async def transition(self, to: str, session_id: str = "") -> dict[str, Any]:
+    def transition(self, to: str, session_id: str = "") -> dict[str, Any]:
         """Move to ``to``; ``invalid_transition`` (state unchanged) when the table forbids it."""
         prev = self.transition_to(to)
         self._record(prev, to)
         if to == "idle":
-            await self.host.checkpoint()
+            self.host.checkpoint_after()
         return {"status": "ok", "from": prev, "to": to, "session_id": self._session(session_id)}
 
     @call
@@ -64,14 +64,14 @@ class AgentFSM(GenFSM):
         }
 
     @call
-    async def reset(self, session_id: str = "", reason: str = "") -> dict[str, Any]:
+    def reset(self, session_id: str = "", reason: str = "") -> dict[str, Any]:
         """Back to ``idle`` from any state (recovery after an interrupted turn)."""
         prev = self.fsm_state
         if prev != "idle":
             self.fsm_state = "idle"
             self.transition_count += 1
             self._record(prev, "idle")
-            await self.host.checkpoint()
+            self.host.checkpoint_after()
         return {"status": "ok", "from": prev, "to": "idle", "reason": reason}
 
     def _record(self, prev: str, to: str) -> None:

@@ -1,6 +1,8 @@
-"""A demo node for cluster tests, ``bench/cluster.py`` and trying a cluster by hand: the agent app plus two
-small actors for queued work and reminders, an LLM provider with a fixed latency, a record of every
-activation of a leased actor, and a line protocol on stdin/stdout to drive the node from another process.
+"""A demo node for cluster tests, ``bench/cluster.py`` and trying a cluster by hand: the agent app (with its
+real work actors: ``cron_scheduler``/``cron_runner``, ``task_queue``/``task_worker``) plus a small reminder
+actor, an LLM provider with a fixed latency, and a record, in a SQLite file shared by the nodes, of every
+activation of a leased actor and of every LLM call; a line protocol on stdin/stdout drives the node from
+another process.
 
     python -m minihermes.cluster.testing NODE_ID DATA_DIR CLUSTER_NAME   # env: MINIHERMES_NATS_* and secret
 
@@ -35,7 +37,6 @@ from minihermes.llm import (
 from minihermes.runtime import ActorError, AppConfig, GenServer, Node, RequestContext, call
 from minihermes.runtime._cell import Cell
 from minihermes.runtime._config import ClusterModel
-from minihermes.runtime._context import set_context
 from minihermes.runtime.store import backend_names
 
 ECHO_KIND = "cluster_echo"
@@ -43,7 +44,8 @@ TENANT = "acme"
 
 
 class EchoProvider(Provider):
-    """Answers every request with the last user message after ``latency`` seconds (no tools)."""
+    """Answers every request with the last user message after ``latency`` seconds (no tools). Each call is
+    recorded in the node's :class:`NodeRecord` (when there is one) while it runs and when it ends."""
 
     kind = ECHO_KIND
 
@@ -52,10 +54,15 @@ class EchoProvider(Provider):
         self.latency = float(config.options.get("latency", 0.0))
 
     async def complete(self, request: CompletionRequest) -> Completion:
-        if self.latency > 0:
-            await asyncio.sleep(self.latency)
         last = next((m for m in reversed(request.messages) if m.role == "user"), None)
         text = last.content if last is not None and isinstance(last.content, str) else ""
+        call_id = RECORD.llm_call_started(text) if RECORD is not None else None
+        try:
+            if self.latency > 0:
+                await asyncio.sleep(self.latency)
+        finally:
+            if RECORD is not None and call_id is not None:
+                RECORD.llm_call_ended(call_id)
         return Completion(
             content=f"echo: {text}", usage=Usage(input_tokens=10, output_tokens=5), provider=self.name
         )
@@ -66,30 +73,6 @@ class EchoProvider(Provider):
 
 
 register_provider(ECHO_KIND, EchoProvider, replace=True)
-
-
-class JobWorker(GenServer):
-    """Queued work on the ``jobs`` channel of tenant ``acme``: ``enqueue`` acknowledges message ids; a loop on
-    every node takes jobs, records ``("job_done", msg_id, node)`` and acks (at-least-once)."""
-
-    async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
-        self.host.spawn(self._work())
-
-    async def _work(self) -> None:
-        set_context(RequestContext(tenant=TENANT, principal="worker", roles=frozenset({"system"})))
-        ch = self.host.channels
-        while True:
-            for m in await ch.receive("jobs", timeout=1.0, max_messages=10, visibility_timeout=10.0):
-                await self.host.tuples.write(("job_done", m.msg_id, self.host.node_id))
-                await ch.ack("jobs", m.msg_id)
-
-    @call
-    async def enqueue(self, n: int, tag: str) -> list[str]:
-        return await self.host.channels.send_batch("jobs", [("job", {"tag": tag, "i": i}) for i in range(n)])
-
-    @call
-    async def done(self) -> list[list[Any]]:
-        return [list(t) for t in await self.host.tuples.read_all(("job_done", None, None))]
 
 
 class Ticker(GenServer):
@@ -118,24 +101,26 @@ class Ticker(GenServer):
 
 DEMO_CHILDREN = """
 [[supervisor.children]]
-name = "jobs"
-role = "minihermes.cluster.testing:JobWorker"
-
-[[supervisor.children]]
 name = "ticker"
 role = "minihermes.cluster.testing:Ticker"
 """
 
 
-class ActivationLog:
-    """Every start and exit of a leased (dynamic) actor on this node, written synchronously to a SQLite file
-    shared by the nodes: the check that no actor was ever active on two nodes at once reads it."""
+class NodeRecord:
+    """What the nodes did, written synchronously to a SQLite file they share (``record.db`` in the data dir):
+    every start and exit of a leased (dynamic) actor on this node, which the check that no actor was ever
+    active on two nodes at once reads; and every call of the echo provider (its last user message, start and
+    end), from which a test tells which turns are in flight."""
 
     def __init__(self, path: Path, node: Node) -> None:
         self._db = sqlite3.connect(path, timeout=30, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS activations (actor TEXT, node TEXT, boot TEXT, event TEXT, at REAL)"
+        )
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS llm_calls (id INTEGER PRIMARY KEY, node TEXT, text TEXT,"
+            " started REAL, ended REAL)"
         )
         self._node = node
         started, exited = node._cell_started, node._cell_exited
@@ -160,9 +145,25 @@ class ActivationLog:
                 (actor, n.node_id, n.boot_id, event, time.time()),
             )
 
+    def llm_call_started(self, text: str) -> int | None:
+        cur = self._db.execute(
+            "INSERT INTO llm_calls (node, text, started) VALUES (?, ?, ?)",
+            (self._node.node_id, text, time.time()),
+        )
+        return cur.lastrowid
+
+    def llm_call_ended(self, call_id: int) -> None:
+        self._db.execute("UPDATE llm_calls SET ended = ? WHERE id = ?", (time.time(), call_id))
+
+
+RECORD: NodeRecord | None = None
+"""This process's record (set by :func:`serve`)."""
+RECORD_FILE = "record.db"
+
 
 def demo_config(node_id: str, data_dir: str, cluster_name: str) -> AppConfig:
-    """The agent app plus the demo actors, clustered (NATS and secret from the environment)."""
+    """The agent app (its work actors included) plus the reminder actor, clustered (NATS and secret from the
+    environment)."""
     from minihermes.agent.app import AGENT_CONFIG
 
     cfg = AppConfig.from_toml(AGENT_CONFIG + DEMO_CHILDREN, "<cluster-demo>")
@@ -218,8 +219,9 @@ async def serve(node_id: str, data_dir: str, cluster_name: str) -> None:
     )
     from minihermes.agent.app import build_agent_node
 
+    global RECORD
     node = build_agent_node(demo_config(node_id, data_dir, cluster_name))
-    ActivationLog(Path(data_dir) / "activations.db", node)
+    RECORD = NodeRecord(Path(data_dir) / RECORD_FILE, node)
     await node.start()
     stopping = asyncio.Event()
     node.install_signal_handlers(stopping.set)
@@ -270,7 +272,12 @@ def main(argv: list[str]) -> int:
     if len(argv) != 3:
         print(__doc__, file=sys.stderr)
         return 2
-    asyncio.run(serve(*argv))
+    # Run as ``python -m``, this file is ``__main__``; the node imports it again by name (the ticker's
+    # role), and that module's provider class is the one registered last: serve from that module, so the
+    # provider and ``RECORD`` are the same module's.
+    from minihermes.cluster import testing
+
+    asyncio.run(testing.serve(*argv))
     return 0
 
 

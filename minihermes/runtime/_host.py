@@ -352,6 +352,12 @@ class Host:
         """Save state now (Workflow steps use this)."""
         await self._cell.flush()
 
+    def checkpoint_after(self) -> None:
+        """Save state when the current message is handled, whatever the checkpoint interval (if it changed);
+        a call's reply then leaves once that save is durable. For actors with a long interval that must
+        not lose certain moves (``agent_fsm`` at rest)."""
+        self._cell.since_checkpoint = self._cell.interval
+
     async def mark_durable(self, active: bool) -> None:
         """Have the node re-activate this actor after a restart (a running workflow)."""
         await self._node.mark_durable(self._cell, active)

@@ -11,16 +11,22 @@ marker tells us whether our turn already began, and the session's counters tell 
   per session in flight): return ``last_turn``;
 - a turn still running (resumed after a restart): wait for it, then as above;
 - otherwise the turn never became durable (the crash came first, or it failed): run it now.
+
+The same check follows a chat ask whose outcome is unknown: the node running the turn died (``node_down``)
+or the ask timed out while the turn went on. The session finishes a durable turn wherever it is active next,
+so its reply is taken rather than the prompt run again (by a retry that would carry a new marker).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from minihermes.runtime import AskTimeout, Host
+from minihermes.runtime import ActorError, AskTimeout, Host
 
 MARKER_TTL = 7 * 86400.0
 """Markers outlive any redelivery window by far, and then go."""
+UNKNOWN_OUTCOME = frozenset({"node_down", AskTimeout.code})
+"""Chat errors after which the turn may have run (or may still be running)."""
 
 
 def _chat_params() -> frozenset[str]:
@@ -81,17 +87,36 @@ async def run_turn_once(
     if isinstance(record, dict):
         if isinstance(record.get("reply"), dict):
             return dict(record["reply"])
-        stats = await _wait_idle(host, session_id, timeout, poll)
-        if stats.get("paused"):
-            return {"status": "paused", "session_id": session_id, "response": ""}
-        if int(stats.get("turns", 0)) > int(record.get("turns_before", 0)):
-            reply: dict[str, Any] = await host.ask("agent", "last_turn", {"session_id": session_id})
-            await host.kv.put(key, {**record, "reply": reply, "recovered": True}, ttl=MARKER_TTL)
-            return reply
+        found = await _finished(host, key, record, session_id, timeout, poll)
+        if found is not None:
+            return found
     stats = await _wait_idle(host, session_id, timeout, poll)
     record = {"session_id": session_id, "turns_before": int(stats.get("turns", 0))}
     await host.kv.put(key, record, ttl=MARKER_TTL)
     payload = chat_payload(message, session_id, user_id, extra or {})
-    reply = await host.ask("agent", "chat", payload, timeout=timeout)
+    try:
+        reply: dict[str, Any] = await host.ask("agent", "chat", payload, timeout=timeout)
+    except ActorError as e:
+        if e.code not in UNKNOWN_OUTCOME:
+            raise
+        found = await _finished(host, key, record, session_id, timeout, poll)
+        if found is None:
+            raise  # the turn never became durable: the caller's retry runs it
+        return found
     await host.kv.put(key, {**record, "reply": reply}, ttl=MARKER_TTL)
     return reply
+
+
+async def _finished(
+    host: Host, key: str, record: dict[str, Any], session_id: str, timeout: float, poll: float
+) -> dict[str, Any] | None:
+    """The reply of the turn ``record`` marks if the session finished it (waiting for it while it runs), a
+    paused reply if it waits for approval, else None (it never became durable)."""
+    stats = await _wait_idle(host, session_id, timeout, poll)
+    if stats.get("paused"):
+        return {"status": "paused", "session_id": session_id, "response": ""}
+    if int(stats.get("turns", 0)) > int(record.get("turns_before", 0)):
+        reply: dict[str, Any] = await host.ask("agent", "last_turn", {"session_id": session_id})
+        await host.kv.put(key, {**record, "reply": reply, "recovered": True}, ttl=MARKER_TTL)
+        return reply
+    return None
