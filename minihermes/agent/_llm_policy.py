@@ -33,6 +33,8 @@ from minihermes.llm import (
     CompletionRequest,
     Done,
     ErrorKind,
+    Message,
+    MessageView,
     Provider,
     ProviderError,
     ProviderTimeoutError,
@@ -112,6 +114,35 @@ def unavailable(failures: Sequence[Failure]) -> LLMUnavailable:
     )
 
 
+_VALIDATED: OrderedDict[int, tuple[MessageView, Message]] = OrderedDict()
+_VALIDATED_MAX = 65_536
+"""Read-only message views already validated, by identity (the entry keeps its view alive, so an id is not
+reused while cached): a session's history is validated once per message, not once per LLM call."""
+
+
+def _validated(messages: list[dict[str, Any]]) -> list[Any]:
+    out: list[Any] = []
+    for raw in messages:
+        if type(raw) is not MessageView:
+            out.append(raw)
+            continue
+        hit = _VALIDATED.get(id(raw))
+        if hit is not None and hit[0] is raw:
+            _VALIDATED.move_to_end(id(raw))
+            out.append(hit[1])
+            continue
+        try:
+            message = Message.model_validate(raw)
+        except ValidationError:
+            out.append(raw)  # validated again with the request, for an error that names its place
+            continue
+        _VALIDATED[id(raw)] = (raw, message)
+        if len(_VALIDATED) > _VALIDATED_MAX:
+            _VALIDATED.popitem(last=False)
+        out.append(message)
+    return out
+
+
 def completion_request(
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]],
@@ -125,7 +156,7 @@ def completion_request(
     try:
         return CompletionRequest.model_validate(
             {
-                "messages": messages,
+                "messages": _validated(messages),
                 "tools": tools,
                 "max_tokens": max_tokens,
                 "temperature": temperature,

@@ -29,6 +29,7 @@ from minihermes.context import prompt, search_tool, session_index
 from minihermes.context.assembly import TURN_META, TurnSettings, gather_turn, list_tools
 from minihermes.context.redact import redact, redact_text
 from minihermes.context.tokens import count_tokens, messages_tokens, tools_tokens
+from minihermes.llm import MessageView
 from minihermes.runtime import (
     ActorError,
     ActorNotFound,
@@ -108,6 +109,8 @@ class Agent(GenServer):
         )
         self._identity: tuple[str, str] | None = None
         self._tools_cache: list[dict[str, Any]] | None = None
+        self._views: dict[int, tuple[dict[str, Any], MessageView]] = {}
+        """id(history message) -> (message, its view for the model): see ``_llm_history``."""
         self._services = {n for n in _COLLABORATORS if self.host.has_actor(n)}
         self._resuming: asyncio.Task[Any] | None = None
         if self.turn is not None and not self.turn.get("paused"):
@@ -482,7 +485,21 @@ class Agent(GenServer):
         return response
 
     def _llm_history(self) -> list[dict[str, Any]]:
-        return [{k: v for k, v in m.items() if k not in _AGENT_ONLY} for m in self.history]
+        """The history as the model sees it: one read-only view per message, made once and reused at every
+        later step (the gateway validates each view once). A message replaced (compression, clearing) gets a
+        new view; views of messages gone are dropped."""
+        views = self._views
+        out: list[dict[str, Any]] = []
+        for m in self.history:
+            hit = views.get(id(m))
+            if hit is None or hit[0] is not m:
+                hit = views[id(m)] = (m, MessageView({k: v for k, v in m.items() if k not in _AGENT_ONLY}))
+            out.append(hit[1])
+        if len(views) > len(self.history) + 64:
+            live = {id(m) for m in self.history}
+            for key in [k for k in views if k not in live]:
+                del views[key]
+        return out
 
     # -- context ------------------------------------------------------------------------------------------
 
@@ -529,7 +546,7 @@ class Agent(GenServer):
             return
         fixed = count_tokens(prefix) + count_tokens(section) + tools_tokens(tools)
         budget = max(256, self.token_budget - fixed)
-        if messages_tokens(self.history) <= budget // 2:
+        if messages_tokens(self._llm_history()) <= budget // 2:
             return  # far below any threshold: no hop
         try:
             reply = await self.host.ask(

@@ -12,8 +12,11 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any, Protocol
+
+from minihermes.llm import MessageView
 
 logger = logging.getLogger("minihermes.context.tokens")
 
@@ -98,16 +101,53 @@ def set_default_counter(counter: TokenCounter | None) -> None:
     _default = counter
 
 
+_MEMO: OrderedDict[tuple[str, str], int] = OrderedDict()
+_MEMO_MAX = 16_384
+_MEMO_MIN_CHARS = 48
+"""Texts shorter than this are counted afresh (cheaper than a lookup); longer ones are remembered, since a
+session's history is counted again at every turn (compression checks, budgets) and its texts do not change."""
+
+
+def _count(c: TokenCounter, text: str) -> int:
+    if len(text) < _MEMO_MIN_CHARS:
+        return c.count(text)
+    key = (c.name, text)
+    n = _MEMO.get(key)
+    if n is None:
+        n = _MEMO[key] = c.count(text)
+        if len(_MEMO) > _MEMO_MAX:
+            _MEMO.popitem(last=False)
+    return n
+
+
 def count_tokens(text: str, counter: TokenCounter | None = None) -> int:
-    return (counter or default_counter()).count(text)
+    return _count(counter or default_counter(), text)
+
+
+_VIEW_MEMO: OrderedDict[tuple[int, str], tuple[dict[str, Any], int]] = OrderedDict()
 
 
 def message_tokens(message: dict[str, Any], counter: TokenCounter | None = None) -> int:
-    """Tokens of one chat message: its text, its tool calls' names and inputs, plus per-message overhead."""
+    """Tokens of one chat message: its text, its tool calls' names and inputs, plus per-message overhead.
+    A read-only ``MessageView`` is counted once (by identity; the entry keeps it alive)."""
     c = counter or default_counter()
-    total = _MESSAGE_OVERHEAD + c.count(str(message.get("content") or ""))
+    if type(message) is MessageView:
+        key = (id(message), c.name)
+        hit = _VIEW_MEMO.get(key)
+        if hit is not None and hit[0] is message:
+            return hit[1]
+        n = _message_tokens(message, c)
+        _VIEW_MEMO[key] = (message, n)
+        if len(_VIEW_MEMO) > _MEMO_MAX * 4:
+            _VIEW_MEMO.popitem(last=False)
+        return n
+    return _message_tokens(message, c)
+
+
+def _message_tokens(message: dict[str, Any], c: TokenCounter) -> int:
+    total = _MESSAGE_OVERHEAD + _count(c, str(message.get("content") or ""))
     for call_ in message.get("tool_calls") or []:
-        total += c.count(str(call_.get("name", ""))) + c.count(json.dumps(call_.get("input") or {}))
+        total += _count(c, str(call_.get("name", ""))) + _count(c, json.dumps(call_.get("input") or {}))
     return total
 
 
@@ -117,4 +157,4 @@ def messages_tokens(messages: Iterable[dict[str, Any]], counter: TokenCounter | 
 
 def tools_tokens(tools: Iterable[dict[str, Any]], counter: TokenCounter | None = None) -> int:
     c = counter or default_counter()
-    return sum(c.count(json.dumps(t, sort_keys=True)) for t in tools)
+    return sum(_count(c, json.dumps(t, sort_keys=True)) for t in tools)

@@ -72,6 +72,20 @@ class Message(BaseModel):
         return self
 
 
+class MessageView(dict[str, Any]):
+    """A chat message as a dict that nobody changes once made (the agent's view of one history message).
+    The gateway validates a view once and reuses the result at every later call of the session, instead of
+    validating the whole history again at each step; a plain dict is validated every time."""
+
+    __slots__ = ()
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("a MessageView is read-only")
+
+    __setitem__ = __delitem__ = _read_only
+    clear = pop = popitem = setdefault = update = __ior__ = _read_only
+
+
 class CompletionRequest(BaseModel):
     """Everything a provider needs for one completion.
 

@@ -261,11 +261,21 @@ def _container(kind: type, expected: str, tp: Any) -> Checker:
     def check(op: str, field: str, v: Any) -> Any:
         if not isinstance(v, kind):
             raise _bad(op, field, v, expected)
-        if item is not None:
-            seq: Any = v
-            values: list[Any] = list(seq.values()) if kind is dict else list(seq)
-            for i, x in enumerate(values):
-                item(op, f"{field}[{i}]" if kind is list else field, x)
+        if item is None:
+            return v
+        seq: Any = v
+        if kind is dict:
+            for x in list(seq.values()):
+                item(op, field, x)
+            return v
+        for x in list(seq):
+            try:
+                item(op, field, x)
+            except InvalidArgument:
+                # Checked again under its indexed name, for the message (the happy path skips formatting).
+                i = next(j for j, y in enumerate(seq) if y is x)
+                item(op, f"{field}[{i}]", x)
+                raise
         return v
 
     return check

@@ -80,3 +80,15 @@ def test_analysis_stems_and_drops_stop_words():
         snippet("Caroline painted a sunrise over the lake", ["paint"])
         == "Caroline [painted] a sunrise over the lake"
     )
+
+
+def test_counts_are_remembered_without_changing_them():
+    from minihermes.context import tokens
+    from minihermes.llm import MessageView
+
+    text = "a fairly long sentence about tokens, repeated so the memo holds it " * 3
+    first = tokens.count_tokens(text)
+    assert tokens.count_tokens(text) == first == tokens.OfflineCounter().count(text)
+    plain = {"role": "tool", "content": text, "tool_calls": [{"name": "calc", "input": {"x": 1}}]}
+    view = MessageView(plain)
+    assert tokens.message_tokens(view) == tokens.message_tokens(view) == tokens.message_tokens(plain)
