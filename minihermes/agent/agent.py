@@ -320,7 +320,8 @@ class Agent(GenServer):
                         "tool_calls": calls,
                     }
                 )
-                await self.host.checkpoint()
+                # Saved while the next step starts: a tool call waits for it (see _execute), the reply too.
+                self.host.save_soon()
                 if response.get("stop_reason") != "tool_use" or not calls:
                     return await self._finish("ok", self.history[-1]["content"])
                 self._fsm("tool_executing")
@@ -409,6 +410,9 @@ class Agent(GenServer):
     async def _execute(self, call_: dict[str, Any]) -> None:
         turn = self.turn
         assert turn is not None
+        # Everything before this call (the LLM reply asking for it, earlier results) is durable before it
+        # runs: after a crash the turn resumes here and never runs a completed call again.
+        await self.host.wait_saved()
         started = self.host.now()
         self._publish(
             {"type": "tool_call_start", "id": call_["id"], "name": call_["name"], "input": call_["input"]}
@@ -442,7 +446,7 @@ class Agent(GenServer):
         turn["tool_calls"] += 1
         self.stats["tool_calls"] += 1
         self.host.incr_counter("agent_tool_calls_total")
-        await self.host.checkpoint()
+        self.host.save_soon()  # durable before the next call runs and before the reply
 
     def _tool_result(
         self, call_: dict[str, Any], payload: Any, is_error: bool, *, untrusted: bool = False

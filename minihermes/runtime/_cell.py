@@ -263,6 +263,15 @@ class Cell:
             # its state is durable (or fails with the crash if the commit fails).
             self._save_then(inst, data, None if reply is None else (reply, result))
         elif reply is not None and not reply.done():
+            if self.saves_in_flight:
+                # The handler started a save (``save_soon``) that is not durable yet: the reply waits for it.
+                self.node.spawn(self._reply_when_saved(reply, result))
+            else:
+                reply.set_result(result)
+
+    async def _reply_when_saved(self, reply: asyncio.Future[Any], result: Any) -> None:
+        await self.wait_saved()
+        if not reply.done():
             reply.set_result(result)
 
     def _forward_event(self, inst: Actor, env: Envelope) -> None:
@@ -351,6 +360,21 @@ class Cell:
         log.error("actor %s: checkpoint failed: %r", self.address, error)
         if self.task is not None and not self.task.done():
             self.node.spawn(self.kill(f"checkpoint failed: {error}", abnormal=True))
+
+    def save_soon(self) -> None:
+        """Register a checkpoint of the current state now (if it changed) without waiting for it; ordered
+        before any later save of this cell. ``wait_saved`` (or the end of the message) waits for it."""
+        inst = self.instance
+        if inst is None or not inst._state_fields:
+            return
+        data = inst.dump_state()
+        if data == self.last_bytes and not self.dirty:
+            return
+        self.last_bytes = data
+        self.dirty = False
+        self.since_checkpoint = 0
+        self.node.metrics.incr("checkpoints_total")
+        self._save_future(inst, data)
 
     async def wait_saved(self) -> None:
         """Until every registered checkpoint of this cell is durable (or failed)."""

@@ -352,6 +352,16 @@ class Host:
         """Save state now (Workflow steps use this)."""
         await self._cell.flush()
 
+    def save_soon(self) -> None:
+        """Start saving state now without waiting: the actor goes on (an LLM call, a guardrails check) while
+        the commit runs. ``wait_saved`` waits for it, e.g. before a step with side effects; a call's reply
+        never leaves before it is durable."""
+        self._cell.save_soon()
+
+    async def wait_saved(self) -> None:
+        """Until every save this actor started is durable (raises nothing; a failed save crashes the actor)."""
+        await self._cell.wait_saved()
+
     def checkpoint_after(self) -> None:
         """Save state when the current message is handled, whatever the checkpoint interval (if it changed);
         a call's reply then leaves once that save is durable. For actors with a long interval that must

@@ -214,3 +214,63 @@ async def test_state_with_values_orjson_refuses_still_checkpoints(make_node):
     await node.stop()
     node2 = await make_node(tree(ActorSpec("big", Big)))
     assert await node2.ask("big", "get") == 2**80
+
+
+async def test_save_soon_lets_the_actor_go_on_but_not_the_reply(make_node, monkeypatch):
+    """``host.save_soon`` registers the checkpoint and returns at once; ``wait_saved`` and the reply wait
+    until it is durable (here: until the test lets the store's commit finish)."""
+    import asyncio
+
+    steps: list[str] = []
+
+    class Stepper(GenServer):
+        n: int = state(default=0)
+
+        @call
+        async def step(self) -> int:
+            self.n += 1
+            self.host.save_soon()
+            steps.append("saved-soon")  # reached before the commit finished
+            await self.host.wait_saved()
+            steps.append("durable")
+            self.n += 0  # unchanged: no second save at the end of the message
+            self.host.save_soon()
+            return self.n
+
+        @call
+        def bump(self) -> int:
+            self.n += 1
+            self.host.save_soon()
+            return self.n  # the reply waits for the save started here
+
+    node = await make_node(tree(ActorSpec("s", Stepper)))
+    await node.ask("s", "bump")
+    checkpoints = node.store.checkpoints
+    gate: list[asyncio.Future[None]] = []
+    real = checkpoints.save_nowait
+
+    def gated(*args, **kwargs):
+        inner = real(*args, **kwargs)
+        outer = asyncio.get_running_loop().create_future()
+        gate.append(outer)
+        inner.add_done_callback(lambda f: gate.append(f))
+        return outer
+
+    monkeypatch.setattr(checkpoints, "save_nowait", gated)
+    pending = asyncio.ensure_future(node.ask("s", "step"))
+    while not steps:
+        await asyncio.sleep(0)
+    assert steps == ["saved-soon"] and not pending.done()
+    gate[0].set_result(None)
+    assert await pending == 2 and steps == ["saved-soon", "durable"]
+
+    reply = asyncio.ensure_future(node.ask("s", "bump"))
+    while len(gate) < 3:
+        await asyncio.sleep(0)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not reply.done()  # the handler returned; its save is not durable yet
+    for f in gate:
+        if not f.done():
+            f.set_result(None)
+    assert await reply == 3
