@@ -222,6 +222,8 @@ async def test_save_soon_lets_the_actor_go_on_but_not_the_reply(make_node, monke
     import asyncio
 
     steps: list[str] = []
+    reached = asyncio.Event()
+    registered = asyncio.Event()
 
     class Stepper(GenServer):
         n: int = state(default=0)
@@ -231,6 +233,7 @@ async def test_save_soon_lets_the_actor_go_on_but_not_the_reply(make_node, monke
             self.n += 1
             self.host.save_soon()
             steps.append("saved-soon")  # reached before the commit finished
+            reached.set()
             await self.host.wait_saved()
             steps.append("durable")
             self.n += 0  # unchanged: no second save at the end of the message
@@ -254,20 +257,20 @@ async def test_save_soon_lets_the_actor_go_on_but_not_the_reply(make_node, monke
         outer = asyncio.get_running_loop().create_future()
         gate.append(outer)
         inner.add_done_callback(lambda f: gate.append(f))
+        registered.set()
         return outer
 
     monkeypatch.setattr(checkpoints, "save_nowait", gated)
     pending = asyncio.ensure_future(node.ask("s", "step"))
-    while not steps:
-        await asyncio.sleep(0)
+    await reached.wait()
     assert steps == ["saved-soon"] and not pending.done()
     gate[0].set_result(None)
     assert await pending == 2 and steps == ["saved-soon", "durable"]
 
+    registered.clear()
     reply = asyncio.ensure_future(node.ask("s", "bump"))
-    while len(gate) < 3:
-        await asyncio.sleep(0)
-    for _ in range(20):
+    await registered.wait()
+    for _ in range(20):  # let the handler return and the runtime settle what it can
         await asyncio.sleep(0)
     assert not reply.done()  # the handler returned; its save is not durable yet
     for f in gate:
