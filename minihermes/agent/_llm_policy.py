@@ -38,7 +38,10 @@ from minihermes.llm import (
     Provider,
     ProviderError,
     ProviderTimeoutError,
+    ReadOnlyDict,
     TextDelta,
+    ToolSpec,
+    ToolView,
     UnknownProviderError,
     Usage,
     provider_kinds,
@@ -114,16 +117,18 @@ def unavailable(failures: Sequence[Failure]) -> LLMUnavailable:
     )
 
 
-_VALIDATED: OrderedDict[int, tuple[MessageView, Message]] = OrderedDict()
+_VALIDATED: OrderedDict[int, tuple[ReadOnlyDict, Message | ToolSpec]] = OrderedDict()
 _VALIDATED_MAX = 65_536
-"""Read-only message views already validated, by identity (the entry keeps its view alive, so an id is not
-reused while cached): a session's history is validated once per message, not once per LLM call."""
+"""Read-only messages and tool specs already validated, by identity (the entry keeps its dict alive, so an
+id is not reused while cached): a session's history is validated once per message, not once per LLM call."""
 
 
-def _validated(messages: list[dict[str, Any]]) -> list[Any]:
+def _validated(
+    items: list[dict[str, Any]], view: type[ReadOnlyDict], model: type[Message | ToolSpec]
+) -> list[Any]:
     out: list[Any] = []
-    for raw in messages:
-        if type(raw) is not MessageView:
+    for raw in items:
+        if type(raw) is not view:
             out.append(raw)
             continue
         hit = _VALIDATED.get(id(raw))
@@ -132,14 +137,14 @@ def _validated(messages: list[dict[str, Any]]) -> list[Any]:
             out.append(hit[1])
             continue
         try:
-            message = Message.model_validate(raw)
+            checked = model.model_validate(raw)
         except ValidationError:
             out.append(raw)  # validated again with the request, for an error that names its place
             continue
-        _VALIDATED[id(raw)] = (raw, message)
+        _VALIDATED[id(raw)] = (raw, checked)
         if len(_VALIDATED) > _VALIDATED_MAX:
             _VALIDATED.popitem(last=False)
-        out.append(message)
+        out.append(checked)
     return out
 
 
@@ -156,8 +161,8 @@ def completion_request(
     try:
         return CompletionRequest.model_validate(
             {
-                "messages": _validated(messages),
-                "tools": tools,
+                "messages": _validated(messages, MessageView, Message),
+                "tools": _validated(tools, ToolView, ToolSpec),
                 "max_tokens": max_tokens,
                 "temperature": temperature,
                 "cache_prefix_messages": cache_prefix_messages,

@@ -320,10 +320,10 @@ class Agent(GenServer):
                         "tool_calls": calls,
                     }
                 )
+                if response.get("stop_reason") != "tool_use" or not calls:
+                    return await self._finish("ok", self.history[-1]["content"])  # saves it with the end
                 # Saved while the next step starts: a tool call waits for it (see _execute), the reply too.
                 self.host.save_soon()
-                if response.get("stop_reason") != "tool_use" or not calls:
-                    return await self._finish("ok", self.history[-1]["content"])
                 self._fsm("tool_executing")
                 pending = calls
         except ActorError as e:

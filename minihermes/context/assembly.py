@@ -13,6 +13,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
+from minihermes.llm import ToolView
 from minihermes.runtime import ActorError, ActorNotFound, Host
 
 from . import prompt
@@ -51,17 +52,18 @@ async def _optional(host: Host, target: str, op: str, payload: dict[str, Any], t
 
 
 async def list_tools(host: Host, timeout: float = 10.0) -> list[dict[str, Any]]:
-    """The tool catalogue in name order, reduced to what the model needs."""
+    """The tool catalogue in name order, reduced to what the model needs (read-only: the gateway validates
+    each spec once for all the turn's LLM calls)."""
     if not host.has_actor("tool_executor"):
         return []
     reply = await host.ask("tool_executor", "list_tools", {}, timeout=timeout)
     return prompt.sort_tools(
         [
-            {
-                "name": t["name"],
-                "description": t.get("description", ""),
-                "input_schema": t.get("input_schema", {}),
-            }
+            ToolView(
+                name=t["name"],
+                description=t.get("description", ""),
+                input_schema=t.get("input_schema", {}),
+            )
             for t in reply.get("tools", [])
         ]
     )

@@ -25,6 +25,8 @@ _SHAPES: tuple[re.Pattern[str], ...] = (
     re.compile(r"\b(?:sk|pk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"),  # Stripe
     re.compile(r"\bhf_[A-Za-z0-9]{30,}"),  # Hugging Face
 )
+_SHAPE = re.compile("|".join(f"(?:{p.pattern})" for p in _SHAPES), re.S)
+"""Every credential shape in one pattern: one scan of the text instead of one per shape."""
 _BEARER = re.compile(r"(?i)\b(bearer|basic|token)\s+(?!\[REDACTED\])[A-Za-z0-9._~+/=\-]{12,}")
 _NAMES = (
     r"pass(?:word|wd|phrase)?|pwd|secret|client[_\- ]?secret|api[_\- ]?key|apikey|x-api-key|"
@@ -42,8 +44,7 @@ def redact_text(text: str) -> str:
     """``text`` with every recognisable secret replaced by ``[REDACTED]``."""
     if not text:
         return text
-    for pattern in _SHAPES:
-        text = pattern.sub(REDACTED, text)
+    text = _SHAPE.sub(REDACTED, text)
     text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
     return _ASSIGNED.sub(lambda m: f"{m.group('name')}{m.group('quote')}{REDACTED}", text)
 

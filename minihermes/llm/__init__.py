@@ -46,6 +46,7 @@ from ._types import (
     Done,
     Message,
     MessageView,
+    ReadOnlyDict,
     Role,
     StopReason,
     StreamEvent,
@@ -55,6 +56,7 @@ from ._types import (
     ToolCallEnd,
     ToolCallStart,
     ToolSpec,
+    ToolView,
     Usage,
 )
 from .simulated import SimulatedProvider
@@ -97,6 +99,7 @@ __all__ = [
     "ProviderFactory",
     "ProviderTimeoutError",
     "RateLimitedError",
+    "ReadOnlyDict",
     "Role",
     "ScriptExhaustedError",
     "ScriptedProvider",
@@ -109,6 +112,7 @@ __all__ = [
     "ToolCallEnd",
     "ToolCallStart",
     "ToolSpec",
+    "ToolView",
     "UnavailableError",
     "UnknownProviderError",
     "Usage",

@@ -72,18 +72,30 @@ class Message(BaseModel):
         return self
 
 
-class MessageView(dict[str, Any]):
-    """A chat message as a dict that nobody changes once made (the agent's view of one history message).
-    The gateway validates a view once and reuses the result at every later call of the session, instead of
-    validating the whole history again at each step; a plain dict is validated every time."""
+class ReadOnlyDict(dict[str, Any]):
+    """A dict nobody changes once made. The gateway validates such a message or tool spec once and reuses
+    the result at every later call, instead of validating a session's whole history (and the tool list) again
+    at each step; a plain dict is validated every time."""
 
     __slots__ = ()
 
     def _read_only(self, *args: Any, **kwargs: Any) -> Any:
-        raise TypeError("a MessageView is read-only")
+        raise TypeError(f"a {type(self).__name__} is read-only")
 
     __setitem__ = __delitem__ = _read_only
     clear = pop = popitem = setdefault = update = __ior__ = _read_only
+
+
+class MessageView(ReadOnlyDict):
+    """A chat message as a read-only dict (the agent's view of one history message)."""
+
+    __slots__ = ()
+
+
+class ToolView(ReadOnlyDict):
+    """A tool spec (name, description, input_schema) as a read-only dict (the agent's tool list)."""
+
+    __slots__ = ()
 
 
 class CompletionRequest(BaseModel):

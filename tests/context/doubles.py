@@ -101,6 +101,8 @@ class FakeSkills(GenServer):
         user_intent: str,
         user_id: str = "",
         tool_calls: list[dict[str, Any]] | int = 0,
+        skill_ids: list[str] | None = None,
+        success: bool = True,
     ) -> None:
         CASTS.append(
             (
