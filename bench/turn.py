@@ -71,7 +71,7 @@ from minihermes.llm import (  # noqa: E402
 from minihermes.runtime import ActorError, RequestContext  # noqa: E402
 from minihermes.runtime._loop import CHOICES as LOOP_CHOICES  # noqa: E402
 from minihermes.runtime._loop import ENV as LOOP_ENV  # noqa: E402
-from minihermes.runtime._loop import loop_factory  # noqa: E402
+from minihermes.runtime._loop import loop_factory, tune_gc  # noqa: E402
 from minihermes.runtime._loop import run as run_main  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------ sizes
@@ -414,6 +414,7 @@ async def side_by_side(sz: Sizes, shape: str, mode: str, with_lg: bool, rounds: 
             for key, turn, _ in plans:  # warm-up, on sessions of its own
                 await Timed().block(turn, [f"warm-{i}" for i in range(sz.warmup)])
                 out[key] = Timed()
+            tune_gc()  # as `minihermes serve` does once its node runs (process-wide: both systems alike)
             done = {key: 0 for key, _, _ in plans}
             for r in range(rounds):
                 for key, turn, n in plans:
@@ -468,7 +469,7 @@ async def concurrency_child(
                 check_reply(await node.ask("agent", "chat", warm, ctx=ctx), shape)
                 if latency > 0:
                     await node.ask("llm_gateway", "switch_provider", {"provider": "bench"}, ctx=ctx)
-            gc.collect()
+            tune_gc()  # as `minihermes serve` does once its node runs
             base_rss = rss_now_kb()
             overloaded0 = node.metrics.counter("overloaded_total")
             audit0 = node.metrics.counter("audit_events_total")
@@ -735,7 +736,8 @@ def machine_lines(with_langgraph: bool) -> list[str]:
     return [
         f"machine: {cpu}, {affinity} CPUs usable, load avg {load}; Python {platform.python_version()} "
         f"({platform.python_implementation()}), {platform.system()} {platform.release()}, "
-        f"event loop {'uvloop' if loop_factory() else 'asyncio'} (both systems)",
+        f"event loop {'uvloop' if loop_factory() else 'asyncio'} and gc settings of `minihermes serve` "
+        "(both systems)",
         "versions: " + ", ".join(vers),
     ]
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from minihermes.runtime import AppConfig, ConfigError, Node, RedactSecrets, build_node
-from minihermes.runtime._loop import loop_name
+from minihermes.runtime._loop import loop_name, tune_gc
 from minihermes.runtime._loop import run as run_main
 
 app = typer.Typer(help="MiniHermes: a runtime for self-improving AI agents.", no_args_is_help=True)
@@ -129,7 +129,7 @@ async def _serve(cfg: AppConfig, host: str, port: int, auth: Any) -> None:
     stop = asyncio.Event()
     await node.start()
     node.install_signal_handlers(stop.set)
-    log.info("data dir: %s (event loop: %s)", cfg.data_dir.resolve(), loop_name())
+    log.info("data dir: %s (event loop: %s; gc: %s)", cfg.data_dir.resolve(), loop_name(), tune_gc())
     for spec in cfg.tree.walk():
         kind = "virtual" if spec.virtual else "per-tenant" if spec.per_tenant else "shared"
         log.info("running %-16s %-9s %-10s restart=%s", spec.name, spec.behavior, kind, spec.restart)

@@ -37,6 +37,8 @@ from minihermes.llm import (
 from minihermes.runtime import ActorError, AppConfig, GenServer, Node, RequestContext, call
 from minihermes.runtime._cell import Cell
 from minihermes.runtime._config import ClusterModel
+from minihermes.runtime._loop import run as run_main
+from minihermes.runtime._loop import tune_gc
 from minihermes.runtime.store import backend_names
 
 ECHO_KIND = "cluster_echo"
@@ -225,6 +227,7 @@ async def serve(node_id: str, data_dir: str, cluster_name: str) -> None:
     node = build_agent_node(demo_config(node_id, data_dir, cluster_name))
     RECORD = NodeRecord(Path(data_dir) / RECORD_FILE, node)
     await node.start()
+    tune_gc()
     stopping = asyncio.Event()
     node.install_signal_handlers(stopping.set)
     out = sys.stdout
@@ -279,7 +282,7 @@ def main(argv: list[str]) -> int:
     # provider and ``RECORD`` are the same module's.
     from minihermes.cluster import testing
 
-    asyncio.run(testing.serve(*argv))
+    run_main(testing.serve(*argv))  # the event loop `minihermes serve` runs on
     return 0
 
 

@@ -41,3 +41,20 @@ def test_the_environment_variable_chooses_and_a_bad_value_is_a_config_error(monk
 
 def test_a_running_asyncio_loop_is_named():
     assert asyncio.run(_which()) == "asyncio"
+
+
+def test_gc_tuning_freezes_start_up_objects_and_can_be_left_alone(monkeypatch):
+    import gc
+
+    from minihermes.runtime._loop import GC_THRESHOLDS, tune_gc
+
+    before = gc.get_threshold()
+    try:
+        monkeypatch.setenv("MINIHERMES_GC", "default")
+        assert tune_gc() == "default" and gc.get_threshold() == before
+        monkeypatch.delenv("MINIHERMES_GC")
+        assert "thresholds" in tune_gc()
+        assert gc.get_threshold() == GC_THRESHOLDS and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
