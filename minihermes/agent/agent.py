@@ -17,6 +17,7 @@ Everything the session stores is redacted of recognisable secrets first.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import uuid
 from pathlib import Path
@@ -698,13 +699,19 @@ class Agent(GenServer):
         success = reply["status"] == "ok" and not any(c["is_error"] for c in calls)
         if self.episodic and "memory" in self._services:
             tools = ", ".join(dict.fromkeys(c["name"] for c in calls)) or "none"
+            value = (
+                f"Task: {turn['message'][:500]}\nTools used: {tools}\n"
+                f"Outcome: {reply['status']}: {reply['response'][:500]}"
+            )
+            # Keyed by what happened: the same task done the same way again refreshes one episode instead of
+            # piling up copies that crowd everything else out of recall (seed 002's memory dilution).
+            digest = hashlib.sha256(f"{turn['user_id']}\x1f{value}".encode()).hexdigest()[:20]
             self._send(
                 "memory",
                 "store_memory",
                 {
-                    "key": f"episode:{self.session_id}:{reply['turn_id']}",
-                    "value": f"Task: {turn['message'][:500]}\nTools used: {tools}\n"
-                    f"Outcome: {reply['status']}: {reply['response'][:500]}",
+                    "key": f"episode:{digest}",
+                    "value": value,
                     "kind": "episodic",
                     "private": True,
                     "user_id": turn["user_id"],

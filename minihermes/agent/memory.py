@@ -126,6 +126,8 @@ def _view(record: dict[str, Any]) -> dict[str, Any]:
     out = {k: record[k] for k in ("key", "value", "scope", "tier", "user_id", "created_at", "updated_at")}
     out["kind"] = record.get("kind", "semantic")
     out["pinned"] = bool(record.get("pinned"))
+    if record.get("source_session"):
+        out["source_session"] = record["source_session"]
     if record["scope"] == "agent":
         out["agent_id"] = record["owner"]
     elif record["scope"] == "session":
