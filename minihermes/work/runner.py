@@ -40,14 +40,25 @@ MAX_RESULT_CHARS = 20_000
 
 class ConsumerLoop:
     """Receive from a channel and hand each message to ``handle`` in its own task, at most ``limit`` at
-    a time. Shared by the runners of this package."""
+    a time. Shared by the runners of this package. Messages are received under the actor's own receipt: they
+    go back to the channel at once when it dies, or when its node does (the cluster releases a dead node's
+    receipts)."""
 
-    def __init__(self, actor: GenServer, channel: str, limit: int, poll: float) -> None:
+    def __init__(
+        self,
+        actor: GenServer,
+        channel: str,
+        limit: int,
+        poll: float,
+        visibility_timeout: float | None = None,
+    ) -> None:
         self.actor = actor
         self.channel = channel
         self.slots = asyncio.Semaphore(limit)
         self.limit = limit
         self.poll = poll
+        self.visibility_timeout = visibility_timeout
+        """Per receive; None: the channel's own."""
         self.busy: set[str] = set()
 
     async def run(self, handle: Any) -> None:
@@ -58,7 +69,10 @@ class ConsumerLoop:
             free = self.limit - len(self.busy)
             try:
                 got: list[ChannelMessage] = await host.channels.receive(
-                    self.channel, timeout=self.poll, max_messages=max(1, free)
+                    self.channel,
+                    timeout=self.poll,
+                    max_messages=max(1, free),
+                    visibility_timeout=self.visibility_timeout,
                 )
             except Exception as e:  # the loop outlives a store hiccup; what it held is redelivered anyway
                 host.log.warning("consumer of %s: receive failed (%s); retrying", self.channel, e)

@@ -6,10 +6,13 @@ completes one, ``nack`` gives it back (``requeue``) or dead-letters it. A task h
 ``max_deliveries`` times without an ack goes to the dead-letter queue instead of being handed out again.
 An ``idempotency_key`` makes a repeated enqueue return the first task's ``msg_id`` and enqueue nothing.
 
-Consumers ack through this actor: the channel ties an in-flight task to the consumer that received it, so a
-crash of this actor makes its in-flight tasks visible again at once. Task types this node runs itself
-(``agent_prompt``) are consumed by ``task_worker`` (``workers.py``), which stores results here
-(``set_result`` / ``get_result``).
+The channel ties an in-flight task to the receipt of the actor that received it, and hands it out again at
+once when that actor dies or its node is declared down (see ``Node``/``Cluster``: they release the receipts).
+Consumers that ``dequeue`` through this actor ack through it. Task types the agent app runs itself
+(``agent_prompt``) are consumed by ``task_worker`` (``workers.py``) straight from the channel, under its own
+receipt: its tasks stay tied to its node wherever this queue is active. It stores results with
+``store_result`` (what ``set_result`` does; ``get_result`` reads them) and reports each outcome here
+(``settled``) for the counters and audit events.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from minihermes.agent.audit import fire_audit
 from minihermes.runtime import (
     Deferred,
     GenServer,
+    Host,
     InvalidArgument,
     NotFound,
     PermissionDenied,
@@ -43,7 +47,17 @@ def channel_of(task_type: str) -> str:
     return f"tasks:{task_type}"
 
 
-def _task(msg: ChannelMessage) -> dict[str, Any]:
+def result_key(msg_id: str) -> str:
+    return f"tq:result:{msg_id}"
+
+
+async def store_result(host: Host, msg_id: str, result: dict[str, Any]) -> None:
+    """Keep a task's outcome for ``get_result`` (in the current tenant's KV)."""
+    await host.kv.put(result_key(msg_id), result, ttl=RESULT_TTL)
+
+
+def task_of(msg: ChannelMessage) -> dict[str, Any]:
+    """A received channel message as the task ``dequeue`` hands out."""
     body = msg.payload if isinstance(msg.payload, dict) else {}
     return {
         "msg_id": msg.msg_id,
@@ -166,7 +180,7 @@ class TaskQueue(GenServer):
             if got or left <= 0 or len(types) == 1 or not types:
                 break
             await clock.sleep(min(0.05, left))
-        tasks = [_task(m) for m in got]
+        tasks = [task_of(m) for m in got]
         return {"status": "ok", "tasks": tasks, "count": len(tasks)}
 
     @call
@@ -175,8 +189,7 @@ class TaskQueue(GenServer):
         its visibility timeout passed and it went back to the queue)."""
         for t in [task_type] if task_type else self.types:
             if await self.host.channels.ack(channel_of(t), msg_id):
-                self.completed += 1
-                self.host.incr_counter("tasks_completed_total", task_type=t)
+                self._count_completed(t)
                 return {"status": "ok", "msg_id": msg_id, "task_type": t}
         raise NotFound(f"ack: task {msg_id} is not in flight", op="ack", msg_id=msg_id)
 
@@ -188,11 +201,30 @@ class TaskQueue(GenServer):
         dead-letter it with ``reason``."""
         for t in [task_type] if task_type else self.types:
             if await self.host.channels.nack(channel_of(t), msg_id, requeue=requeue, reason=reason[:500]):
-                self.failed += 1
-                self.host.incr_counter("tasks_failed_total", task_type=t)
-                self._fire("task_failed", f"msg_id={msg_id} type={t} requeue={requeue}")
+                self._count_failed(msg_id, t, requeue)
                 return {"status": "ok", "msg_id": msg_id, "requeue": requeue, "task_type": t}
         raise NotFound(f"nack: task {msg_id} is not in flight", op="nack", msg_id=msg_id)
+
+    @cast
+    def settled(self, msg_id: str, task_type: str, completed: bool, requeue: bool = True) -> None:
+        """From a consumer that acked (``completed``) or nacked a task on the channel itself
+        (``task_worker``): counted as ``ack`` / ``nack`` count theirs."""
+        if not TYPE.match(task_type):  # a cast has no reply: refuse in the log, keep the metric labels sane
+            self.host.log.warning("settled: invalid task_type %r for task %s", task_type[:80], msg_id[:80])
+            return
+        if completed:
+            self._count_completed(task_type)
+        else:
+            self._count_failed(msg_id, task_type, requeue)
+
+    def _count_completed(self, task_type: str) -> None:
+        self.completed += 1
+        self.host.incr_counter("tasks_completed_total", task_type=task_type)
+
+    def _count_failed(self, msg_id: str, task_type: str, requeue: bool) -> None:
+        self.failed += 1
+        self.host.incr_counter("tasks_failed_total", task_type=task_type)
+        self._fire("task_failed", f"msg_id={msg_id} type={task_type} requeue={requeue}")
 
     @call
     async def get_stats(self) -> dict[str, Any]:
@@ -241,13 +273,13 @@ class TaskQueue(GenServer):
 
     @call
     async def set_result(self, msg_id: str, result: dict[str, Any]) -> dict[str, Any]:
-        """Store a task's outcome for ``get_result`` (workers call this before they ack)."""
-        await self.host.kv.put(f"tq:result:{msg_id}", result, ttl=RESULT_TTL)
+        """Store a task's outcome for ``get_result`` (consumers call this before they ack)."""
+        await store_result(self.host, msg_id, result)
         return {"status": "ok", "msg_id": msg_id}
 
     @call
     async def get_result(self, msg_id: str) -> dict[str, Any]:
-        result = await self.host.kv.get(f"tq:result:{msg_id}")
+        result = await self.host.kv.get(result_key(msg_id))
         if result is None:
             return {"status": "pending", "msg_id": msg_id}
         return {"status": "ok", "msg_id": msg_id, "result": result}

@@ -2,9 +2,13 @@
 
 A task's payload is ``{prompt, session_id?}``. It runs as the principal that enqueued it (with the roles it
 had), in its own session ``task:<msg_id>`` unless it names one, at most once in effect
-(``_turns.run_turn_once``): a task redelivered after a crash finds its turn done or finishes it. The reply
-is stored with ``task_queue.set_result`` before the ack; a turn that fails is nacked, so the queue retries it
-and dead-letters it after its max deliveries.
+(``_turns.run_turn_once``): a task redelivered after a crash finds its turn done or finishes it.
+
+The worker receives from the queue's channel itself (not through ``task_queue.dequeue``), so a task in flight
+is held under this worker's receipt: if the worker dies, or its node is declared down, the task is handed
+out again at once, wherever ``task_queue`` is active. The result is stored (``task_queue.store_result``)
+before the ack; a turn that fails is nacked, so the channel hands it out again and dead-letters it after the
+queue's max deliveries. Each outcome is reported to ``task_queue`` (``settled``) for its counters.
 """
 
 from __future__ import annotations
@@ -13,26 +17,34 @@ import asyncio
 from typing import Any
 
 from minihermes.runtime import ActorError, GenServer, RequestContext, call, cast, current_context
+from minihermes.runtime.store import ChannelMessage
 
 from ._cronstore import acting_as
 from ._turns import run_turn_once
+from .runner import ConsumerLoop
+from .task_queue import channel_of, store_result, task_of
 
 TASK_TYPE = "agent_prompt"
 
 
 class TaskWorker(GenServer):
-    """Args: ``max_concurrent`` (4), ``turn_timeout`` (s, 300), ``wait_ms`` (dequeue long-poll, 1000)."""
+    """Args: ``max_concurrent`` (4), ``turn_timeout`` (s, 300), ``wait_ms`` (receive long-poll, 1000)."""
 
     async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
-        self.max_concurrent = int(args.get("max_concurrent", 4))
         self.turn_timeout = float(args.get("turn_timeout", 300))
-        self.wait_ms = int(args.get("wait_ms", 1000))
-        self._running: set[str] = set()
-        self._free = asyncio.Semaphore(self.max_concurrent)
+        self.channel = channel_of(TASK_TYPE)
+        # A task stays invisible to other consumers while its turn may still run here.
+        self._loop = ConsumerLoop(
+            self,
+            self.channel,
+            int(args.get("max_concurrent", 4)),
+            int(args.get("wait_ms", 1000)) / 1000,
+            visibility_timeout=self.turn_timeout + 60,
+        )
         self._locks: dict[str, asyncio.Lock] = {}
         self._stats = {"completed": 0, "failed": 0}
         self._scope = current_context().scope
-        self.host.spawn(self._loop())
+        self.host.spawn(self._loop.run(self._handle))
 
     @cast
     def wake(self) -> None:
@@ -40,52 +52,16 @@ class TaskWorker(GenServer):
 
     @call
     def get_stats(self) -> dict[str, Any]:
-        return {"status": "ok", "running": len(self._running), **self._stats}
+        return {"status": "ok", "running": len(self._loop.busy), **self._stats}
 
-    async def _loop(self) -> None:
-        while True:
-            await self._free.acquire()
-            self._free.release()
-            free = self.max_concurrent - len(self._running)
-            try:
-                reply = await self.host.ask(
-                    "task_queue",
-                    "dequeue",
-                    {
-                        "limit": max(1, free),
-                        "timeout_ms": self.wait_ms,
-                        "task_type": TASK_TYPE,
-                        "visibility_timeout": self.turn_timeout + 60,
-                    },
-                    timeout=self.wait_ms / 1000 + 30,
-                )
-            except ActorError as e:  # the queue restarting must not end this loop for good
-                self.host.log.warning("task_worker: dequeue failed (%s); retrying", e.message)
-                await self.host.clock.sleep(1.0)
-                continue
-            for task in reply["tasks"]:
-                await self._free.acquire()
-                self._running.add(task["msg_id"])
-                self.host.spawn(self._one(task))
-
-    async def _one(self, task: dict[str, Any]) -> None:
-        msg_id = str(task["msg_id"])
-        try:
-            await self._run(task)
-        finally:
-            self._running.discard(msg_id)
-            self._free.release()
-
-    async def _run(self, task: dict[str, Any]) -> None:
+    async def _handle(self, msg: ChannelMessage) -> None:
+        task = task_of(msg)
         msg_id = str(task["msg_id"])
         payload = task.get("payload") or {}
         prompt = str(payload.get("prompt") or "")
         session = str(payload.get("session_id") or f"task:{msg_id}")
-        base = {"msg_id": msg_id, "task_type": TASK_TYPE}
         if not prompt.strip():
-            await self.host.ask(
-                "task_queue", "nack", {**base, "requeue": False, "reason": "payload.prompt is empty"}
-            )
+            await self._nack(msg_id, requeue=False, reason="payload.prompt is empty")
             return
         ctx = RequestContext(
             tenant=self._scope[0],
@@ -103,8 +79,7 @@ class TaskWorker(GenServer):
                     )
                 except ActorError as e:
                     self._stats["failed"] += 1
-                    reason = f"{e.code}: {e.message}"
-                    await self.host.ask("task_queue", "nack", {**base, "requeue": True, "reason": reason})
+                    await self._nack(msg_id, requeue=True, reason=f"{e.code}: {e.message}")
                     return
             result = {
                 "status": reply.get("status"),
@@ -112,10 +87,24 @@ class TaskWorker(GenServer):
                 "session_id": session,
                 "finished_at": self.host.now(),
             }
-            await self.host.ask("task_queue", "set_result", {"msg_id": msg_id, "result": result})
-            try:
-                await self.host.ask("task_queue", "ack", base)
-            except ActorError as e:
-                # Redelivered meanwhile (visibility timeout): the other delivery finds the turn done.
-                self.host.log.info("task %s: ack refused (%s)", msg_id, e.message)
+            await store_result(self.host, msg_id, result)
+            if await self.host.channels.ack(self.channel, msg_id):
+                self._settled(msg_id, completed=True)
+            else:
+                # Handed out again meanwhile (visibility timeout): that delivery finds the turn done.
+                self.host.log.info("task %s: ack refused (no longer in flight here)", msg_id)
             self._stats["completed"] += 1
+
+    async def _nack(self, msg_id: str, *, requeue: bool, reason: str) -> None:
+        if await self.host.channels.nack(self.channel, msg_id, requeue=requeue, reason=reason[:500]):
+            self._settled(msg_id, completed=False, requeue=requeue)
+
+    def _settled(self, msg_id: str, *, completed: bool, requeue: bool = True) -> None:
+        try:
+            self.host.send(
+                "task_queue",
+                "settled",
+                {"msg_id": msg_id, "task_type": TASK_TYPE, "completed": completed, "requeue": requeue},
+            )
+        except ActorError as e:  # counters only: the task itself is settled on the channel already
+            self.host.log.warning("task %s: settled not reported to task_queue (%s)", msg_id, e.message)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from minihermes.agent.app import build_agent_node, default_config
-from minihermes.runtime import ManualClock, Node, RequestContext
+from minihermes.runtime import ManualClock, Node, RequestContext, SupervisorSpec
 
 from .doubles import ScriptedGateway, reset
 
@@ -34,9 +34,20 @@ async def app_node(tmp_path: Path, clock: ManualClock) -> AsyncIterator[Callable
     """``await app_node()`` starts the agent app on ``tmp_path/data`` (again after a stop: a restart)."""
     nodes: list[Node] = []
 
-    async def factory(data_dir: Path | None = None, *, scripted: bool = False, **args: Any) -> Node:
-        """``scripted``: the LLM gateway is ``doubles.ScriptedGateway``; ``args``: actor name -> its args."""
+    async def factory(
+        data_dir: Path | None = None,
+        *,
+        scripted: bool = False,
+        node_id: str = "",
+        without: tuple[str, ...] = (),
+        **args: Any,
+    ) -> Node:
+        """``scripted``: the LLM gateway is ``doubles.ScriptedGateway``; ``node_id``: for several nodes on one
+        data dir; ``without``: actors left out of the tree; ``args``: actor name -> its args."""
         config = default_config(data_dir or tmp_path / "data")
+        if node_id:
+            config.model.node.id = node_id
+        _leave_out(config.tree, set(without))
         # The semantic extra's model takes seconds to load and is not what these tests are about.
         args = {"memory": {"semantic": False}, "skill_store": {"semantic": "off"}, **args}
         for spec in config.tree.walk():
@@ -51,6 +62,13 @@ async def app_node(tmp_path: Path, clock: ManualClock) -> AsyncIterator[Callable
     yield factory
     for n in nodes:
         await n.stop(deadline=5)
+
+
+def _leave_out(sup: SupervisorSpec, names: set[str]) -> None:
+    sup.children = [c for c in sup.children if isinstance(c, SupervisorSpec) or c.name not in names]
+    for c in sup.children:
+        if isinstance(c, SupervisorSpec):
+            _leave_out(c, names)
 
 
 async def until(check: Callable[[], Awaitable[Any]], timeout: float = 20.0, what: str = "") -> Any:

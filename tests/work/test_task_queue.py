@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from minihermes.runtime import ActorError, Node
@@ -93,8 +95,6 @@ async def test_dequeue_waits_for_a_task(app_node, clock):
     node = await app_node(scripted=True)
     await tq(node, "enqueue", task_type="later")  # the type exists
     await tq(node, "ack", msg_id=(await tq(node, "dequeue", task_type="later"))["tasks"][0]["msg_id"])
-    import asyncio
-
     waiting = asyncio.ensure_future(tq(node, "dequeue", task_type="later", timeout_ms=5000))
     await clock.advance(1)
     assert not waiting.done()
@@ -105,6 +105,11 @@ async def test_dequeue_waits_for_a_task(app_node, clock):
 
 async def _done(fut):
     return fut.result() if fut.done() else None
+
+
+async def _stats_when(node, check):
+    stats = await tq(node, "get_stats")
+    return stats if check(stats) else None
 
 
 async def test_agent_prompt_tasks_run_through_the_agent_once(app_node):
@@ -122,8 +127,8 @@ async def test_agent_prompt_tasks_run_through_the_agent_once(app_node):
     results = await until(all_done)
     assert [r["result"]["response"] for r in results] == [f"answered q{i}" for i in range(5)]
     assert results[0]["result"]["session_id"] == f"task:{ids[0]}"
-    stats = await tq(node, "get_stats")
-    assert stats["completed"] == 5 and stats["depth"] == 0 and stats["in_flight"] == 0
+    stats = await until(lambda: _stats_when(node, lambda s: s["completed"] == 5))  # reported after the ack
+    assert stats["depth"] == 0 and stats["in_flight"] == 0
     assert sorted(doubles.SCRIPT.calls) == sorted(f"task:{m}" for m in ids)  # one LLM call each
 
 
@@ -140,3 +145,81 @@ async def test_a_failing_agent_task_is_retried_then_dead_lettered(app_node, cloc
     await until(dead)
     assert doubles.SCRIPT.calls.count("doomed") == 2
     assert (await tq(node, "get_result", msg_id=m))["status"] == "pending"
+    # The worker nacks on the channel itself and reports both failures to the queue's counters.
+    await until(lambda: _stats_when(node, lambda s: s["failed"] == 2 and s["completed"] == 0))
+
+
+VISIBILITY = 300 + 60  # the worker's default: turn_timeout + 60 s
+
+
+def hold(*sessions: str) -> None:
+    """The scripted LLM holds these sessions' turns (durable, waiting for the LLM) until released."""
+    for s in sessions:
+        doubles.SCRIPT.hold[s] = asyncio.Event()
+        doubles.SCRIPT.entered[s] = asyncio.Event()
+
+
+async def turns_waiting(*sessions: str) -> bool:
+    return all(doubles.SCRIPT.entered[s].is_set() for s in sessions)
+
+
+async def advance_until(clock, check, limit: float, step: float = 0.5):
+    """Move the manual clock in small steps until ``check`` holds; fail once ``limit`` seconds of node time
+    have passed (shorter than the visibility timeout: what this waits for must not need it)."""
+    start = clock.monotonic()
+    while not (got := await check()):
+        if clock.monotonic() - start > limit:
+            raise AssertionError(f"not done after {limit:g}s of node time")
+        await clock.advance(step)
+        await asyncio.sleep(0.01)  # the store's writer thread
+    return got
+
+
+async def test_a_dying_workers_tasks_come_back_at_once_not_after_the_visibility_timeout(app_node, clock):
+    node = await app_node(scripted=True)
+    hold("t1", "t2")
+    ids = [
+        (await tq(node, "enqueue", task_type="agent_prompt", payload={"prompt": f"p{s}", "session_id": s}))[
+            "msg_id"
+        ]
+        for s in ("t1", "t2")
+    ]
+    await until(lambda: turns_waiting("t1", "t2"), what="both turns under way")
+    assert (await tq(node, "get_stats"))["in_flight"] == 2
+    assert (await tq(node, "dequeue", task_type="agent_prompt"))["tasks"] == []  # the worker holds them
+    # The worker dies (its node going down takes it the same way) while the queue lives on: the runtime
+    # releases what the worker had received, and its restarted incarnation gets the tasks again at once.
+    [worker] = [c for c in node.cells("task_worker") if c.scope[0] == "acme"]
+    await worker.kill("killed by the test", abnormal=True)
+    for s in ("t1", "t2"):
+        doubles.SCRIPT.hold[s].set()
+
+    async def all_done():
+        results = [await tq(node, "get_result", msg_id=m) for m in ids]
+        return results if all(r["status"] == "ok" for r in results) else None
+
+    results = await advance_until(clock, all_done, limit=VISIBILITY / 10)
+    assert [r["result"]["response"] for r in results] == ["done: pt1", "done: pt2"]
+    assert sorted(doubles.SCRIPT.calls) == ["t1", "t2"]  # each prompt ran once: the retry took the turn
+    stats = await until(lambda: _stats_when(node, lambda s: s["completed"] == 2))
+    assert stats["in_flight"] == 0 and stats["depth"] == 0 and stats["failed"] == 0
+
+
+async def test_tasks_of_a_worker_whose_node_is_declared_down_come_back_at_once(app_node):
+    """The worker runs on node ``w``, the queue on node ``q`` (one store). Without a cluster fabric in this
+    test, "the queue is active on another node" is a worker node without ``task_queue``."""
+    q = await app_node(scripted=True, node_id="q", without=("task_worker",))
+    w = await app_node(scripted=True, node_id="w", without=("task_queue",))
+    hold("t1", "t2")
+    for s in ("t1", "t2"):
+        await tq(q, "enqueue", task_type="agent_prompt", payload={"prompt": f"p{s}", "session_id": s})
+    await w.ask("task_worker", "get_stats", {}, ctx=ACME)  # the worker on w starts receiving
+    await until(lambda: turns_waiting("t1", "t2"), what="both turns under way on w")
+    assert (await tq(q, "dequeue", task_type="agent_prompt"))["tasks"] == []
+    # What the cluster does when w's heartbeat stops (Cluster._node_down): release w's receipts.
+    assert await q.store.channels.release_receipt_prefix(f"{w.node_id}:{w.boot_id}:") == 2
+    again = (await tq(q, "dequeue", task_type="agent_prompt", limit=10))["tasks"]  # the clock has not moved
+    assert sorted(t["payload"]["session_id"] for t in again) == ["t1", "t2"]
+    assert all(t["deliveries"] == 2 for t in again)
+    for s in ("t1", "t2"):
+        doubles.SCRIPT.hold[s].set()
