@@ -516,12 +516,13 @@ class Agent(GenServer):
             if self.workspace_root is not None:
                 ctx = current_context()
                 workspace = workspace_path(self.workspace_root, ctx.tenant, ctx.namespace, self.session_id)
-            if self.system_prompt:
-                soul = self.system_prompt
-            else:
-                soul = await asyncio.to_thread(prompt.load_soul, workspace, self.soul_path)
-            project = await asyncio.to_thread(prompt.project_context, workspace)
-            self._identity = (soul, project)
+            soul_path, given = self.soul_path, self.system_prompt
+
+            def read() -> tuple[str, str]:  # one trip to a worker thread for both files
+                soul = given or prompt.load_soul(workspace, soul_path)
+                return soul, prompt.project_context(workspace)
+
+            self._identity = await asyncio.to_thread(read)
         return self._identity
 
     async def _gather(self, message: str, user: str) -> Any:
