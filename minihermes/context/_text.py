@@ -5,11 +5,19 @@ words, so "What did Caroline paint?" would rank documents by "what" and "did" as
 indexes therefore store an analysed form (stop words dropped, words stemmed so "painting", "painted" and
 "paints" meet) and queries go through the same analysis. Snippets come from the original text, which is kept
 in the document's meta.
+
+Session search analyses with ``search_terms`` / ``search_query_terms`` instead: the same stop words, the
+Porter stemmer (``_porter``), possessives dropped ("Gina's" -> "gina"). The memory store keeps ``terms`` /
+``analyze``: what it has stored was analysed that way.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from functools import lru_cache
+
+from ._porter import porter
 
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?", re.UNICODE)
 
@@ -79,17 +87,51 @@ def query_terms(query: str) -> list[str]:
     return list(dict.fromkeys(w.lower() for w in _WORD.findall(query)))
 
 
+@lru_cache(maxsize=65_536)
+def search_stem(word: str) -> str:
+    """Session search's stem of a lower-case word: a possessive dropped, then Porter."""
+    if word.endswith("'s"):
+        word = word[:-2]
+    return porter(word)
+
+
+def search_terms(text: str) -> list[str]:
+    """Session search's analysed words of ``text``, in order: stop words out, Porter-stemmed. Words with an
+    inner apostrophe are split there, as the full-text index's tokenizer would ("o'clock" -> "o", "clock"),
+    keeping pieces of two characters or more."""
+    out = []
+    for raw in _WORD.findall(text):
+        lower = raw.lower()
+        if lower in STOP_WORDS or (len(lower) < 2 and not lower.isdigit()):
+            continue
+        stemmed = search_stem(lower)
+        if "'" not in stemmed:
+            out.append(stemmed)
+            continue
+        out.extend(p for p in stemmed.split("'") if len(p) > 1 or p.isdigit())
+    return out
+
+
+def search_query_terms(query: str) -> list[str]:
+    """Distinct ``search_terms`` of a query; if every word is a stop word, the words themselves."""
+    found = list(dict.fromkeys(search_terms(query)))
+    if found:
+        return found
+    return list(dict.fromkeys(w.lower() for w in re.findall(r"[^\W_]+", query)))
+
+
 _EDGE = re.compile(r"^(\W*)(.*?)(\W*)$", re.S)
 
 
-def snippet(text: str, query: list[str], width: int = 24) -> str:
-    """The ``width``-word window of ``text`` with the most query terms, matches in [brackets]."""
+def snippet(text: str, query: list[str], width: int = 24, stemmer: Callable[[str], str] = stem) -> str:
+    """The ``width``-word window of ``text`` with the most query terms, matches in [brackets]; ``query`` holds
+    words as ``stemmer`` leaves them."""
     words = text.split()
     if not words:
         return ""
     wanted = set(query)
     parts = [_EDGE.match(w).groups() for w in words]  # type: ignore[union-attr]
-    hits = [1 if core and stem(core.lower()) in wanted else 0 for _, core, _ in parts]
+    hits = [1 if core and stemmer(core.lower()) in wanted else 0 for _, core, _ in parts]
     best, best_at = -1, 0
     window = sum(hits[:width])
     for start in range(max(1, len(words) - width + 1)):

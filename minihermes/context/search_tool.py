@@ -8,6 +8,7 @@ admins the whole tenant (the same rule as the ``agent.session_search`` op).
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from minihermes.agent._tools_catalog import READ, UNTRUSTED, Kind
@@ -26,7 +27,8 @@ SCHEMA: dict[str, Any] = {
             "type": "string",
             "minLength": 1,
             "maxLength": 1000,
-            "description": "Words to look for in earlier conversations",
+            "description": 'Words to look for in earlier conversations; absolute dates ("9 November 2022", '
+            '"May 2023") match the messages of that day or month',
         },
         "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "description": "Hits (default 5)"},
     },
@@ -53,13 +55,23 @@ async def search_visible(
     return {"hits": hits, "sessions": sessions, "count": len(hits)}
 
 
+def _when(at: Any) -> str:
+    """A hit's time for the model, which cannot read epoch seconds at a glance: "2022-11-09 18:30 UTC"."""
+    if not isinstance(at, int | float) or not at:
+        return ""
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
 async def _session_search(args: dict[str, Any], env: ToolEnv) -> Any:
     found = await search_visible(env.host, str(args["query"]), int(args.get("limit", 5)))
-    hits = [
-        {k: h[k] for k in ("session_id", "role", "snippet")}
-        | {"current_session": h["session_id"] == env.session_id}
-        for h in found["hits"]
-    ]
+    hits = []
+    for h in found["hits"]:
+        hit = {k: h[k] for k in ("session_id", "role", "snippet")}
+        if h.get("speaker"):
+            hit["speaker"] = h["speaker"]
+        if when := _when(h.get("at")):
+            hit["when"] = when
+        hits.append(hit | {"current_session": h["session_id"] == env.session_id})
     return {"hits": hits, "sessions": found["sessions"], "count": len(hits)}
 
 
