@@ -35,6 +35,7 @@ STOP_WORDS = frozenset(
 )
 
 
+@lru_cache(maxsize=65_536)
 def stem(word: str) -> str:
     """A light English stemmer: plurals, -ing, -ed, -ly, -ness, -ment, and a trailing e; consistent on both
     sides of a search, which matters more than being linguistically exact."""
