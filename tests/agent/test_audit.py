@@ -10,8 +10,13 @@ import pytest
 
 from minihermes.agent.audit import STREAM, AuditEvent, scrub_secrets
 from minihermes.runtime import ActorSpec, GenServer, InvalidArgument, cast, state
+from minihermes.runtime.store._pg_testing import test_store_backend as backend_under_test
 
 from .conftest import ACME, ACME_USER, ACME_VIEWER, GLOBEX
+
+SQLITE_FILE = pytest.mark.skipif(
+    backend_under_test() != "sqlite", reason="reads or writes the SQLite file itself"
+)
 
 
 class Sink(GenServer):
@@ -86,6 +91,7 @@ async def test_trail_is_hash_chained_and_tenant_scoped(make_node):
     assert (await node.ask("audit_event", "get_stats", {}, ctx=ACME))["event_count"] == 2
 
 
+@SQLITE_FILE
 async def test_tampering_is_detected(make_node):
     node = await make_node(specs())
     await log(node, ACME, "a", detail="original")

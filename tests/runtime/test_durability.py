@@ -9,9 +9,14 @@ import pytest
 
 from minihermes.runtime import ActorCrashed, ActorSpec, GenServer, call, state
 from minihermes.runtime.store import open_store
+from minihermes.runtime.store._pg_testing import test_store_backend as backend_under_test
 
 from .actors import Counter
 from .conftest import tree
+
+SQLITE_FILE = pytest.mark.skipif(
+    backend_under_test() != "sqlite", reason="reads or writes the SQLite file itself"
+)
 
 
 async def test_state_survives_a_node_restart(make_node, tmp_path):
@@ -58,6 +63,7 @@ async def test_graceful_stop_flushes_interval_state(make_node):
     assert (await node2.ask("c", "get"))["count"] == 3
 
 
+@SQLITE_FILE
 async def test_corrupt_checkpoint_is_quarantined_and_actor_starts_empty(make_node, tmp_path, clock):
     store = open_store("sqlite", data_dir=str(tmp_path / "data"), clock=clock)
     await store.open()
@@ -121,6 +127,7 @@ async def test_state_from_a_newer_version_is_quarantined_not_misread(make_node):
     assert any("newer" in r.reason for r in await node2.store.quarantine.list())
 
 
+@SQLITE_FILE
 async def test_node_opens_a_data_dir_written_in_an_older_storage_format(make_node, tmp_path):
     from minihermes.runtime.store import sqlite_v1_fixture  # ships with the backend for such tests
 
