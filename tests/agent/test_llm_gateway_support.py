@@ -47,7 +47,7 @@ from minihermes.runtime import (
     cast,
     current_context,
 )
-from minihermes.runtime.store import open_store
+from minihermes.runtime.store._pg_testing import open_test_store
 
 from ..llm.support import FAKE_KEY, StubServer
 
@@ -310,7 +310,7 @@ def db_bytes(data_dir: Path) -> bytes:
 async def _sigkill_child(data_dir: str) -> None:
     _, down_options = behavior(repeat=UnavailableError("upstream down", provider="flaky"))
     node = Node(
-        open_store("sqlite", data_dir=data_dir, clock=SystemClock()),
+        await open_test_store(data_dir, clock=SystemClock()),  # SQLite, or PostgreSQL (MINIHERMES_TEST_STORE)
         tree(audit=False, max_retries=0, tick_interval=3600),  # usage per key written after every call
         options=NodeOptions(node_id="gw-crash"),
         clock=SystemClock(),

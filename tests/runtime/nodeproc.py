@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from minihermes.runtime import ActorSpec, GenServer, Node, NodeOptions, SupervisorSpec, Workflow, call
-from minihermes.runtime.store import open_store
+from minihermes.runtime.store._pg_testing import open_test_store
 
 
 class SideEffects(Workflow):
@@ -55,16 +55,18 @@ class Worker(GenServer):
         return await self.host.kv.get(key)
 
 
-def build(data_dir: str) -> Node:
+async def build(data_dir: str) -> Node:
+    """The crash node, on the test store (SQLite in data_dir, or its PostgreSQL schema: MINIHERMES_TEST_STORE
+    is inherited from the test process)."""
     tree = SupervisorSpec(
         name="root",
         children=[ActorSpec("wf", SideEffects, virtual=True), ActorSpec("worker", Worker)],
     )
-    return Node(open_store("sqlite", data_dir=data_dir), tree, options=NodeOptions(node_id="crash-node"))
+    return Node(await open_test_store(data_dir), tree, options=NodeOptions(node_id="crash-node"))
 
 
 async def main(scenario: str, data_dir: str) -> None:
-    node = build(data_dir)
+    node = await build(data_dir)
     await node.start()
     out = sys.stdout
     if scenario == "workflow":
