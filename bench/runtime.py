@@ -17,6 +17,7 @@ import gc
 import json
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import threading
@@ -54,6 +55,7 @@ class Sizes:
     durable_msgs: int
     durable_seq: int  # one actor, sequential asks
     durable_fanin: int  # callers per actor in the second durable configuration
+    durable_repeats: int  # runs per durable configuration (the median is reported: 2 shared cores are noisy)
     chan_seq: int  # sequential send+receive+ack round trips
     chan_pairs: int  # producer/consumer pairs (one channel each)
     chan_pairs_msgs: int
@@ -76,6 +78,7 @@ FULL = Sizes(
     durable_msgs=50_000,
     durable_seq=3_000,
     durable_fanin=5,
+    durable_repeats=3,
     chan_seq=3_000,
     chan_pairs=50,
     chan_pairs_msgs=20_000,
@@ -98,6 +101,7 @@ QUICK = Sizes(
     durable_msgs=4_000,
     durable_seq=300,
     durable_fanin=5,
+    durable_repeats=1,
     chan_seq=300,
     chan_pairs=50,
     chan_pairs_msgs=2_000,
@@ -919,33 +923,32 @@ def main(argv: list[str] | None = None) -> int:
     # 3. durable messages ---------------------------------------------------------------------------------
     sec = "durable"
     a = sz.durable_actors
-    progress(f"durable messages: {a} virtual actors x 1 caller")
-    drate, dcp = asyncio.run(bench_durable_many(sz, 1))
-    d1 = report.add(
-        Row(
-            sec,
-            "durable msgs (ckpt each msg)",
-            "MiniHermes GenServer + SQLite",
-            rate=drate,
-            workload=f"{sz.durable_msgs:,} msgs, {a} virtual actors x 1 caller",
-            target=">= 20,000/s",
-            met=drate >= 20_000,
+    repeats = sz.durable_repeats
+    rows = []
+    committed: list[float] = []
+    for callers in (1, sz.durable_fanin):
+        progress(f"durable messages: {a} virtual actors x {callers} caller(s), {repeats} runs")
+        runs = [asyncio.run(bench_durable_many(sz, callers)) for _ in range(repeats)]
+        rates = [r for r, _ in runs]
+        committed.append(min(c for _, c in runs))
+        rate = statistics.median(rates)
+        each = ", ".join(f"{r:,.0f}" for r in rates)
+        rows.append(
+            report.add(
+                Row(
+                    sec,
+                    "durable msgs (ckpt each msg)",
+                    "MiniHermes GenServer + SQLite",
+                    rate=rate,
+                    workload=f"{sz.durable_msgs:,} msgs, {a} virtual actors x {callers} caller"
+                    + ("s" if callers > 1 else "")
+                    + (f"; median of {repeats} runs ({each})" if repeats > 1 else ""),
+                    target=">= 20,000/s",
+                    met=rate >= 20_000,
+                )
+            )
         )
-    )
-    f = sz.durable_fanin
-    progress(f"durable messages: {a} virtual actors x {f} callers")
-    drate2, dcp2 = asyncio.run(bench_durable_many(sz, f))
-    d2 = report.add(
-        Row(
-            sec,
-            "durable msgs (ckpt each msg)",
-            "MiniHermes GenServer + SQLite",
-            rate=drate2,
-            workload=f"{sz.durable_msgs:,} msgs, {a} virtual actors x {f} callers",
-            target=">= 20,000/s",
-            met=drate2 >= 20_000,
-        )
-    )
+    d1, d2 = rows
     max((d1, d2), key=lambda r: r.rate or 0.0).name += " *best"
     progress("durable messages: 1 actor, sequential")
     s50, s99, srate = asyncio.run(bench_durable_single(sz))
@@ -963,7 +966,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     report.notes.append(
         f"durable: state field changed by every message, default checkpoint_interval=1, so each reply waits for "
-        f"its checkpoint's commit ({dcp:,.0f} and {dcp2:,.0f} checkpoints committed in the two runs); after each "
+        f"its checkpoint's commit (at least {committed[0]:,.0f} and {committed[1]:,.0f} checkpoints committed in "
+        "each run of the two configurations); after each "
         "run the store is reopened and the committed counts are summed: they equal the replies received."
     )
 

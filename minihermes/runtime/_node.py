@@ -283,6 +283,10 @@ class Node:
                         field=kf or "key",
                     )
                 key = value
+            scope = ctx.scope
+            cell = self._cells.get((scope, name, key))
+            if cell is not None and not cell.removed:
+                return cell, handler  # an active cell's key was checked when it was activated
             if not valid_key(key):
                 # A key no store can hold would fail activation over and over and take the tree down.
                 raise InvalidArgument(
@@ -290,7 +294,6 @@ class Node:
                     op=op,
                     field=spec.key_field or "key",
                 )
-            scope = ctx.scope
         else:
             if key:
                 raise ActorNotFound(f"'{name}' is not a keyed actor", actor=target)
