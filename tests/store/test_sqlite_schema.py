@@ -27,13 +27,13 @@ def columns(path: Path, table: str) -> list[str]:
 async def test_fresh_file_settings(tmp_path: Path) -> None:
     path = tmp_path / "fresh.db"
     store = await opened(path, synchronous="full")
-    assert await store.schema_version() == LATEST_VERSION == 4
+    assert await store.schema_version() == LATEST_VERSION == 5
     await store.close()
     conn = sqlite3.connect(path)
     try:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental
-        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "4"
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "5"
     finally:
         conn.close()
     assert "receipt" in columns(path, "channel_messages")
@@ -59,6 +59,17 @@ async def test_migrates_v1_file_with_its_data(tmp_path: Path) -> None:
             entry = await store.kv.get_entry(scope, key)
             assert entry is not None and (entry.value, entry.version) == (value, 1)
         assert await store.tuples.read(scope, [fixture.tuple_[0], None, None]) == fixture.tuple_
+        # v5 moved each (tenant, namespace, index)'s documents to its own FTS table: each finds its own only
+        found = await store.text.search(scope, "notes", "invoice")
+        assert [(h.doc_id, h.meta) for h in found] == [("n1", {"n": 1})]
+        assert [h.doc_id for h in await store.text.search(scope, "other", "invoice")] == ["o1"]
+        assert [h.doc_id for h in await store.text.search(("elsewhere", "main"), "notes", "invoice")] == [
+            "e1"
+        ]
+        await store.text.upsert(scope, "notes", "n3", {"body": "a new invoice"})
+        assert {h.doc_id for h in await store.text.search(scope, "notes", "invoice")} == {"n1", "n3"}
+        assert await store.text.remove(scope, "notes", "n1")
+        assert [h.doc_id for h in await store.text.search(scope, "notes", "invoice")] == ["n3"]
         # v4 indexed the second element of the tuples already stored: a two-literal pattern finds them
         assert await store.tuples.read(scope, [*fixture.tuple_[:2], None]) == fixture.tuple_
         assert await store.tuples.read(scope, [fixture.tuple_[0], "other", None]) is None
@@ -105,8 +116,14 @@ async def test_migrated_schema_equals_fresh_schema(tmp_path: Path) -> None:
     await (await opened(tmp_path / "new.db")).close()
 
     def schema(path: Path) -> list[tuple[str, str]]:
+        # Per-index FTS tables (text_fts_<n>) come with data, not with the schema (the fixture has documents),
+        # and so do the planner statistics PRAGMA optimize keeps (sqlite_stat1).
         with sqlite3.connect(path) as conn:
-            rows = conn.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY name")
+            rows = conn.execute(
+                "SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL AND name NOT LIKE 'text_fts_%'"
+                " AND name NOT LIKE 'sqlite_stat%'"
+                " ORDER BY name"
+            )
             return [(name, " ".join(sql.split())) for name, sql in rows]
 
     assert schema(tmp_path / "old.db") == schema(tmp_path / "new.db")

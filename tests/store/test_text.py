@@ -6,7 +6,7 @@ import pytest
 
 from minihermes.runtime.store import Store
 
-from .conftest import A
+from .conftest import A, B
 
 DOCS = {
     "deploy": {
@@ -100,3 +100,18 @@ async def test_text_bad_input(store: Store) -> None:
         await store.text.upsert(A, "i", "d", {"body": "x"}, meta=object())
     with pytest.raises(TypeError, match="query must be a str"):
         await store.text.search(A, "i", None)  # type: ignore[arg-type]
+
+
+async def test_ranking_depends_only_on_the_index_own_documents(store: Store) -> None:
+    """bm25's statistics come from the searched (tenant, namespace, index) alone: what another tenant or
+    another index stores moves neither the scores nor the order (no side channel between tenants)."""
+    docs = {"d1": "invoice for the design work", "d2": "invoice invoice reminder", "d3": "team lunch"}
+    for doc_id, body in docs.items():
+        await store.text.upsert(A, "notes", doc_id, {"body": body})
+    before = [(h.doc_id, round(h.score, 9)) for h in await store.text.search(A, "notes", "invoice design")]
+    assert [d for d, _ in before] and {d for d, _ in before} <= {"d1", "d2"}
+    for i in range(40):  # another tenant, and another index of the same tenant, full of the query's words
+        await store.text.upsert(B, "notes", f"b{i}", {"body": "invoice " * (i % 5 + 1) + "design"})
+        await store.text.upsert(A, "other", f"o{i}", {"body": "design invoice design"})
+    after = [(h.doc_id, round(h.score, 9)) for h in await store.text.search(A, "notes", "invoice design")]
+    assert after == before

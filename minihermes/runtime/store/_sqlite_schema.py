@@ -158,10 +158,53 @@ def _v3_to_v4(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX tuples_second ON tuples (tenant, ns, arity, e0, e1, id)")
 
 
+FTS_TOKENIZE = "tokenize = 'unicode61 remove_diacritics 2'"
+
+
+def fts_table(index_id: int) -> str:
+    """The FTS5 table of one (tenant, namespace, index), by its row in ``text_indexes``."""
+    return f"text_fts_{int(index_id)}"
+
+
+def create_fts_table(conn: sqlite3.Connection, index_id: int) -> str:
+    table = fts_table(index_id)
+    conn.execute(f"CREATE VIRTUAL TABLE {table} USING fts5 (body, {FTS_TOKENIZE})")
+    return table
+
+
+def _v4_to_v5(conn: sqlite3.Connection) -> None:
+    """v5: one FTS5 table per (tenant, namespace, index), listed in ``text_indexes``. With one table for all,
+    bm25 took its statistics (document count, term frequencies, lengths) from every tenant's and every
+    index's documents, so one tenant's ranking moved with what other tenants stored (a side channel), and a
+    search matched every index's postings for its words before keeping its own (memory search slowed with
+    the session index's size). The documents move to their own tables here."""
+    conn.execute(
+        """CREATE TABLE text_indexes (
+            id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, ns TEXT NOT NULL, idx TEXT NOT NULL,
+            UNIQUE (tenant, ns, idx))"""
+    )
+    scopes = conn.execute(
+        "SELECT DISTINCT tenant, ns, idx FROM text_docs ORDER BY tenant, ns, idx"
+    ).fetchall()
+    for tenant, ns, idx in scopes:
+        index_id = conn.execute(
+            "INSERT INTO text_indexes (tenant, ns, idx) VALUES (?, ?, ?)", (tenant, ns, idx)
+        ).lastrowid
+        assert index_id is not None
+        table = create_fts_table(conn, index_id)
+        conn.execute(
+            f"INSERT INTO {table} (rowid, body) SELECT f.rowid, f.body FROM text_fts AS f"
+            " JOIN text_docs AS d ON d.id = f.rowid WHERE d.tenant = ? AND d.ns = ? AND d.idx = ?",
+            (tenant, ns, idx),
+        )
+    conn.execute("DROP TABLE text_fts")
+
+
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     2: _v1_to_v2,
     3: _v2_to_v3,
     4: _v3_to_v4,
+    5: _v4_to_v5,
 }
 """target version -> step from the previous version. Steps run inside the caller's transaction."""
 

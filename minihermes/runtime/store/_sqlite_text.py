@@ -1,8 +1,10 @@
 """SQLite full-text search on FTS5.
 
-``text_docs`` holds identity, scope and meta; ``text_fts`` (rowid = text_docs.id) holds the words. Queries are
-user text: they are reduced to words (shared ``search_terms``) and each word is quoted, so FTS5 operators,
-column filters and stray quotes in the input are never parsed as syntax.
+``text_docs`` holds identity, scope and meta; the words live in one FTS5 table per (tenant, namespace, index)
+(``text_indexes`` names it; rowid = text_docs.id), made on the first document. So bm25's statistics are that
+index's own (no tenant's ranking moves with another's data) and a search reads only its index's postings.
+Queries are user text: they are reduced to words (shared ``search_terms``) and each word is quoted, so FTS5
+operators, column filters and stray quotes in the input are never parsed as syntax.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import sqlite3
 
 from ._common import check_count, check_name, check_scope, check_text, dumps_json, loads_json, search_terms
 from ._sqlite_common import Part, logger
+from ._sqlite_schema import create_fts_table, fts_table
 from .base import JSON, Scope, SearchHit
 
 SNIPPET_START = "["
@@ -18,12 +21,27 @@ SNIPPET_END = "]"
 SNIPPET_ELLIPSIS = "…"
 SNIPPET_TOKENS = 12
 
-_SEARCH = f"""
-SELECT d.doc_id, bm25(text_fts) AS rank,
-       snippet(text_fts, 0, '{SNIPPET_START}', '{SNIPPET_END}', '{SNIPPET_ELLIPSIS}', {SNIPPET_TOKENS}), d.meta
-FROM text_fts JOIN text_docs AS d ON d.id = text_fts.rowid
-WHERE text_fts MATCH ? AND d.tenant = ? AND d.ns = ? AND d.idx = ?
+_SEARCH = """
+SELECT d.doc_id, bm25({t}) AS rank,
+       snippet({t}, 0, '{start}', '{end}', '{ellipsis}', {tokens}), d.meta
+FROM {t} JOIN text_docs AS d ON d.id = {t}.rowid
+WHERE {t} MATCH ? AND d.tenant = ? AND d.ns = ? AND d.idx = ?
 ORDER BY rank LIMIT ?"""
+_INDEX = "SELECT id FROM text_indexes WHERE tenant = ? AND ns = ? AND idx = ?"
+
+
+def _table(conn: sqlite3.Connection, tenant: str, ns: str, index: str, *, create: bool) -> str | None:
+    """The FTS table of (tenant, ns, index); made (writer only) when ``create`` and missing."""
+    row = conn.execute(_INDEX, (tenant, ns, index)).fetchone()
+    if row is not None:
+        return fts_table(int(row[0]))
+    if not create:
+        return None
+    index_id = conn.execute(
+        "INSERT INTO text_indexes (tenant, ns, idx) VALUES (?, ?, ?)", (tenant, ns, index)
+    ).lastrowid
+    assert index_id is not None
+    return create_fts_table(conn, index_id)
 
 
 def match_expression(terms: list[str]) -> str:
@@ -51,6 +69,7 @@ class SqliteText(Part):
         key = (tenant, ns, index, doc_id)
 
         def op(conn: sqlite3.Connection) -> None:
+            table = _table(conn, tenant, ns, index, create=True)
             row = conn.execute(
                 "SELECT id FROM text_docs WHERE tenant = ? AND ns = ? AND idx = ? AND doc_id = ?", key
             ).fetchone()
@@ -64,8 +83,8 @@ class SqliteText(Part):
                 conn.execute(
                     "UPDATE text_docs SET meta = ?, updated_at = ? WHERE id = ?", (meta_text, now, doc_row)
                 )
-                conn.execute("DELETE FROM text_fts WHERE rowid = ?", (doc_row,))
-            conn.execute("INSERT INTO text_fts (rowid, body) VALUES (?, ?)", (doc_row, body))
+                conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (doc_row,))
+            conn.execute(f"INSERT INTO {table} (rowid, body) VALUES (?, ?)", (doc_row, body))
 
         await self._db.write(op)
 
@@ -82,7 +101,9 @@ class SqliteText(Part):
             ).fetchone()
             if row is None:
                 return False
-            conn.execute("DELETE FROM text_fts WHERE rowid = ?", (row[0],))
+            table = _table(conn, tenant, ns, index, create=False)
+            if table is not None:
+                conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (row[0],))
             return True
 
         return await self._db.write(op)
@@ -96,7 +117,21 @@ class SqliteText(Part):
         if not terms or limit == 0:
             return []
         params = (match_expression(terms), tenant, ns, index, limit)
-        rows = await self._db.read(lambda c: c.execute(_SEARCH, params).fetchall())
+
+        def op(conn: sqlite3.Connection) -> list[tuple[str, float, str, str]]:
+            table = _table(conn, tenant, ns, index, create=False)
+            if table is None:
+                return []
+            sql = _SEARCH.format(
+                t=table,
+                start=SNIPPET_START,
+                end=SNIPPET_END,
+                ellipsis=SNIPPET_ELLIPSIS,
+                tokens=SNIPPET_TOKENS,
+            )
+            return list(conn.execute(sql, params).fetchall())
+
+        rows = await self._db.read(op)
         hits = []
         for doc_id, rank, snippet, raw_meta in rows:
             try:

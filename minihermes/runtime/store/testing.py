@@ -39,6 +39,15 @@ class V1Fixture:
     tuple_: tuple[str, str, int]
 
 
+TEXT_DOCS: tuple[tuple[str, str, str, str, str], ...] = (
+    ("legacy", "main", "notes", "n1", "the quarterly invoice is due"),
+    ("legacy", "main", "notes", "n2", "lunch with the design team"),
+    ("legacy", "main", "other", "o1", "an invoice in another index"),
+    ("elsewhere", "main", "notes", "e1", "another tenant's invoice"),
+)
+"""(tenant, namespace, index, doc_id, body) of the text documents a v1 fixture holds."""
+
+
 def create_v1_database(
     path: str | os.PathLike[str],
     *,
@@ -102,6 +111,13 @@ def create_v1_database(
             " VALUES (?, ?, 'agent/1', 2, ?, ?)",
             (tenant, ns, b"state-v2", now),
         )
+        # Text documents in two scopes and two indexes of the one v1 FTS table (v5 splits them up).
+        for i, (t_tenant, t_ns, idx, doc_id, body) in enumerate(TEXT_DOCS, start=1):
+            conn.execute(
+                "INSERT INTO text_docs (id, tenant, ns, idx, doc_id, meta, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (i, t_tenant, t_ns, idx, doc_id, _json({"n": i}), now),
+            )
+            conn.execute("INSERT INTO text_fts (rowid, body) VALUES (?, ?)", (i, body))
         for (c_tenant, c_ns, actor_id), state in (checkpoints or {}).items():
             blob = state if isinstance(state, bytes) else _json(state).encode("utf-8")
             conn.execute(
