@@ -21,12 +21,13 @@ SNIPPET_END = "]"
 SNIPPET_ELLIPSIS = "…"
 SNIPPET_TOKENS = 12
 
-_SEARCH = """
-SELECT d.doc_id, bm25({t}) AS rank,
-       snippet({t}, 0, '{start}', '{end}', '{ellipsis}', {tokens}), d.meta
-FROM {t} JOIN text_docs AS d ON d.id = {t}.rowid
-WHERE {t} MATCH ? AND d.tenant = ? AND d.ns = ? AND d.idx = ?
+_SEARCH = f"""
+SELECT d.doc_id, bm25({{t}}) AS rank,
+       snippet({{t}}, 0, '{SNIPPET_START}', '{SNIPPET_END}', '{SNIPPET_ELLIPSIS}', {SNIPPET_TOKENS}), d.meta
+FROM {{t}} JOIN text_docs AS d ON d.id = {{t}}.rowid
+WHERE {{t}} MATCH ? AND d.tenant = ? AND d.ns = ? AND d.idx = ?
 ORDER BY rank LIMIT ?"""
+"""The search over one index's FTS table (``{t}``: its name, from ``text_indexes``)."""
 _INDEX = "SELECT id FROM text_indexes WHERE tenant = ? AND ns = ? AND idx = ?"
 
 
@@ -122,14 +123,7 @@ class SqliteText(Part):
             table = _table(conn, tenant, ns, index, create=False)
             if table is None:
                 return []
-            sql = _SEARCH.format(
-                t=table,
-                start=SNIPPET_START,
-                end=SNIPPET_END,
-                ellipsis=SNIPPET_ELLIPSIS,
-                tokens=SNIPPET_TOKENS,
-            )
-            return list(conn.execute(sql, params).fetchall())
+            return list(conn.execute(_SEARCH.format(t=table), params).fetchall())
 
         rows = await self._db.read(op)
         hits = []
