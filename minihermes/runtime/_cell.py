@@ -95,6 +95,8 @@ class Cell:
         self.saves_in_flight = 0
         """Checkpoints registered with the store and not yet durable (or failed)."""
         self._drained: asyncio.Future[None] | None = None
+        self.save_failed = False
+        """A checkpoint failed: the instance is being killed; nothing it replies or does may go on."""
         self._ctx: RequestContext | None = None
 
     def __repr__(self) -> str:
@@ -271,8 +273,7 @@ class Cell:
 
     async def _reply_when_saved(self, reply: asyncio.Future[Any], result: Any) -> None:
         await self.wait_saved()
-        if not reply.done():
-            reply.set_result(result)
+        _settle(reply, result, self.address, OSError("checkpoint failed") if self.save_failed else None)
 
     def _forward_event(self, inst: Actor, env: Envelope) -> None:
         events = getattr(inst, "events", ())
@@ -356,6 +357,7 @@ class Cell:
                 drained.set_result(None)
         if error is None or isinstance(error, asyncio.CancelledError):
             return
+        self.save_failed = True
         # Memory is now ahead of disk: restart from the last durable checkpoint rather than go on.
         log.error("actor %s: checkpoint failed: %r", self.address, error)
         if self.task is not None and not self.task.done():

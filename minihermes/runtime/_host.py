@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._clock import Clock
 from ._context import current_context
-from ._errors import InvalidArgument
+from ._errors import ActorCrashed, InvalidArgument
 from ._node import RegistryEntry
 from .store import (
     JSON,
@@ -359,8 +359,12 @@ class Host:
         self._cell.save_soon()
 
     async def wait_saved(self) -> None:
-        """Until every save this actor started is durable (raises nothing; a failed save crashes the actor)."""
-        await self._cell.wait_saved()
+        """Until every save this actor started is durable. A failed save raises ``ActorCrashed`` here (the
+        actor is being restarted from its last durable checkpoint), so no side effect follows it."""
+        cell = self._cell
+        await cell.wait_saved()
+        if cell.save_failed:
+            raise ActorCrashed(f"{cell.address} could not checkpoint its state", actor=cell.address)
 
     def checkpoint_after(self) -> None:
         """Save state when the current message is handled, whatever the checkpoint interval (if it changed);

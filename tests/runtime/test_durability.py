@@ -284,3 +284,53 @@ async def test_save_soon_lets_the_actor_go_on_but_not_the_reply(make_node, monke
         if not f.done():
             f.set_result(None)
     assert await reply == 3
+
+
+async def test_a_failed_save_soon_stops_the_actor_before_its_next_step(make_node, monkeypatch):
+    """``wait_saved`` raises when a save started with ``save_soon`` failed (so no side effect follows it),
+    and a reply waiting on such a save fails too; the actor restarts from its last durable state."""
+    import asyncio
+
+    effects: list[str] = []
+
+    class Careful(GenServer):
+        n: int = state(default=0)
+
+        @call
+        async def step(self) -> int:
+            self.n += 1
+            self.host.save_soon()
+            await self.host.wait_saved()
+            effects.append("side effect")  # never reached when the save failed
+            return self.n
+
+        @call
+        def bump(self) -> int:
+            self.n += 1
+            self.host.save_soon()
+            return self.n
+
+        @call
+        def get(self) -> int:
+            return self.n
+
+    node = await make_node(tree(ActorSpec("c", Careful)))
+    assert await node.ask("c", "bump") == 1
+    checkpoints = node.store.checkpoints
+
+    def failing(*args, **kwargs):
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_exception(OSError("disk full"))
+        return fut
+
+    with monkeypatch.context() as m:
+        m.setattr(checkpoints, "save_nowait", failing)
+        with pytest.raises(ActorCrashed):
+            await node.ask("c", "step")
+        assert effects == []
+    assert await node.ask("c", "get") == 1  # restarted from the last durable state
+    with monkeypatch.context() as m:
+        m.setattr(checkpoints, "save_nowait", failing)
+        with pytest.raises(ActorCrashed):
+            await node.ask("c", "bump")
+    assert await node.ask("c", "get") == 1
