@@ -10,15 +10,10 @@ importing/exporting skills would reach outside the test (network, files), which 
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import httpx
 import jwt
 import pytest
 import schemathesis
@@ -32,7 +27,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+from .._server import serve_process
+
 SECRET = "schemathesis-secret-that-is-long-enough-for-hs256"
 EXAMPLES = int(os.environ.get("MINIHERMES_FUZZ_EXAMPLES", "5"))
 _ADMIN_VIEWS = "Access: `observe`"
@@ -46,64 +42,12 @@ def _token(roles: list[str], tenant: str = "fuzz", sub: str = "fuzzer") -> str:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = _free_port()
     data = tmp_path_factory.mktemp("fuzz") / "data"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MINIHERMES_")}
-    env["FUZZ_JWT_SECRET"] = SECRET
-    log_file = data.parent / "server.log"
-    log = log_file.open("wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "minihermes.cli.main",
-            "serve",
-            "--port",
-            str(port),
-            "--data-dir",
-            str(data),
-            "--jwt-secret-env",
-            "FUZZ_JWT_SECRET",
-            "--log-level",
-            "error",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=log,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, log_file.read_text()[-4000:]
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "server did not become ready"
-            time.sleep(0.1)
+    options = ["--jwt-secret-env", "FUZZ_JWT_SECRET"]
+    with serve_process(data, options, env={"FUZZ_JWT_SECRET": SECRET}, log_level="error") as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-        errors = log_file.read_text()
-        # Any traceback the server logged is a bug the responses may have hidden.
-        assert "Traceback" not in errors, errors[-6000:]
 
 
 def _admin_views(ctx: Any) -> bool:

@@ -9,9 +9,6 @@ Screenshots go to a temporary directory, or to docs/screenshots/ with MINIHERMES
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +18,8 @@ import httpx
 import jwt
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from .._server import ROOT, serve_process
+
 SECRET = "dashboard-test-secret-long-enough-for-hs256"
 CHROMIUM = os.environ.get("MINIHERMES_CHROMIUM", "/usr/bin/chromium")
 FLAGS = [
@@ -63,12 +61,6 @@ class Server:
         return any(a["name"] == actor for a in r.json()["actors"])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """The agent app with JWT auth."""
@@ -82,41 +74,9 @@ def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def _serve(factory: pytest.TempPathFactory, name: str, options: list[str]) -> Iterator[Server]:
-    port = _free_port()
     data = factory.mktemp(name) / "data"
-    log_file = data.parent / "server.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MINIHERMES_")}
-    env["WEB_JWT_SECRET"] = SECRET
-    command = [sys.executable, "-m", "minihermes.cli.main", "serve", "--port", str(port)]
-    with log_file.open("wb") as log:
-        proc = subprocess.Popen(
-            [*command, "--data-dir", str(data), "--log-level", "warning", *options],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, log_file.read_text()[-4000:]
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "server did not become ready"
-            time.sleep(0.1)
+    with serve_process(data, options, env={"WEB_JWT_SECRET": SECRET}, ready_timeout=90) as url:
         yield Server(url)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    assert "Traceback" not in log_file.read_text(), log_file.read_text()[-6000:]
 
 
 @pytest.fixture(scope="module")
