@@ -44,6 +44,7 @@ from minihermes.llm import (
     ToolView,
     UnknownProviderError,
     Usage,
+    ViewMemo,
     provider_kinds,
 )
 from minihermes.runtime import ActorError, Clock, ConfigError, InvalidArgument
@@ -117,10 +118,9 @@ def unavailable(failures: Sequence[Failure]) -> LLMUnavailable:
     )
 
 
-_VALIDATED: OrderedDict[int, tuple[ReadOnlyDict, Message | ToolSpec]] = OrderedDict()
-_VALIDATED_MAX = 65_536
-"""Read-only messages and tool specs already validated, by identity (the entry keeps its dict alive, so an
-id is not reused while cached): a session's history is validated once per message, not once per LLM call."""
+_VALIDATED: ViewMemo[Message | ToolSpec] = ViewMemo(65_536)
+"""Read-only messages and tool specs already validated: a session's history is validated once per message,
+not once per LLM call."""
 
 
 def _validated(
@@ -131,19 +131,14 @@ def _validated(
         if type(raw) is not view:
             out.append(raw)
             continue
-        hit = _VALIDATED.get(id(raw))
-        if hit is not None and hit[0] is raw:
-            _VALIDATED.move_to_end(id(raw))
-            out.append(hit[1])
-            continue
-        try:
-            checked = model.model_validate(raw)
-        except ValidationError:
-            out.append(raw)  # validated again with the request, for an error that names its place
-            continue
-        _VALIDATED[id(raw)] = (raw, checked)
-        if len(_VALIDATED) > _VALIDATED_MAX:
-            _VALIDATED.popitem(last=False)
+        checked = _VALIDATED.get(raw)
+        if checked is None:
+            try:
+                checked = model.model_validate(raw)
+            except ValidationError:
+                out.append(raw)  # validated again with the request, for an error that names its place
+                continue
+            _VALIDATED.put(raw, checked)
         out.append(checked)
     return out
 

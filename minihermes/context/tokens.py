@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from minihermes.llm import MessageView
+from minihermes.llm import MessageView, ViewMemo
 
 logger = logging.getLogger("minihermes.context.tokens")
 
@@ -124,24 +124,24 @@ def count_tokens(text: str, counter: TokenCounter | None = None) -> int:
     return _count(counter or default_counter(), text)
 
 
-_VIEW_MEMO: OrderedDict[tuple[int, str], tuple[dict[str, Any], int]] = OrderedDict()
+_VIEW_MEMO: dict[str, ViewMemo[int]] = {}
+"""Per counter: token counts of read-only messages (``MessageView``), counted once."""
 
 
 def message_tokens(message: dict[str, Any], counter: TokenCounter | None = None) -> int:
     """Tokens of one chat message: its text, its tool calls' names and inputs, plus per-message overhead.
-    A read-only ``MessageView`` is counted once (by identity; the entry keeps it alive)."""
+    A read-only ``MessageView`` is counted once."""
     c = counter or default_counter()
-    if type(message) is MessageView:
-        key = (id(message), c.name)
-        hit = _VIEW_MEMO.get(key)
-        if hit is not None and hit[0] is message:
-            return hit[1]
+    if type(message) is not MessageView:
+        return _message_tokens(message, c)
+    memo = _VIEW_MEMO.get(c.name)
+    if memo is None:
+        memo = _VIEW_MEMO[c.name] = ViewMemo(_MEMO_MAX * 4)
+    n = memo.get(message)
+    if n is None:
         n = _message_tokens(message, c)
-        _VIEW_MEMO[key] = (message, n)
-        if len(_VIEW_MEMO) > _MEMO_MAX * 4:
-            _VIEW_MEMO.popitem(last=False)
-        return n
-    return _message_tokens(message, c)
+        memo.put(message, n)
+    return n
 
 
 def _message_tokens(message: dict[str, Any], c: TokenCounter) -> int:

@@ -58,6 +58,7 @@ from ._types import (
     ToolSpec,
     ToolView,
     Usage,
+    ViewMemo,
 )
 from .simulated import SimulatedProvider
 
@@ -116,6 +117,7 @@ __all__ = [
     "UnavailableError",
     "UnknownProviderError",
     "Usage",
+    "ViewMemo",
     "collect_stream",
     "create_provider",
     "events_from_completion",

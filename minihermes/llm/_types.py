@@ -8,7 +8,8 @@ All models are pydantic, so they cross actor boundaries as plain dicts (``model_
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from collections import OrderedDict
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -84,6 +85,33 @@ class ReadOnlyDict(dict[str, Any]):
 
     __setitem__ = __delitem__ = _read_only
     clear = pop = popitem = setdefault = update = __ior__ = _read_only
+
+
+V = TypeVar("V")
+
+
+class ViewMemo(Generic[V]):
+    """Values computed from read-only dicts (a validated model, a token count), remembered by the dict's
+    identity, least recently used first out. An entry keeps its dict alive, so an id is never reused while it
+    is cached; anything other than a ``ReadOnlyDict`` is never remembered (it may change)."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._items: OrderedDict[int, tuple[ReadOnlyDict, V]] = OrderedDict()
+
+    def get(self, view: object) -> V | None:
+        hit = self._items.get(id(view))
+        if hit is None or hit[0] is not view:
+            return None
+        self._items.move_to_end(id(view))
+        return hit[1]
+
+    def put(self, view: object, value: V) -> None:
+        if not isinstance(view, ReadOnlyDict):
+            return
+        self._items[id(view)] = (view, value)
+        if len(self._items) > self._capacity:
+            self._items.popitem(last=False)
 
 
 class MessageView(ReadOnlyDict):

@@ -316,9 +316,25 @@ class Cell:
             self.dirty = True
         if not (self.dirty and self.since_checkpoint >= self.interval):
             return None
+        self._counted_as_saved()
+        return data
+
+    def _counted_as_saved(self) -> None:
+        """The bookkeeping of a checkpoint handed to the store: nothing unsaved, the interval restarts."""
         self.dirty = False
         self.since_checkpoint = 0
         self.node.metrics.incr("checkpoints_total")
+
+    def _changed_state(self) -> bytes | None:
+        """The instance's state if it differs from the last one saved (or is marked dirty), else None; the
+        returned bytes become the last saved ones."""
+        inst = self.instance
+        if inst is None or not inst._state_fields:
+            return None
+        data = inst.dump_state()
+        if data == self.last_bytes and not self.dirty:
+            return None
+        self.last_bytes = data
         return data
 
     def _save_then(self, inst: Actor, data: bytes, reply: tuple[asyncio.Future[Any], Any] | None) -> None:
@@ -366,17 +382,12 @@ class Cell:
     def save_soon(self) -> None:
         """Register a checkpoint of the current state now (if it changed) without waiting for it; ordered
         before any later save of this cell. ``wait_saved`` (or the end of the message) waits for it."""
-        inst = self.instance
-        if inst is None or not inst._state_fields:
+        data = self._changed_state()
+        if data is None:
             return
-        data = inst.dump_state()
-        if data == self.last_bytes and not self.dirty:
-            return
-        self.last_bytes = data
-        self.dirty = False
-        self.since_checkpoint = 0
-        self.node.metrics.incr("checkpoints_total")
-        self._save_future(inst, data)
+        self._counted_as_saved()
+        assert self.instance is not None
+        self._save_future(self.instance, data)
 
     async def wait_saved(self) -> None:
         """Until every registered checkpoint of this cell is durable (or failed)."""
@@ -389,19 +400,13 @@ class Cell:
         inst = self.instance
         assert inst is not None
         await self.node.store.checkpoints.save(self.scope, self.address, inst.state_version, data)
-        self.dirty = False
-        self.since_checkpoint = 0
-        self.node.metrics.incr("checkpoints_total")
+        self._counted_as_saved()
 
     async def flush(self) -> None:
         """Save now if anything changed since the last checkpoint, and wait for saves in flight."""
         await self.wait_saved()
-        inst = self.instance
-        if inst is None or not inst._state_fields:
-            return
-        data = inst.dump_state()
-        if data != self.last_bytes or self.dirty:
-            self.last_bytes = data
+        data = self._changed_state()
+        if data is not None:
             await self._save(data)
 
 

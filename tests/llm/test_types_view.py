@@ -43,3 +43,18 @@ def test_a_bad_view_is_reported_with_its_place():
     bad = MessageView({"role": "wizard", "content": "hi"})
     with pytest.raises(InvalidArgument, match=r"messages\.1"):
         policy.completion_request([MessageView({"role": "user", "content": "ok"}), bad], [], 64, None, 0)
+
+
+def test_view_memo_remembers_read_only_dicts_by_identity_only():
+    from minihermes.llm import ViewMemo
+
+    memo: ViewMemo[int] = ViewMemo(2)
+    a, b, c = (MessageView({"role": "user", "content": str(i)}) for i in range(3))
+    memo.put(a, 1)
+    assert memo.get(a) == 1 and memo.get(MessageView(a)) is None  # an equal copy is another dict
+    memo.put({"role": "user"}, 9)  # a plain dict may change: never remembered
+    assert memo.get({"role": "user"}) is None
+    memo.put(b, 2)
+    memo.get(a)  # a is now the most recent
+    memo.put(c, 3)  # over capacity: b (least recently used) goes
+    assert (memo.get(a), memo.get(b), memo.get(c)) == (1, None, 3)
