@@ -5,7 +5,9 @@ durable (checkpointed) message throughput and channel round trips on the SQLite 
     .venv/bin/python bench/runtime.py --quick --skip-ray   # smoke test, a few seconds
 
 Every measurement runs on a fresh event loop (and, where a store is involved, a fresh temp data dir) with the
-real SystemClock; times are time.perf_counter(). Latencies are per request, measured one at a time after a
+real SystemClock; times are time.perf_counter(). The loop and collector settings are those `minihermes serve`
+runs with (uvloop, frozen start-up objects and its gc thresholds; ``--loop`` and ``--gc`` choose); the best
+durable configuration is measured once more on asyncio's own loop with Python's default gc, for comparison. Latencies are per request, measured one at a time after a
 warm-up; throughputs are requests completed per wall-clock second with many callers in flight.
 """
 
@@ -36,6 +38,10 @@ from minihermes.runtime import (
     call,
     state,
 )
+from minihermes.runtime._loop import CHOICES as LOOP_CHOICES
+from minihermes.runtime._loop import ENV as LOOP_ENV
+from minihermes.runtime._loop import loop_factory, tune_gc
+from minihermes.runtime._loop import run as run_loop
 from minihermes.runtime.store import open_store
 
 # ------------------------------------------------------------------------------------------------ sizes
@@ -241,11 +247,14 @@ class DurableCounter(GenServer):
         return self.count
 
 
-async def start_node(data_dir: str, *children: ActorSpec) -> Node:
+async def start_node(data_dir: str, *children: ActorSpec, inline_calls: bool = True) -> Node:
     clock = SystemClock()
     store = open_store("sqlite", data_dir=data_dir, clock=clock)
     node = Node(
-        store, SupervisorSpec(name="root", children=list(children)), options=NodeOptions(), clock=clock
+        store,
+        SupervisorSpec(name="root", children=list(children)),
+        options=NodeOptions(inline_calls=inline_calls),
+        clock=clock,
     )
     await node.start()
     return node
@@ -258,21 +267,32 @@ class AskResult:
     rate: float
 
 
-async def bench_ask_side_by_side(sz: Sizes) -> tuple[AskResult, AskResult, float]:
-    """(a) bare asyncio actor and (b) our stateless GenServer, measured interleaved in one process and loop:
-    alternating blocks of sequential asks, then alternating rounds of concurrent asks, so that both see the
-    same machine conditions (this 2-core VM is shared). Returns (bare, ours, checkpoints written by ours)."""
-    rounds = max(2, min(10, sz.ask_tput // 5_000))
+async def bench_ask_side_by_side(sz: Sizes) -> tuple[AskResult, AskResult, AskResult, float]:
+    """(a) bare asyncio actor, (b) our stateless GenServer as nodes run it (a plain call to an idle actor
+    runs in the caller's task) and (c) the same with ``inline_calls`` off (every ask through the actor's
+    mailbox and task, as (a) does), measured interleaved in one process and loop: rotating blocks of
+    sequential asks, then rotating rounds of concurrent asks, so that all see the same machine conditions
+    (this 2-core VM is shared). Returns (bare, ours, mailbox, checkpoints written by ours)."""
+    rounds = max(3, min(9, sz.ask_tput // 5_000))
     with tempfile.TemporaryDirectory(prefix="mh-bench-") as d:
-        node = await start_node(d, ActorSpec("echo", Echo))
+        node = await start_node(os.path.join(d, "a"), ActorSpec("echo", Echo))
+        node2 = await start_node(os.path.join(d, "b"), ActorSpec("echo", Echo), inline_calls=False)
         bare = BareActor()
         try:
 
             async def ours(i: int) -> Any:
                 return await node.ask("echo", "echo", {"value": i})
 
-            assert await ours(7) == 7 and await bare.ask(7) == 7
-            systems: dict[str, Callable[[int], Awaitable[Any]]] = {"bare": bare.ask, "ours": ours}
+            async def mailbox(i: int) -> Any:
+                return await node2.ask("echo", "echo", {"value": i})
+
+            assert await ours(7) == 7 and await bare.ask(7) == 7 and await mailbox(7) == 7
+            systems: dict[str, Callable[[int], Awaitable[Any]]] = {
+                "bare": bare.ask,
+                "ours": ours,
+                "mailbox": mailbox,
+            }
+            orders = [("bare", "ours", "mailbox"), ("ours", "mailbox", "bare"), ("mailbox", "bare", "ours")]
             for fn in systems.values():
                 for i in range(sz.warmup):
                     await fn(i)
@@ -284,7 +304,7 @@ async def bench_ask_side_by_side(sz: Sizes) -> tuple[AskResult, AskResult, float
             block = sz.ask_seq // rounds
             per_round = sz.ask_tput // rounds
             for r in range(rounds):
-                for name in ("bare", "ours") if r % 2 == 0 else ("ours", "bare"):
+                for name in orders[r % 3]:
                     fn = systems[name]
                     out = lat[name]
                     gc.collect()
@@ -294,15 +314,16 @@ async def bench_ask_side_by_side(sz: Sizes) -> tuple[AskResult, AskResult, float
                         out.append(clock() - t0)
             per = per_round // sz.ask_callers
             for r in range(rounds):
-                for name in ("bare", "ours") if r % 2 == 0 else ("ours", "bare"):
+                for name in orders[r % 3]:
                     spent[name] += await timed_callers(systems[name], per, sz.ask_callers)
                     count[name] += per * sz.ask_callers
             checkpoints = node.metrics.counter("checkpoints_total")
         finally:
             await bare.stop()
             await node.stop(deadline=10)
+            await node2.stop(deadline=10)
     res = {k: AskResult(*percentiles(lat[k]), count[k] / spent[k]) for k in systems}
-    return res["bare"], res["ours"], checkpoints
+    return res["bare"], res["ours"], res["mailbox"], checkpoints
 
 
 # ------------------------------------------------------------------------------------------------ (c) Pykka
@@ -721,7 +742,21 @@ def fmt_met(v: bool | None) -> str:
     return "" if v is None else ("yes" if v else "NO")
 
 
-def machine_lines() -> list[str]:
+DEFAULT_GC = gc.get_threshold()
+
+
+def use_settings(loop: str, gc_mode: str) -> str:
+    """Apply the collector settings for what follows (process-wide) and describe loop and gc for the report."""
+    if gc_mode == "serve":
+        tune_gc()  # as `minihermes serve` does once its node runs
+    else:
+        gc.unfreeze()
+        gc.set_threshold(*DEFAULT_GC)
+    name = "uvloop" if loop_factory(loop) is not None else "asyncio loop"
+    return f"{name}, {'gc as serve' if gc_mode == 'serve' else 'default gc'}"
+
+
+def machine_lines(settings: str) -> list[str]:
     try:
         affinity = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
@@ -750,7 +785,7 @@ def machine_lines() -> list[str]:
     return [
         f"machine: {os.cpu_count()} cores ({affinity} usable), {cpu}",
         f"python {platform.python_version()} ({platform.python_implementation()}), {platform.system()} "
-        f"{platform.release()}, asyncio default loop, GC enabled; {', '.join(versions)}",
+        f"{platform.release()}, {settings}; {', '.join(versions)}",
         f"load average at start (1/5/15 min): {load}",
     ]
 
@@ -839,12 +874,29 @@ def main(argv: list[str] | None = None) -> int:
         "--quick", action="store_true", help="small sample counts (a smoke test of a few seconds)"
     )
     ap.add_argument("--skip-ray", action="store_true", help="do not start Ray")
+    ap.add_argument(
+        "--loop",
+        choices=LOOP_CHOICES,
+        default=os.environ.get(LOOP_ENV, "auto"),
+        help="event loop (auto: uvloop when installed, as `minihermes serve` runs)",
+    )
+    ap.add_argument(
+        "--gc",
+        choices=("serve", "default"),
+        default="serve",
+        help="collector settings: as `minihermes serve` (frozen start-up objects, its thresholds) or Python's",
+    )
     ap.add_argument("--ray-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     sz = QUICK if args.quick else FULL
     if args.ray_child:
         return ray_child(sz)
-    header = machine_lines()
+    settings = use_settings(args.loop, args.gc)
+    header = machine_lines(settings)
+
+    def run(coro: Any) -> Any:
+        return run_loop(coro, choice=args.loop)
+
     report = Report()
     started = time.perf_counter()
     c = sz.ask_callers
@@ -852,9 +904,9 @@ def main(argv: list[str] | None = None) -> int:
     # 1. ask round trip -------------------------------------------------------------------------------
     sec = "ask"
     work = f"{sz.ask_seq:,} seq; {sz.ask_tput:,} by {c} callers"
-    progress("bare asyncio actor and MiniHermes stateless GenServer (interleaved)")
-    bare, ours, ocp = asyncio.run(bench_ask_side_by_side(sz))
-    b50, brate, o50, orate = bare.p50_us, bare.rate, ours.p50_us, ours.rate
+    progress("bare asyncio actor and MiniHermes stateless GenServer, inline and through the mailbox")
+    bare, ours, mailbox, ocp = run(bench_ask_side_by_side(sz))
+    b50, brate = bare.p50_us, bare.rate
     report.add(
         Row(
             sec, "ask round trip", "bare asyncio actor", bare.p50_us, bare.p99_us, bare.rate, work, "baseline"
@@ -868,7 +920,18 @@ def main(argv: list[str] | None = None) -> int:
             ours.p50_us,
             ours.p99_us,
             ours.rate,
-            f"{work}; {ocp:.0f} checkpoints",
+            f"{work}; {ocp:.0f} checkpoints; idle actor: the call runs in the caller's task",
+        )
+    )
+    report.add(
+        Row(
+            sec,
+            "ask round trip",
+            "same, through the mailbox",
+            mailbox.p50_us,
+            mailbox.p99_us,
+            mailbox.rate,
+            f"{work}; inline_calls off: every ask wakes the actor's task, as the bare actor does",
         )
     )
 
@@ -897,28 +960,29 @@ def main(argv: list[str] | None = None) -> int:
 
     # 2. target check -----------------------------------------------------------------------------------
     sec = "target"
-    lat_ratio = o50 / b50
-    tput_ratio = orate / brate
-    report.add(
-        Row(
-            sec,
-            "target: ask p50, ours/bare",
-            "MiniHermes vs bare asyncio",
-            workload=f"{o50:.1f} / {b50:.1f} µs = {lat_ratio:.2f}x",
-            target="<= 2.0x",
-            met=lat_ratio <= 2.0,
+    for label, res in (("", ours), (", mailbox", mailbox)):
+        lat_ratio = res.p50_us / b50
+        tput_ratio = res.rate / brate
+        report.add(
+            Row(
+                sec,
+                f"target: ask p50, ours/bare{label}",
+                "MiniHermes vs bare asyncio",
+                workload=f"{res.p50_us:.1f} / {b50:.1f} µs = {lat_ratio:.2f}x",
+                target="<= 2.0x",
+                met=lat_ratio <= 2.0,
+            )
         )
-    )
-    report.add(
-        Row(
-            sec,
-            "target: ask tput, ours/bare",
-            "MiniHermes vs bare asyncio",
-            workload=f"{orate:,.0f} / {brate:,.0f} = {tput_ratio:.2f}x",
-            target=">= 0.5x",
-            met=tput_ratio >= 0.5,
+        report.add(
+            Row(
+                sec,
+                f"target: ask tput, ours/bare{label}",
+                "MiniHermes vs bare asyncio",
+                workload=f"{res.rate:,.0f} / {brate:,.0f} = {tput_ratio:.2f}x",
+                target=">= 0.5x",
+                met=tput_ratio >= 0.5,
+            )
         )
-    )
 
     # 3. durable messages ---------------------------------------------------------------------------------
     sec = "durable"
@@ -928,7 +992,7 @@ def main(argv: list[str] | None = None) -> int:
     committed: list[float] = []
     for callers in (1, sz.durable_fanin):
         progress(f"durable messages: {a} virtual actors x {callers} caller(s), {repeats} runs")
-        runs = [asyncio.run(bench_durable_many(sz, callers)) for _ in range(repeats)]
+        runs = [run(bench_durable_many(sz, callers)) for _ in range(repeats)]
         rates = [r for r, _ in runs]
         committed.append(min(c for _, c in runs))
         rate = statistics.median(rates)
@@ -949,9 +1013,29 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     d1, d2 = rows
-    max((d1, d2), key=lambda r: r.rate or 0.0).name += " *best"
+    best = max((d1, d2), key=lambda r: r.rate or 0.0)
+    best.name += " *best"
+    best_callers = 1 if best is d1 else sz.durable_fanin
+    plain = use_settings("asyncio", "default")
+    progress(f"durable messages, best configuration on {plain}, {repeats} runs")
+    plain_rates = [
+        run_loop(bench_durable_many(sz, best_callers), choice="asyncio")[0] for _ in range(repeats)
+    ]
+    use_settings(args.loop, args.gc)
+    report.add(
+        Row(
+            sec,
+            "durable msgs (ckpt each msg)",
+            f"same, {plain}",
+            rate=statistics.median(plain_rates),
+            workload=f"as *best; median of {repeats} runs ("
+            + ", ".join(f"{r:,.0f}" for r in plain_rates)
+            + ")",
+            target="(comparison)",
+        )
+    )
     progress("durable messages: 1 actor, sequential")
-    s50, s99, srate = asyncio.run(bench_durable_single(sz))
+    s50, s99, srate = run(bench_durable_single(sz))
     report.add(
         Row(
             sec,
@@ -974,7 +1058,7 @@ def main(argv: list[str] | None = None) -> int:
     # 4. channels -----------------------------------------------------------------------------------------
     sec = "channels"
     progress("channels: sequential")
-    c50, c99, crate = asyncio.run(bench_chan_seq(sz))
+    c50, c99, crate = run(bench_chan_seq(sz))
     report.add(
         Row(
             sec,
@@ -989,7 +1073,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     progress(f"channels: {sz.chan_pairs} pairs")
-    prate = asyncio.run(bench_chan_pairs(sz))
+    prate = run(bench_chan_pairs(sz))
     pairs_row = report.add(
         Row(
             sec,
@@ -1003,7 +1087,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     progress("channels: batched")
     p, k, bs = sz.chan_batch_producers, sz.chan_batch_consumers, sz.chan_batch_size
-    brate2 = asyncio.run(bench_chan_batched(sz, p, k, bs))
+    brate2 = run(bench_chan_batched(sz, p, k, bs))
     batch_row = report.add(
         Row(
             sec,
@@ -1017,7 +1101,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     progress("channels: batch API")
-    brate3 = asyncio.run(bench_chan_batch_api(sz, 2, 50))
+    brate3 = run(bench_chan_batch_api(sz, 2, 50))
     batch_api_row = report.add(
         Row(
             sec,
@@ -1062,8 +1146,8 @@ def main(argv: list[str] | None = None) -> int:
     report.rows[ray_index:ray_index] = ray_rows
 
     report.notes.append(
-        "ask: bare asyncio and MiniHermes are measured interleaved (alternating blocks in one event loop) so both "
-        "see the same machine conditions; Pykka and Ray run on their own."
+        "ask: bare asyncio and MiniHermes (inline and through the mailbox) are measured interleaved (rotating "
+        "blocks in one event loop) so all see the same machine conditions; Pykka and Ray run on their own."
     )
     report.notes.append(
         "ask: p50/p99 from sequential asks after a warm-up; throughput = asks completed per second with "

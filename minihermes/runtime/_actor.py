@@ -91,6 +91,8 @@ class Handler:
     internal: bool = False
     states: frozenset[str] | None = None
     """GenFSM: the states this handler is allowed in (``in_states``)."""
+    inline: bool = False
+    """A plain (not async) call: run in its caller's task when the actor is idle (``Cell.call_inline``)."""
 
     def bind(self, payload: dict[str, Any]) -> dict[str, Any]:
         """Check payload against the signature; returns the keyword arguments for the handler."""
@@ -316,15 +318,17 @@ def build_handler(kind: str, op: str, fn: Callable[..., Any], hints: dict[str, A
         params[p.name] = Param(
             p.name, required, None if required else p.default, make_checker(hints.get(p.name, Any))
         )
+    is_async = inspect.iscoroutinefunction(fn)
     return Handler(
         op=op,
         kind=kind,  # type: ignore[arg-type]
         fn=fn,
-        is_async=inspect.iscoroutinefunction(fn),
+        is_async=is_async,
         params=params,
         var_kw=var_kw,
         internal=op.startswith("__"),
         states=getattr(fn, "__minihermes_states__", None),
+        inline=kind == "call" and not is_async,
     )
 
 

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ._actor import Actor, Handler
 from ._clock import TimerHandle
-from ._context import RequestContext, set_context
+from ._context import RequestContext, current_context, reset_context, set_context
 from ._errors import ActorCrashed, ActorError, InvalidTransition, UnknownOp
-from ._mailbox import DEACTIVATE, STOP, Control, Envelope, Mailbox
+from ._mailbox import DEACTIVATE, STOP, Control, Crash, Envelope, Mailbox
 from ._spec import ActorSpec
 
 if TYPE_CHECKING:
@@ -188,6 +188,8 @@ class Cell:
         self.node._arm_idle(self)
 
     async def _control(self, item: Control) -> None:
+        if type(item) is Crash:
+            raise item.error
         if item is STOP:
             await self._shutdown_instance("stopped")
             raise _Exit("stopped")
@@ -227,13 +229,8 @@ class Cell:
                 if not env.op.startswith("__"):
                     raise UnknownOp(f"{self.spec.name} has no op '{env.op}'", op=env.op)
                 return
-            states = h.states
-            if states is not None and getattr(inst, "fsm_state", None) not in states:
-                raise InvalidTransition(
-                    f"{env.op} is not allowed in state {getattr(inst, 'fsm_state', '')}",
-                    op=env.op,
-                    state=getattr(inst, "fsm_state", None),
-                )
+            if h.states is not None:
+                self._check_state(inst, h)
             result = h.fn(inst, **env.payload)
             if h.is_async:
                 result = await result
@@ -250,13 +247,25 @@ class Cell:
                 self.last_active = self.node.clock.monotonic()
         if h.kind == "cast" and inst.behavior == "GenEvent":
             self._forward_event(inst, env)
+        self._handled(inst, env.reply, result)
+
+    @staticmethod
+    def _check_state(inst: Actor, h: Handler) -> None:
+        if getattr(inst, "fsm_state", None) not in h.states:  # type: ignore[operator]
+            raise InvalidTransition(
+                f"{h.op} is not allowed in state {getattr(inst, 'fsm_state', '')}",
+                op=h.op,
+                state=getattr(inst, "fsm_state", None),
+            )
+
+    def _handled(self, inst: Actor, reply: asyncio.Future[Any] | None, result: Any) -> None:
+        """After a handler returned: the checkpoint, then the reply (once what it depends on is durable)."""
         data: bytes | None = None
         if inst._state_fields:
             # still "current": if serializing fails, the caller gets the crash instead of waiting forever
             self.since_checkpoint += 1
             data = self._checkpoint_due(inst)
         self.current = None
-        reply = env.reply
         if type(result) is Deferred:
             after = None if data is None else self._save_future(inst, data)
             self.node._spawn_reply(self, result, reply, after=after)
@@ -270,6 +279,45 @@ class Cell:
                 self.node.spawn(self._reply_when_saved(reply, result))
             else:
                 reply.set_result(result)
+
+    @property
+    def idle(self) -> bool:
+        """The actor's loop waits for mail with nothing queued or running (inline included): a plain call
+        may run inline."""
+        return self.current is None and self.mailbox.parked and not self.save_failed
+
+    def call_inline(self, h: Handler, env: Envelope) -> None:
+        """Handle a plain (not async) call in the caller's task while the actor is ``idle``: the same
+        handler, checks, checkpoint and reply as through the mailbox, without waking the actor's task for
+        it. One message at a time still holds: the handler runs to completion without yielding, and the
+        actor's loop is parked. ``env.reply`` is settled here unless it waits for a commit (or a crash). A
+        handler that raises anything but an ActorError crashes the actor in its own loop."""
+        inst = self.instance
+        reply = env.reply
+        assert inst is not None and reply is not None
+        self.current = env
+        cell_token = current_cell.set(self)
+        ctx_token = set_context(env.ctx) if env.ctx is not current_context() else None
+        try:
+            if h.states is not None:
+                self._check_state(inst, h)
+            result = h.fn(inst, **env.payload)
+            self._handled(inst, reply, result)
+        except ActorError as e:
+            self._rollback()
+            self.current = None
+            reply.set_exception(e)
+        except Exception as exc:
+            # The actor's loop crashes with it next (nothing runs before): it fails this call with
+            # ``actor_crashed`` and reports the exit, in that order, as for a crash in the loop itself.
+            self.current = env
+            self.mailbox.put_first(Crash(exc))
+        finally:
+            if ctx_token is not None:
+                reset_context(ctx_token)
+            current_cell.reset(cell_token)
+            if self.tracks_idle:
+                self.last_active = self.node.clock.monotonic()
 
     async def _reply_when_saved(self, reply: asyncio.Future[Any], result: Any) -> None:
         await self.wait_saved()

@@ -90,6 +90,7 @@ class NodeModel(_Model):
     tenant_max_share: float = Field(default=0.5, gt=0, le=1)
     ask_timeout_seconds: float = Field(default=30.0, gt=0)
     shutdown_deadline_seconds: float = Field(default=10.0, ge=0)
+    inline_calls: bool = True
 
 
 class RuleModel(_Model):
@@ -207,6 +208,7 @@ class AppConfig:
             tenant_max_share=n.tenant_max_share,
             ask_timeout=n.ask_timeout_seconds,
             shutdown_deadline=n.shutdown_deadline_seconds,
+            inline_calls=n.inline_calls,
             retention=[RetentionRule(r.kind, r.selector, r.max_age, r.max_count) for r in retention.rules],
             retention_interval=retention.interval,
         )

@@ -40,6 +40,17 @@ STOP = Control("stop")
 DEACTIVATE = Control("deactivate")
 
 
+class Crash(Control):
+    """A handler run in its caller's task (``Cell.call_inline``) raised: the actor's own loop crashes with
+    it, as if the handler had raised there."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__("crash")
+        self.error = error
+
+
 class Mailbox:
     """A FIFO with one consumer. Bounded by the caller (the node checks ``len`` before ``put``) so that a
     full mailbox is answered with ``overloaded`` instead of growing without limit."""
@@ -60,6 +71,21 @@ class Mailbox:
             self._waiter = None
             if not w.done():
                 w.set_result(None)
+
+    def put_first(self, item: Envelope | Control) -> None:
+        """Ahead of everything queued (a crash is the next thing the actor's loop sees)."""
+        self._items.appendleft(item)
+        w = self._waiter
+        if w is not None:
+            self._waiter = None
+            if not w.done():
+                w.set_result(None)
+
+    @property
+    def parked(self) -> bool:
+        """The consumer is waiting in ``get`` on an empty mailbox (nothing queued, nothing about to run)."""
+        w = self._waiter
+        return w is not None and not w.done()
 
     async def get(self) -> Envelope | Control:
         while not self._items:

@@ -76,6 +76,7 @@ async def test_groups_join_leave_members_first_broadcast(make_node):
 
 async def test_membership_ends_with_the_instance_and_init_rejoins(make_node):
     node = await make_node(tree(ActorSpec("counter", Counter), ActorSpec("m", Member, virtual=True)))
+    await node.ask("counter", "get")  # handled once on_init (which joins) has run: start does not wait for it
     assert await node.ask("m/x", "members", {"group": "svc:counter"}) == ["counter"]
     with pytest.raises(ActorCrashed):
         await node.ask("counter", "crash")
