@@ -299,14 +299,16 @@ class Cell:
         cell_token = current_cell.set(self)
         ctx_token = set_context(env.ctx) if env.ctx is not current_context() else None
         try:
-            if h.states is not None:
-                self._check_state(inst, h)
-            result = h.fn(inst, **env.payload)
-            self._handled(inst, reply, result)
-        except ActorError as e:
-            self._rollback()
-            self.current = None
-            reply.set_exception(e)
+            try:
+                if h.states is not None:
+                    self._check_state(inst, h)
+                result = h.fn(inst, **env.payload)
+                self._handled(inst, reply, result)
+            except ActorError as e:
+                self._rollback()
+                self.current = None
+                if not reply.done():
+                    reply.set_exception(e)
         except Exception as exc:
             # The actor's loop crashes with it next (nothing runs before): it fails this call with
             # ``actor_crashed`` and reports the exit, in that order, as for a crash in the loop itself.
