@@ -66,15 +66,14 @@ class Mailbox:
 
     def put(self, item: Envelope | Control) -> None:
         self._items.append(item)
-        w = self._waiter
-        if w is not None:
-            self._waiter = None
-            if not w.done():
-                w.set_result(None)
+        self._wake()
 
     def put_first(self, item: Envelope | Control) -> None:
         """Ahead of everything queued (a crash is the next thing the actor's loop sees)."""
         self._items.appendleft(item)
+        self._wake()
+
+    def _wake(self) -> None:
         w = self._waiter
         if w is not None:
             self._waiter = None
