@@ -263,14 +263,18 @@ class CronScheduler(GenServer):
         self._stats["led"] += 1
         # Dispatching a large due batch takes a while: it runs beside the mailbox, so job ops are served
         # meanwhile (everything it touches is in KV, none of it in this actor's state).
-        self.host.spawn(self._lead())
+        self.host.spawn(self._lead(token))
 
-    async def _lead(self) -> None:
+    async def _lead(self, token: int) -> None:
         try:
             await self._dispatch_due()
             await self._dispatch_retries()
         finally:
             self._ticking = False
+        # Lead one tick at a time: whichever node's scheduler the next tick reaches leads it (the tenant's
+        # tick reminder fires on one node, not always this one). Held on, the lock would make a tick that
+        # lands elsewhere dispatch nothing until it expired. A leader that dies mid-tick leaves it to expire.
+        await self.host.locks.release("cron_leader", token, holder=self.holder)
 
     async def _dispatch_due(self) -> None:
         while True:

@@ -93,6 +93,28 @@ async def test_only_the_lock_holder_schedules(app_node, clock):
     assert len({r["run_id"] for r in runs}) == len(runs)
 
 
+async def test_a_tick_is_led_by_whichever_scheduler_it_reaches(app_node, clock):
+    """The leader lock is held for one tick, not kept: with several nodes, the tenant's tick reminder fires
+    on one of them, and that node's scheduler must be able to lead it at once."""
+    node = await app_node(scripted=True)
+    await cron(node, "create_job", job_id="j1", prompt="p", schedule="every 5s")
+    await ticks(clock, 5)
+    await until(finished(node, "j1", 1))
+    scope = ("acme", "default")
+
+    async def released() -> bool:
+        return await node.store.locks.get(scope, "cron_leader") is None
+
+    await until(released)
+    # Another node's scheduler gets the next tick: it leads it at once, then lets go in turn.
+    token = await node.store.locks.try_acquire(scope, "cron_leader", "other-node", 60)
+    assert token is not None
+    assert await node.store.locks.release(scope, "cron_leader", "other-node", token)
+    await ticks(clock, 5)
+    runs = await until(finished(node, "j1", 2))
+    assert len({r["run_id"] for r in runs}) == len(runs)
+
+
 @pytest.mark.parametrize(("policy", "expected"), [("skip", 0), ("run_once", 1)])
 async def test_misfire_policy_after_downtime(app_node, clock, tmp_path, policy, expected):
     grace = {"cron_scheduler": {"misfire_grace": 10}}
