@@ -369,8 +369,16 @@ class Cluster:
         for task in list(self._pending.get(node_id, ())):
             self._down.add(task)
             task.cancel()
-        # Channel messages the dead node had received and not acked go back to the queue now.
-        self.spawn(self.node.store.channels.release_receipt_prefix(f"{node_id}:{boot}:"), "mh-receipts")
+        self.spawn(self._take_over(node_id, boot), "mh-take-over")
+
+    async def _take_over(self, node_id: str, boot: str) -> None:
+        """What a dead node held comes back on the survivors now, not when something next touches it."""
+        # Channel messages it had received and not acked go back to the queue.
+        await self.node.store.channels.release_receipt_prefix(f"{node_id}:{boot}:")
+        # Actors it ran that are marked durable-active (a running workflow, an agent turn in flight) are
+        # re-activated: each survivor asks, the lease decides where; one already running elsewhere gets a
+        # no-op ``__resume__``.
+        await self.node.resume_durable()
 
     def directory_changed(self) -> None:
         self._dir_dirty.set()

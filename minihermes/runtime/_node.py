@@ -185,7 +185,7 @@ class Node:
         self.root = Supervisor(self, self.tree, parent=None)
         await self.root.start()
         self._started = True
-        await self._resume_durable()
+        await self.resume_durable()
         await self._arm_reminders()
         if self.options.retention:
             self._retention_timer = self.clock.call_later(
@@ -784,7 +784,9 @@ class Node:
         else:
             await self.store.kv.delete(RUNTIME_SCOPE, key)
 
-    async def _resume_durable(self) -> None:
+    async def resume_durable(self) -> None:
+        """Send ``__resume__`` to every actor marked durable-active (``Host.mark_durable``): one that is not
+        running is activated, and resumes in ``on_init``. At start-up, and in a cluster when a node dies."""
         for key, entry in await self.store.kv.list(RUNTIME_SCOPE, "resume:"):
             try:
                 ctx = self.system_context_for((entry["tenant"], entry["namespace"]))

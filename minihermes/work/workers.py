@@ -45,10 +45,17 @@ class TaskWorker(GenServer):
         self._stats = {"completed": 0, "failed": 0}
         self._scope = current_context().scope
         self.host.spawn(self._loop.run(self._handle))
+        # Durable-active: when its node dies, a surviving node re-activates it at once for the tasks the dead
+        # node had taken (their receipts are released then), instead of at the queue's next nudge.
+        await self.host.mark_durable(True)
 
     @cast
     def wake(self) -> None:
         """Sent by ``task_queue`` on enqueue: activating this actor starts its loop."""
+
+    @cast
+    def __resume__(self) -> None:
+        """Sent by the node to re-activate this worker (at start-up, or when another node died)."""
 
     @call
     def get_stats(self) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from minihermes.runtime import (
     RequestContext,
     SupervisorSpec,
     call,
+    cast,
     state,
 )
 from minihermes.runtime._config import ClusterModel
@@ -145,6 +146,36 @@ async def test_cut_off_node_fences_itself_and_its_actors_move(cluster_node: Node
 
 async def _async(value: bool) -> bool:
     return value
+
+
+class LongJob(GenServer):
+    """Marks itself durable-active, as a running workflow or an agent turn in flight does."""
+
+    running: bool = state(default=False)
+
+    @call
+    async def begin(self) -> str:
+        self.running = True
+        await self.host.mark_durable(True)
+        return self.host.node_id
+
+    @cast
+    def __resume__(self) -> None:
+        """Activation resumes the work (``on_init``); the message itself has nothing to do."""
+
+
+async def test_a_dead_nodes_durable_actors_resume_on_a_survivor(cluster_node: NodeFactory) -> None:
+    """Nothing needs to message it: the survivors re-activate what the dead node was running."""
+    spec = SupervisorSpec(name="root", children=[ActorSpec("job", LongJob, virtual=True)])
+    a = await cluster_node(spec, "a")
+    b = await cluster_node(spec, "b")
+    assert await a.ask("job/j1", "begin", ctx=ACME) == "a"
+    assert not b.cells("job")
+    nc = fabric(a)._nc
+    assert nc is not None
+    await nc.close()  # a is cut off: its heartbeat expires, b sees it down
+    await until(lambda: _async(bool(b.cells("job"))), timeout=10.0)
+    assert await b.ask("job/j1", "begin", ctx=ACME) == "b"
 
 
 async def test_groups_registry_and_topics_are_cluster_wide(cluster_node: NodeFactory) -> None:
