@@ -43,6 +43,7 @@ from minihermes.runtime import (
     current_context,
     state,
 )
+from minihermes.skills._semantic import Embedder, embedder_if_known, load_embedder
 
 MAX_MESSAGE_CHARS = 100_000
 DEFAULT_TOKEN_BUDGET = 32_000
@@ -77,7 +78,9 @@ class Agent(GenServer):
     ``soul_path`` (a data-dir SOUL.md), ``workspace_root`` (session workspaces: a workspace SOUL.md,
     ``.hermes.md`` / ``AGENTS.md``), ``token_budget`` (history compression), ``skills_limit``,
     ``skills_tokens``, ``memory_top_k``, ``memory_min_score``, ``episodic`` (write a memory per turn),
-    ``index_sessions`` (feed session search).
+    ``index_sessions`` (feed session search), ``semantic`` (``"auto"``: embed indexed turns for session
+    search when the semantic extra is installed; ``"on"``: the same, warning when it is not; ``"off"``),
+    ``embedder`` (a model object, tests).
     """
 
     state_version = 1
@@ -102,6 +105,10 @@ class Agent(GenServer):
         self.token_budget = int(args.get("token_budget", DEFAULT_TOKEN_BUDGET))
         self.episodic = bool(args.get("episodic", True))
         self.index_sessions = bool(args.get("index_sessions", True))
+        self.semantic = str(args.get("semantic", "auto"))
+        self._embedder: Embedder | None = args.get("embedder")
+        self._embedding: asyncio.Task[Any] | None = None
+        """The last turn's embedding for session search, while it runs in the background."""
         self.settings = TurnSettings(
             skills_limit=int(args.get("skills_limit", 3)),
             skills_tokens=int(args.get("skills_tokens", 1_500)),
@@ -252,8 +259,16 @@ class Agent(GenServer):
             raise InvalidArgument(f"session_search: limit must be 1..{search_tool.MAX_LIMIT}", field="limit")
         if user_id and is_restricted(current_context()) and user_id != self.host_principal():
             raise PermissionDenied("session_search: another user's sessions", field="user_id")
+        if self._embedding is not None and not self._embedding.done():
+            await asyncio.wait({self._embedding})  # this session's own last turn is searchable by meaning
         found = await search_tool.search_visible(
-            self.host, query, limit, user_id=user_id, session_filter=in_session
+            self.host,
+            query,
+            limit,
+            user_id=user_id,
+            session_filter=in_session,
+            semantic=self.semantic != "off",
+            embedder=self._embedder,
         )
         return {"status": "ok", "query": query, **found}
 
@@ -624,16 +639,18 @@ class Agent(GenServer):
         self.stats["iterations"] += turn["iterations"]
         if self.index_sessions:
             # Before the checkpoint: a crash in between re-finishes the turn and re-indexes the same ids.
-            await session_index.index_turn(
-                self.host,
+            indexed = (
                 self.session_id,
                 turn["user_id"],
                 turn["turn_id"],
                 self.history[turn["start"] :],
                 self.host.now(),
                 turn["start"],
-                before=self.history[max(0, turn["start"] - 2) : turn["start"]],
+                self.history[max(0, turn["start"] - 2) : turn["start"]],
             )
+            await session_index.index_turn(self.host, *indexed)
+            if self.semantic != "off":
+                self._embedding = self.host.spawn(self._embed_turn(indexed))
         self.last_reply = reply
         self.turn = None
         await self._save_turn_state(running=False)
@@ -645,6 +662,20 @@ class Agent(GenServer):
         self._publish({"type": "final", "reply": reply})
         self._after_turn(turn, reply)
         return reply
+
+    async def _embed_turn(self, indexed: tuple[Any, ...]) -> None:
+        """The turn's vectors for session search, in the background (the model runs in a worker thread). A
+        crash before they are written leaves that turn to BM25 alone."""
+        if self._embedder is None:
+            known, self._embedder = embedder_if_known()  # no thread trip once the process knows
+            if not known:
+                self._embedder = await asyncio.to_thread(load_embedder)
+            if self._embedder is None:
+                if self.semantic == "on":
+                    self.host.log.warning("agent: semantic = 'on' but the semantic extra is not installed")
+                self.semantic = "off"
+                return
+        await session_index.embed_turn(self.host, self._embedder, *indexed)
 
     async def _save_turn_state(self, *, running: bool) -> None:
         """Checkpoint, and (un)mark this session for resumption after a restart, in one group commit where

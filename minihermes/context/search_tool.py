@@ -3,7 +3,9 @@
 The handler runs inside ``tool_executor`` and queries the index directly in the caller's tenant, rather than
 asking the ``agent`` actor: the agent that issued the call is waiting for this very result, so an ``ask`` to
 it would wait on itself. Visibility follows the request context: end users search their own sessions,
-admins the whole tenant (the same rule as the ``agent.session_search`` op).
+admins the whole tenant (the same rule as the ``agent.session_search`` op). The tool fuses embeddings
+whenever the tenant's transcripts have them (the agents' ``semantic`` switch decides whether they are
+written) and the semantic extra is installed.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 from minihermes.agent._tools_catalog import READ, UNTRUSTED, Kind
 from minihermes.agent._tools_handlers import ToolEnv, register_builtin_tool
 from minihermes.runtime import RequestContext, current_context
+from minihermes.skills._semantic import Embedder
 
 from . import session_index
 
@@ -42,14 +45,29 @@ def tenant_wide(ctx: RequestContext) -> bool:
 
 
 async def search_visible(
-    host: Any, query: str, limit: int, *, user_id: str = "", session_filter: str = ""
+    host: Any,
+    query: str,
+    limit: int,
+    *,
+    user_id: str = "",
+    session_filter: str = "",
+    semantic: bool = True,
+    embedder: Embedder | None = None,
 ) -> dict[str, Any]:
-    """Search what the current principal may see: ``{hits, sessions, count}``."""
+    """Search what the current principal may see: ``{hits, sessions, count}``. ``semantic``: fuse
+    embeddings when the tenant's transcripts have them (``session_index.search``)."""
     ctx = current_context()
     wide = tenant_wide(ctx) and not user_id
     owner = user_id if tenant_wide(ctx) and user_id else ctx.principal
     hits = await session_index.search(
-        host, query, user_id=owner, tenant_wide=wide, limit=limit, session_id=session_filter
+        host,
+        query,
+        user_id=owner,
+        tenant_wide=wide,
+        limit=limit,
+        session_id=session_filter,
+        semantic=semantic,
+        embedder=embedder,
     )
     sessions = list(dict.fromkeys(h["session_id"] for h in hits))
     return {"hits": hits, "sessions": sessions, "count": len(hits)}

@@ -12,6 +12,16 @@ speaker's name and the day and month it was said (``_dates``). A search takes th
 ``CANDIDATES`` windows by BM25 and re-ranks them (``rerank``) with three signals measured on LoCoMo
 (docs/benchmarks.md): how much of the candidate list falls in the same session, whether the query names the
 message's speaker, and the message's own length (a substantive message over a "thanks!").
+
+With the semantic extra installed (``minihermes[semantic]``: all-MiniLM-L6-v2, loaded by
+``minihermes.skills._semantic.load_embedder``), each indexed message also gets two sentence embeddings in the
+store's vector index (``embed_turn``, run off the event loop after the turn is indexed): the message as
+``"<speaker>: <text>"`` and its window as lines of the same form. A search then embeds the query and fuses
+(``fuse_dense``): the union of the re-ranked BM25 candidates and the ``DENSE_CANDIDATES`` nearest messages,
+scored by the re-ranked BM25 score relative to the best (``DENSE_FLOOR`` for a message BM25 did not find)
+plus ``TURN_WEIGHT`` x the message's cosine plus ``WINDOW_WEIGHT`` x its window's cosine. A tenant whose
+transcripts were never embedded (the kv key ``SEMANTIC_MARKER`` is absent) is searched lexically, without
+loading the model.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from typing import Any
 from urllib.parse import quote
 
 from minihermes.runtime import Host
+from minihermes.skills._semantic import Embedder, embedder_if_known, load_embedder
 
 from ._dates import date_terms, query_dates
 from ._text import search_query_terms, search_stem, search_terms, snippet
@@ -42,10 +53,29 @@ SPEAKER_WEIGHT = 0.05
 LENGTH_WEIGHT = 0.1
 LENGTH_CAP = 30
 """Re-ranking weights, fitted on LoCoMo conversations 0-4 and checked on 5-9 (docs/benchmarks.md)."""
+TURN_WEIGHT = 0.5
+WINDOW_WEIGHT = 1.0
+DENSE_FLOOR = 0.2
+DENSE_CANDIDATES = 50
+"""Semantic fusion (``fuse_dense``), fitted on LoCoMo conversations 0-4 and checked on 5-9."""
+VECTOR_FETCH = 500
+"""Nearest messages read per vector index and search: the cosines of the BM25 candidates come from them (a
+candidate outside them gets the lowest cosine read)."""
+SEMANTIC_MARKER = "transcripts_semantic"
+"""kv key (tenant scope) written once a transcript has been embedded: searches embed the query only then."""
+EMBED_OWN_CHARS = 1_000
+EMBED_NEIGHBOUR_CHARS = 300
+"""Text per message given to the embedding model (it reads 256 word pieces): the message, and each
+neighbour in its window."""
 
 
 def user_index(user_id: str) -> str:
     return f"{INDEX}~u~{quote(user_id, safe='')}"
+
+
+def vector_indexes(text_index: str) -> tuple[str, str]:
+    """The vector indexes beside a text index: one vector per message, one per window."""
+    return f"{text_index}.turn", f"{text_index}.window"
 
 
 def doc_id(session_id: str, turn_id: str, index: int) -> str:
@@ -84,6 +114,61 @@ def window_terms(own: list[list[str]], i: int, dates: list[str]) -> str:
     return " ".join(parts)
 
 
+class _Turn:
+    """The documents of one finished turn: each indexed message's position, doc id and meta."""
+
+    def __init__(
+        self,
+        session_id: str,
+        user_id: str,
+        turn_id: str,
+        messages: list[dict[str, Any]],
+        at: float,
+        first_index: int,
+        before: list[dict[str, Any]] | None,
+    ) -> None:
+        context = [m for m in before or [] if m.get("role") in ("user", "assistant", "tool")][-WINDOW_BEFORE:]
+        everything = context + messages
+        self.texts = [_text_of(m) for m in everything]
+        self.speakers = [speaker_of(m, user_id) for m in everything]
+        words = [search_terms(t) for t in self.texts]
+        self.own = [search_terms(s) + w if w else [] for s, w in zip(self.speakers, words, strict=True)]
+        self.docs: list[tuple[int, str, dict[str, Any]]] = []
+        """(position in ``texts``, doc id, meta) of each message indexed."""
+        for offset, message in enumerate(messages):
+            if message.get("role") not in ("user", "assistant", "tool") or message.get("is_summary"):
+                continue
+            i = len(context) + offset
+            if not words[i]:
+                continue
+            meta = {
+                "session_id": session_id,
+                "user_id": user_id,
+                "turn_id": turn_id,
+                "role": message["role"],
+                "index": first_index + offset,
+                "at": at,
+                "text": self.texts[i],
+                "speaker": self.speakers[i],
+                "words": len(words[i]),
+            }
+            self.docs.append((i, doc_id(session_id, turn_id, first_index + offset), meta))
+
+    def line(self, i: int, chars: int) -> str:
+        text = self.texts[i][:chars]
+        return f"{self.speakers[i]}: {text}" if self.speakers[i] else text
+
+    def embed_texts(self, i: int) -> tuple[str, str]:
+        """What message ``i``'s two vectors are computed from: the message, and its window (the same
+        neighbours as the full-text window, one ``speaker: text`` line each)."""
+        lines = [
+            self.line(j, EMBED_OWN_CHARS if j == i else EMBED_NEIGHBOUR_CHARS)
+            for j in range(max(0, i - WINDOW_BEFORE), min(len(self.texts), i + WINDOW_AFTER + 1))
+            if self.texts[j]
+        ]
+        return self.line(i, EMBED_OWN_CHARS), "\n".join(lines)
+
+
 async def index_turn(
     host: Host,
     session_id: str,
@@ -98,40 +183,63 @@ async def index_turn(
     are the messages that preceded the turn (the window's context). Returns how many documents were
     written. Writes run concurrently: the store commits them in one group."""
     writes: list[Awaitable[Any]] = []
-    count = 0
-    context = [m for m in before or [] if m.get("role") in ("user", "assistant", "tool")][-WINDOW_BEFORE:]
-    everything = context + messages
-    texts = [_text_of(m) for m in everything]
-    speakers = [speaker_of(m, user_id) for m in everything]
-    words = [search_terms(t) for t in texts]
-    own = [search_terms(s) + w if w else [] for s, w in zip(speakers, words, strict=True)]
+    turn = _Turn(session_id, user_id, turn_id, messages, at, first_index, before)
     dates = date_terms(at)
-    for offset, message in enumerate(messages):
-        if message.get("role") not in ("user", "assistant", "tool") or message.get("is_summary"):
-            continue
-        i = len(context) + offset
-        if not words[i]:
-            continue
-        did = doc_id(session_id, turn_id, first_index + offset)
-        meta = {
-            "session_id": session_id,
-            "user_id": user_id,
-            "turn_id": turn_id,
-            "role": message["role"],
-            "index": first_index + offset,
-            "at": at,
-            "text": texts[i],
-            "speaker": speakers[i],
-            "words": len(words[i]),
-        }
-        fields = {"terms": window_terms(own, i, dates)}
+    for i, did, meta in turn.docs:
+        fields = {"terms": window_terms(turn.own, i, dates)}
         writes.append(host.text.upsert(INDEX, did, fields, meta))
         if user_id:
             writes.append(host.text.upsert(user_index(user_id), did, fields, meta))
         writes.append(host.tuples.write(["transcript_doc", session_id, user_id, did]))
-        count += 1
     await asyncio.gather(*writes)
-    return count
+    return len(turn.docs)
+
+
+async def embed_turn(
+    host: Host,
+    embedder: Embedder,
+    session_id: str,
+    user_id: str,
+    turn_id: str,
+    messages: list[dict[str, Any]],
+    at: float,
+    first_index: int = 0,
+    before: list[dict[str, Any]] | None = None,
+) -> int:
+    """The semantic side of ``index_turn`` (same arguments, plus the model): each indexed message's two
+    vectors, computed in a worker thread and written to the vector indexes beside the tenant's and the
+    user's text index. Returns how many messages were embedded."""
+    turn = _Turn(session_id, user_id, turn_id, messages, at, first_index, before)
+    if not turn.docs:
+        return 0
+    texts = [text for i, _, _ in turn.docs for text in turn.embed_texts(i)]
+    vectors = await asyncio.to_thread(embedder.encode, texts)
+    # The marker first and the documents checked last: a ``forget`` that ran meanwhile (it takes the
+    # documents' tuples, then reads the marker, then deletes vectors) either deletes these vectors or
+    # leaves the tuples gone for the check below, which deletes them.
+    if await host.kv.get(SEMANTIC_MARKER) is None:
+        await host.kv.put(SEMANTIC_MARKER, True)
+    writes: list[Awaitable[Any]] = []
+    indexes = [INDEX] + ([user_index(user_id)] if user_id else [])
+    for k, (_, did, meta) in enumerate(turn.docs):
+        own, window = vectors[2 * k].tolist(), vectors[2 * k + 1].tolist()
+        for index in indexes:
+            turn_index, window_index = vector_indexes(index)
+            writes.append(host.vectors.upsert(turn_index, did, own, meta))
+            writes.append(host.vectors.upsert(window_index, did, window, meta))
+    await asyncio.gather(*writes)
+    live = {str(row[3]) for row in await host.tuples.read_all(["transcript_doc", session_id, user_id, None])}
+    gone = [did for _, did, _ in turn.docs if did not in live]
+    if gone:
+        await asyncio.gather(
+            *(
+                host.vectors.delete(vindex, did)
+                for did in gone
+                for index in indexes
+                for vindex in vector_indexes(index)
+            )
+        )
+    return len(turn.docs) - len(gone)
 
 
 def query_of(query: str) -> tuple[list[str], list[str]]:
@@ -182,31 +290,100 @@ def rerank(query_words: list[str], candidates: list[tuple[float, dict[str, Any]]
     return out
 
 
+def fuse_dense(
+    lexical: list[tuple[str, float, dict[str, Any]]],
+    turn: dict[str, tuple[float, dict[str, Any]]],
+    window: dict[str, tuple[float, dict[str, Any]]],
+) -> list[tuple[str, float, dict[str, Any]]]:
+    """Hybrid scores, best first: ``lexical`` holds the re-ranked BM25 candidates ``(doc_id, score, meta)``,
+    ``turn`` and ``window`` the cosines read from the two vector indexes (``doc_id -> (cosine, meta)``).
+    Candidates: the lexical ones and the ``DENSE_CANDIDATES`` best by cosine alone. Score: the lexical score
+    relative to the best (``DENSE_FLOOR`` when BM25 did not find the message) + ``TURN_WEIGHT`` x the
+    message's cosine + ``WINDOW_WEIGHT`` x its window's cosine; a cosine not read counts as the lowest read."""
+    low_turn = min((c for c, _ in turn.values()), default=0.0)
+    low_window = min((c for c, _ in window.values()), default=0.0)
+
+    def dense(did: str) -> float:
+        return (
+            TURN_WEIGHT * turn.get(did, (low_turn, None))[0]
+            + WINDOW_WEIGHT * (window.get(did, (low_window, None))[0])
+        )
+
+    best = max((score for _, score, _ in lexical), default=0.0)
+    relative = {did: (score / best if best > 0 else 0.0, meta) for did, score, meta in lexical}
+    metas = {did: meta for source in (window, turn) for did, (_, meta) in source.items()}
+    nearest = sorted(metas, key=lambda did: (-dense(did), did))[:DENSE_CANDIDATES]
+    out = [(did, rel + dense(did), meta) for did, (rel, meta) in relative.items()]
+    out.extend((did, DENSE_FLOOR + dense(did), metas[did]) for did in nearest if did not in relative)
+    out.sort(key=lambda hit: (-hit[1], hit[0]))
+    return out
+
+
+async def query_vector(host: Host, query: str, embedder: Embedder | None = None) -> list[float] | None:
+    """The query's embedding when this tenant's transcripts have vectors (``SEMANTIC_MARKER``) and a model
+    is at hand (``embedder``, else the semantic extra's, loaded once per process); else None."""
+    if await host.kv.get(SEMANTIC_MARKER) is None:
+        return None
+    known, model = (True, embedder) if embedder is not None else embedder_if_known()
+    if not known:
+        model = await asyncio.to_thread(load_embedder)
+    if model is None:
+        return None
+    vectors = await asyncio.to_thread(model.encode, [query])
+    values: list[float] = vectors[0].tolist()
+    return values
+
+
 async def search(
-    host: Host, query: str, *, user_id: str, tenant_wide: bool, limit: int = 10, session_id: str = ""
+    host: Host,
+    query: str,
+    *,
+    user_id: str,
+    tenant_wide: bool,
+    limit: int = 10,
+    session_id: str = "",
+    semantic: bool = True,
+    embedder: Embedder | None = None,
 ) -> list[dict[str, Any]]:
     """Best hits first: ``{session_id, turn_id, role, message_index, user_id, speaker, score, snippet, at}``
     (``message_index``: the message's position in the session's history when it was indexed). ``tenant_wide``
     searches every user's sessions (admins); otherwise only ``user_id``'s. ``session_id`` keeps one
-    session's hits."""
+    session's hits. ``semantic``: fuse embeddings when the transcripts have them (``query_vector``)."""
     words, dates = query_of(query)
     terms = list(dict.fromkeys(words + dates))
     if not terms:
         return []
     index = INDEX if tenant_wide else user_index(user_id)
     fetch = 500 if session_id else max(CANDIDATES, limit)
+    qvec = await query_vector(host, query, embedder) if semantic else None
     hits = await host.text.search(index, " ".join(terms), limit=fetch)
     candidates = []
+    ids = []
     for hit in hits:
         meta = hit.meta if isinstance(hit.meta, dict) else {}
         if session_id and meta.get("session_id") != session_id:
             continue
         candidates.append((hit.score, meta))
+        ids.append(hit.doc_id)
     scores = rerank(words, candidates)
-    order = sorted(range(len(candidates)), key=lambda k: -scores[k])[:limit]
+    ranked = [(did, score, meta) for did, score, (_, meta) in zip(ids, scores, candidates, strict=True)]
+    if qvec is not None:
+        found = await asyncio.gather(
+            *(host.vectors.search(vindex, qvec, VECTOR_FETCH) for vindex in vector_indexes(index))
+        )
+        cosines = [
+            {
+                h.doc_id: (h.score, h.meta)
+                for h in vhits
+                if isinstance(h.meta, dict) and (not session_id or h.meta.get("session_id") == session_id)
+            }
+            for vhits in found
+        ]
+        if cosines[0] or cosines[1]:
+            ranked = fuse_dense(ranked, cosines[0], cosines[1])
+    ranked.sort(key=lambda hit: -hit[1])
     out = []
-    for k in order:
-        meta = candidates[k][1]
+    for _, score, meta in ranked[:limit]:
         out.append(
             {
                 "session_id": meta.get("session_id", ""),
@@ -215,7 +392,7 @@ async def search(
                 "message_index": meta.get("index", -1),
                 "user_id": meta.get("user_id", ""),
                 "speaker": meta.get("speaker", ""),
-                "score": round(scores[k], 6),
+                "score": round(score, 6),
                 "snippet": snippet(str(meta.get("text", "")), words, stemmer=search_stem),
                 "at": meta.get("at"),
             }
@@ -225,16 +402,26 @@ async def search(
 
 async def forget(host: Host, *, session_id: str = "", user_id: str = "") -> tuple[int, set[str]]:
     """Remove the documents of a session, of a user, or (neither given) of the whole tenant. Returns the
-    count and the sessions they belonged to."""
+    count and the sessions they belonged to. The documents' tuples go first, then their vectors (see
+    ``embed_turn`` for why that order)."""
     rows = await host.tuples.read_all(["transcript_doc", session_id or None, user_id or None, None])
     sessions: set[str] = set()
     removals: list[Awaitable[Any]] = []
     for row in rows:
         sid, uid, did = str(row[1]), str(row[2]), str(row[3])
         sessions.add(sid)
-        removals.append(host.text.remove(INDEX, did))
-        if uid:
-            removals.append(host.text.remove(user_index(uid), did))
         removals.append(host.tuples.take_all(list(row)))
+        removals.extend(
+            host.text.remove(index, did) for index in [INDEX] + ([user_index(uid)] if uid else [])
+        )
     await asyncio.gather(*removals)
+    if rows and await host.kv.get(SEMANTIC_MARKER) is not None:
+        await asyncio.gather(
+            *(
+                host.vectors.delete(vindex, str(row[3]))
+                for row in rows
+                for index in [INDEX] + ([user_index(str(row[2]))] if row[2] else [])
+                for vindex in vector_indexes(index)
+            )
+        )
     return len(rows), sessions

@@ -31,6 +31,7 @@ from .store import (
     Scope,
     SearchHit,
     Store,
+    VectorHit,
 )
 
 if TYPE_CHECKING:
@@ -236,6 +237,17 @@ class HostText(_Scoped):
         return await self._store.text.search(_scope(), index, query, limit)
 
 
+class HostVectors(_Scoped):
+    async def upsert(self, index: str, doc_id: str, vector: Sequence[float], meta: JSON = None) -> None:
+        await self._store.vectors.upsert(_scope(), index, doc_id, vector, meta)
+
+    async def delete(self, index: str, doc_id: str) -> bool:
+        return await self._store.vectors.delete(_scope(), index, doc_id)
+
+    async def search(self, index: str, vector: Sequence[float], limit: int = 10) -> list[VectorHit]:
+        return await self._store.vectors.search(_scope(), index, vector, limit)
+
+
 class Host:
     """Bound to one actor cell by the node. Primitives act in the current message's scope."""
 
@@ -258,6 +270,7 @@ class Host:
         self.channels = HostChannels(node, cell)
         self.locks = HostLocks(store, node.node_id)
         self.text = HostText(store)
+        self.vectors = HostVectors(store)
         self.log = logging.getLogger(f"minihermes.actor.{cell.spec.name}")
 
     # -- identity and time --------------------------------------------------------------------------------

