@@ -8,7 +8,6 @@ similarity of the float32 values, so a vector searched on SQLite and on PostgreS
 from __future__ import annotations
 
 import math
-import operator
 import struct
 from collections.abc import Sequence
 
@@ -42,17 +41,5 @@ def pack(values: Sequence[float]) -> bytes:
     return struct.pack(f"<{len(values)}f", *values)
 
 
-def unpack(data: bytes, dim: int) -> tuple[float, ...]:
-    if len(data) != 4 * dim:
-        raise ValueError(f"stored vector has {len(data)} bytes, expected {4 * dim}")
-    return struct.unpack(f"<{dim}f", data)
-
-
 def norm(values: Sequence[float]) -> float:
     return math.sqrt(sum(x * x for x in values))
-
-
-def cosine(a: Sequence[float], a_norm: float, b: Sequence[float], b_norm: float) -> float:
-    """Cosine similarity in [-1, 1] (clamped against rounding)."""
-    dot = sum(map(operator.mul, a, b))
-    return max(-1.0, min(1.0, float(dot) / (a_norm * b_norm)))
