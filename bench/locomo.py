@@ -88,7 +88,8 @@ class RawIndex(GenServer):
         embedder = load_session_embedder()
         assert embedder is not None
         messages = [{"role": "user", "name": speaker, "content": text} for speaker, text in turns]
-        return await session_index.embed_turn(self.host, embedder, session, "bench", "t", messages, at)
+        docs = session_index.TurnDocs(session, "bench", "t", messages, at)
+        return await session_index.embed_turn(self.host, embedder, docs)
 
     @call
     async def search_session(self, query: str, limit: int, semantic: bool = False) -> list[dict[str, Any]]:

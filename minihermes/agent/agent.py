@@ -639,7 +639,7 @@ class Agent(GenServer):
         self.stats["iterations"] += turn["iterations"]
         if self.index_sessions:
             # Before the checkpoint: a crash in between re-finishes the turn and re-indexes the same ids.
-            indexed = (
+            docs = session_index.TurnDocs(
                 self.session_id,
                 turn["user_id"],
                 turn["turn_id"],
@@ -648,9 +648,9 @@ class Agent(GenServer):
                 turn["start"],
                 self.history[max(0, turn["start"] - 2) : turn["start"]],
             )
-            await session_index.index_turn(self.host, *indexed)
+            await session_index.index_docs(self.host, docs)
             if self.semantic != "off":
-                self._embedding = self.host.spawn(self._embed_turn(indexed))
+                self._embedding = self.host.spawn(self._embed_turn(docs))
         self.last_reply = reply
         self.turn = None
         await self._save_turn_state(running=False)
@@ -663,7 +663,7 @@ class Agent(GenServer):
         self._after_turn(turn, reply)
         return reply
 
-    async def _embed_turn(self, indexed: tuple[Any, ...]) -> None:
+    async def _embed_turn(self, docs: session_index.TurnDocs) -> None:
         """The turn's vectors for session search, in the background (the model runs in a worker thread). A
         crash before they are written leaves that turn to BM25 alone."""
         if self._embedder is None:
@@ -675,7 +675,7 @@ class Agent(GenServer):
                     self.host.log.warning("agent: semantic = 'on' but the semantic extra is not installed")
                 self.semantic = "off"
                 return
-        await session_index.embed_turn(self.host, self._embedder, *indexed)
+        await session_index.embed_turn(self.host, self._embedder, docs)
 
     async def _save_turn_state(self, *, running: bool) -> None:
         """Checkpoint, and (un)mark this session for resumption after a restart, in one group commit where

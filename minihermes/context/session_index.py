@@ -15,9 +15,9 @@ message's speaker, and the message's own length (a substantive message over a "t
 
 With the semantic extra installed (``minihermes[semantic]``: all-MiniLM-L6-v2, loaded by
 ``minihermes.skills._semantic.load_embedder``), each indexed message also gets two sentence embeddings in the
-store's vector index (``embed_turn``, run off the event loop after the turn is indexed): the message as
-``"<speaker>: <text>"`` and its window as lines of the same form. A search then embeds the query and fuses
-(``fuse_dense``): the union of the re-ranked BM25 candidates and the ``DENSE_CANDIDATES`` nearest messages,
+store's vector index (``embed_turn``, from the same ``TurnDocs`` as the text side, run off the event loop
+after the turn is indexed): the message as ``"<speaker>: <text>"`` and its window as lines of the same form.
+A search then embeds the query and fuses (``fuse_dense``): the union of the re-ranked BM25 candidates and the ``DENSE_CANDIDATES`` nearest messages,
 scored by the re-ranked BM25 score relative to the best (``DENSE_FLOOR`` for a message BM25 did not find)
 plus ``TURN_WEIGHT`` x the message's cosine plus ``WINDOW_WEIGHT`` x its window's cosine. A tenant whose
 transcripts were never embedded (the kv key ``SEMANTIC_MARKER`` is absent) is searched lexically, without
@@ -114,8 +114,10 @@ def window_terms(own: list[list[str]], i: int, dates: list[str]) -> str:
     return " ".join(parts)
 
 
-class _Turn:
-    """The documents of one finished turn: each indexed message's position, doc id and meta."""
+class TurnDocs:
+    """The documents of one finished turn, analysed once for both sides of the index (``index_docs`` and
+    ``embed_turn``): each indexed message's position, doc id and meta. ``before`` are the messages that
+    preceded the turn (the window's context)."""
 
     def __init__(
         self,
@@ -124,9 +126,12 @@ class _Turn:
         turn_id: str,
         messages: list[dict[str, Any]],
         at: float,
-        first_index: int,
-        before: list[dict[str, Any]] | None,
+        first_index: int = 0,
+        before: list[dict[str, Any]] | None = None,
     ) -> None:
+        self.session_id = session_id
+        self.user_id = user_id
+        self.at = at
         context = [m for m in before or [] if m.get("role") in ("user", "assistant", "tool")][-WINDOW_BEFORE:]
         everything = context + messages
         self.texts = [_text_of(m) for m in everything]
@@ -181,10 +186,15 @@ async def index_turn(
 ) -> int:
     """Index the messages of one finished turn (user, assistant and tool messages with text); ``before``
     are the messages that preceded the turn (the window's context). Returns how many documents were
-    written. Writes run concurrently: the store commits them in one group."""
+    written."""
+    return await index_docs(host, TurnDocs(session_id, user_id, turn_id, messages, at, first_index, before))
+
+
+async def index_docs(host: Host, turn: TurnDocs) -> int:
+    """``index_turn`` for an analysed turn. Writes run concurrently: the store commits them in one group."""
     writes: list[Awaitable[Any]] = []
-    turn = _Turn(session_id, user_id, turn_id, messages, at, first_index, before)
-    dates = date_terms(at)
+    session_id, user_id = turn.session_id, turn.user_id
+    dates = date_terms(turn.at)
     for i, did, meta in turn.docs:
         fields = {"terms": window_terms(turn.own, i, dates)}
         writes.append(host.text.upsert(INDEX, did, fields, meta))
@@ -195,21 +205,11 @@ async def index_turn(
     return len(turn.docs)
 
 
-async def embed_turn(
-    host: Host,
-    embedder: Embedder,
-    session_id: str,
-    user_id: str,
-    turn_id: str,
-    messages: list[dict[str, Any]],
-    at: float,
-    first_index: int = 0,
-    before: list[dict[str, Any]] | None = None,
-) -> int:
-    """The semantic side of ``index_turn`` (same arguments, plus the model): each indexed message's two
-    vectors, computed in a worker thread and written to the vector indexes beside the tenant's and the
+async def embed_turn(host: Host, embedder: Embedder, turn: TurnDocs) -> int:
+    """The semantic side of ``index_docs`` (the same analysed turn, plus the model): each indexed message's
+    two vectors, computed in a worker thread and written to the vector indexes beside the tenant's and the
     user's text index. Returns how many messages were embedded."""
-    turn = _Turn(session_id, user_id, turn_id, messages, at, first_index, before)
+    session_id, user_id = turn.session_id, turn.user_id
     if not turn.docs:
         return 0
     texts = [text for i, _, _ in turn.docs for text in turn.embed_texts(i)]

@@ -89,11 +89,10 @@ class Transcripts(GenServer):
         messages = [
             {"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(lines)
         ]
-        n = await session_index.index_turn(self.host, session, user, "t1", messages, 1_700_000_000.0)
+        docs = session_index.TurnDocs(session, user, "t1", messages, 1_700_000_000.0)
+        n = await session_index.index_docs(self.host, docs)
         if embed:
-            await session_index.embed_turn(
-                self.host, EMBEDDERS["e"], session, user, "t1", messages, 1_700_000_000.0
-            )
+            await session_index.embed_turn(self.host, EMBEDDERS["e"], docs)
         return n
 
     @call
@@ -112,11 +111,10 @@ class Transcripts(GenServer):
     async def forget_then_embed(self, session: str, user: str, lines: list[str]) -> int:
         """An embedding that finishes after its session was forgotten (the agent embeds in the background)."""
         messages = [{"role": "user", "content": t} for t in lines]
-        await session_index.index_turn(self.host, session, user, "t1", messages, 1_700_000_000.0)
+        docs = session_index.TurnDocs(session, user, "t1", messages, 1_700_000_000.0)
+        await session_index.index_docs(self.host, docs)
         await session_index.forget(self.host, session_id=session)
-        return await session_index.embed_turn(
-            self.host, EMBEDDERS["e"], session, user, "t1", messages, 1_700_000_000.0
-        )
+        return await session_index.embed_turn(self.host, EMBEDDERS["e"], docs)
 
     @call
     async def forget(self, session: str) -> int:
