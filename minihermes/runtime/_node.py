@@ -345,9 +345,14 @@ class Node:
         cell.start()
         return cell
 
-    def _admit(self, cell: Cell, env: Envelope) -> None:
-        if not self._accepting and current_cell.get() is None and not env.system:
+    def _check_accepting(self) -> None:
+        """A stopping node takes no new work from outside; its actors may still message each other."""
+        if not self._accepting and current_cell.get() is None:
             raise ShuttingDown("the node is shutting down")
+
+    def _admit(self, cell: Cell, env: Envelope) -> None:
+        if not env.system:
+            self._check_accepting()
         if len(cell.mailbox) >= cell.capacity:
             self.metrics.incr("overloaded_total", tenant=env.ctx.tenant)
             raise Overloaded(
@@ -409,8 +414,7 @@ class Node:
         env = Envelope(op, kwargs, ctx, fut, self._sender())
         if handler.inline and self.options.inline_calls and cell.idle:
             # Nothing queued and the actor's loop parked: run the plain handler here, no task wake-up.
-            if not self._accepting and current_cell.get() is None:
-                raise ShuttingDown("the node is shutting down")
+            self._check_accepting()
             cell.call_inline(handler, env)
             if fut.done():
                 # Answered without a loop pass. A caller that loops over such asks (polling an actor) must
@@ -462,8 +466,8 @@ class Node:
         assert self.fabric is not None
         spec = self.spec(target.partition("/")[0])
         spec.cls._handlers[op].bind(payload)  # bad arguments fail here, as for a local send
-        if not system and not self._accepting and current_cell.get() is None:
-            raise ShuttingDown("the node is shutting down")
+        if not system:
+            self._check_accepting()
         self.fabric.send(target, op, payload, ctx, system)
 
     def _deliver_system(self, target: str, op: str, payload: dict[str, Any], ctx: RequestContext) -> None:
