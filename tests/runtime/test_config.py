@@ -119,3 +119,13 @@ def test_node_options_follow_the_model_and_tenant_share_is_configurable():
     with pytest.raises(ConfigError) as ei:
         AppConfig.from_toml(GOOD.replace('id = "n1"', 'id = "n1"\ntenant_max_share = 1.5'))
     assert ei.value.field == "node.tenant_max_share"
+
+
+def test_inline_calls_is_configurable_and_a_bad_value_names_the_field():
+    assert AppConfig.from_toml(GOOD).node_options.inline_calls is True
+    cfg = AppConfig.from_toml(GOOD.replace('id = "n1"', 'id = "n1"\ninline_calls = false'))
+    assert cfg.node_options.inline_calls is False
+    for bad in ('"maybe"', "2", "[]"):
+        with pytest.raises(ConfigError) as ei:
+            AppConfig.from_toml(GOOD.replace('id = "n1"', f'id = "n1"\ninline_calls = {bad}'))
+        assert ei.value.field == "node.inline_calls"
