@@ -789,13 +789,34 @@ class UsageLedger:
         self._cache: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._dirty: set[str] = set()
         self._flushing: asyncio.Future[None] | None = None
+        self._loading: dict[str, asyncio.Future[Any]] = {}
+        """Buckets being read from the KV (``prefetch``, or a ``get`` that missed), by name."""
+
+    def prefetch(self, keys: Sequence[tuple[str, str]]) -> None:
+        """Start loading the buckets a call will count into while the call runs (a session's first call
+        would otherwise wait for the read when it is counted)."""
+        for scope, key in keys:
+            name = f"{self.PREFIX}{scope}/{key}"
+            if name not in self._cache and name not in self._loading:
+                self._loading[name] = self._spawn(self._bucket(name))
 
     async def get(self, scope: str, key: str) -> dict[str, Any]:
         """The live bucket for (scope, key); callers must not hold it across awaits they do not control."""
-        name = f"{self.PREFIX}{scope}/{key}"
+        return await self._bucket(f"{self.PREFIX}{scope}/{key}")
+
+    async def _bucket(self, name: str) -> dict[str, Any]:
         bucket = self._cache.get(name)
         if bucket is None:
-            stored = await self._kv.get(name)
+            loading = self._loading.get(name)
+            if loading is not None and loading is not asyncio.current_task():
+                await asyncio.shield(loading)
+                bucket = self._cache.get(name)
+        if bucket is None:
+            try:
+                stored = await self._kv.get(name)
+            finally:
+                if self._loading.get(name) is asyncio.current_task():
+                    del self._loading[name]
             # Another call may have loaded it while this one waited: keep the first, it may hold increments.
             bucket = self._cache.get(name)
             if bucket is None:
@@ -808,8 +829,9 @@ class UsageLedger:
     async def add(self, keys: Sequence[tuple[str, str]], usage: Usage, cost: float | None) -> None:
         """Count one call; spawned in the caller's context, the flush writes to the caller's tenant."""
         for scope, key in keys:
-            add_usage(await self.get(scope, key), usage, cost)
-            self._dirty.add(f"{self.PREFIX}{scope}/{key}")
+            name = f"{self.PREFIX}{scope}/{key}"
+            add_usage(await self._bucket(name), usage, cost)
+            self._dirty.add(name)
         if self._dirty and (self._flushing is None or self._flushing.done()):
             self._flushing = self._spawn(self._flush_later())
 

@@ -108,6 +108,9 @@ class Agent(GenServer):
         self.semantic = str(args.get("semantic", "auto"))
         self._embedder: Embedder | None = args.get("embedder")
         self._embedding: asyncio.Task[Any] | None = None
+        self._starting: asyncio.Task[Any] | None = None
+        """The turn's start-up writes (resume marker, session owner, turn meta) while they run beside its first
+        LLM call; every step with effects (a tool call, the turn's end) waits for them (``_started``)."""
         """The last turn's embedding for session search, while it runs in the background."""
         self.settings = TurnSettings(
             skills_limit=int(args.get("skills_limit", 3)),
@@ -185,11 +188,13 @@ class Agent(GenServer):
             "skill_ids": ctx.skill_ids,
         }
         self.history.append({"role": "user", "content": message})
-        if not self.owner:
-            self.owner = user
-            await forgetting.record_session(self.host, self.session_id, user)
-        await self._write_turn_meta()
-        await self._save_turn_state(running=True)
+        new_owner = "" if self.owner else user
+        self.owner = self.owner or user
+        # Saved, and the start-up writes begun, while the first LLM call runs: nothing has effects before the
+        # first tool call or the reply, and both wait for them. A crash before then loses a turn that was
+        # never answered (and, saved without its resume marker, it resumes on the session's next message).
+        self.host.save_soon()
+        self._starting = self.host.spawn(self._start_writes(new_owner))
         self._fsm("processing")
         self._audit("turn_started", f"turn={self.turn['turn_id']}")
         self._publish({"type": "turn_started", "turn_id": self.turn["turn_id"]})
@@ -345,6 +350,7 @@ class Agent(GenServer):
         except ActorError as e:
             # The turn cannot go on (LLM unavailable, budget): it ends here, the history keeps what happened.
             # Checkpointed before the error leaves, since an error reply rolls state back to the last checkpoint.
+            await self._started()
             self.turn = None
             self.last_reply = {
                 "status": "error",
@@ -369,6 +375,7 @@ class Agent(GenServer):
     async def _run_tool_call(self, call_: dict[str, Any]) -> str:
         turn = self.turn
         assert turn is not None
+        await self._started()
         allowed = turn.get("allowed_tools")
         if allowed is not None and call_["name"] not in allowed:
             message = f"tool {call_['name']!r} is not available in this turn"
@@ -626,6 +633,7 @@ class Agent(GenServer):
     async def _finish(self, status: str, response: str) -> dict[str, Any]:
         turn = self.turn
         assert turn is not None
+        await self._started()
         self._fsm("responding")
         reply = {
             "status": status,
@@ -676,6 +684,18 @@ class Agent(GenServer):
                 self.semantic = "off"
                 return
         await session_index.embed_turn(self.host, self._embedder, docs)
+
+    async def _start_writes(self, new_owner: str) -> None:
+        writes = [self.host.mark_durable(True), self._write_turn_meta()]
+        if new_owner:
+            writes.append(forgetting.record_session(self.host, self.session_id, new_owner))
+        await asyncio.gather(*writes)
+
+    async def _started(self) -> None:
+        """Until the turn's start-up writes are done (a failed one raises here, before any effect)."""
+        task, self._starting = self._starting, None
+        if task is not None:
+            await task
 
     async def _save_turn_state(self, *, running: bool) -> None:
         """Checkpoint, and (un)mark this session for resumption after a restart, in one group commit where

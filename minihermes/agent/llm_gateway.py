@@ -9,8 +9,12 @@ structured ``llm_unavailable`` error: the simulated model is never slipped in fo
 How it runs. An LLM call takes seconds and a tenant has many sessions, so ``completion`` only validates and
 returns ``Deferred`` of a task spawned on the host (which inherits the request's context): the mailbox
 stays free and calls run concurrently. The task writes its outcome (circuit, stats, usage) into the
-durable state and saves it with ``host.checkpoint()`` before replying, as the runtime's ``Workflow``
-does. Two rules keep that safe next to handlers that may roll back: the task mutates state and
+durable state and saves it: a circuit move with ``host.checkpoint()`` before replying (as the runtime's
+``Workflow`` does), an answer that only moved counters with ``host.save_soon()``, committed behind the reply.
+Checkpoints commit in the order they are registered (one writer on SQLite, one batch at a time on
+PostgreSQL), so the caller's next checkpoint (the agent saves the answer before acting on it) commits with
+or after these counters; a caller that keeps no state can lose the last call's counts to a SIGKILL within
+the commit's few milliseconds. Two rules keep that safe next to handlers that may roll back: the task mutates state and
 checkpoints without an ``await`` in between (the checkpoint snapshots synchronously), and no handler here
 awaits after it started mutating state and then raises. Usage per user, session and cron job lives in the
 tenant's KV instead (unbounded key sets), written behind by ``UsageLedger``.
@@ -199,6 +203,7 @@ class LLMGateway(GenServer):
         caller: Caller,
         progress: policy.StreamProgress | None,
     ) -> dict[str, Any]:
+        self._ledger.prefetch(caller.keys())
         await self._check_budgets(caller)
         failures: list[Failure] = []
         for name, model in route:
@@ -321,7 +326,12 @@ class LLMGateway(GenServer):
         policy.add_usage(self.usage, usage, cost)
         # A slow answer is still an answer for the caller, but a provider that drags counts against it.
         change = self._record(name, ok=not slow, error="slow" if slow else None, retries=retries)
-        await self._commit()
+        if change is None:
+            # Counters only: registered now, committed behind the reply. Checkpoints commit in the order they
+            # are registered, so the caller's next checkpoint (the agent saves the answer it got) holds them.
+            self.host.save_soon()
+        else:
+            await self._commit()  # a circuit move is durable before anyone acts on the answer
         await self._ledger.add(caller.keys(), usage, cost)
         self._announce(name, change)
         host = self.host

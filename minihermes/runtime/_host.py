@@ -367,8 +367,10 @@ class Host:
 
     def save_soon(self) -> None:
         """Start saving state now without waiting: the actor goes on (an LLM call, a guardrails check) while
-        the commit runs. ``wait_saved`` waits for it, e.g. before a step with side effects; a call's reply
-        never leaves before it is durable."""
+        the commit runs. ``wait_saved`` waits for it, e.g. before a step with side effects; a reply a handler
+        returns never leaves before it is durable. A ``Deferred`` reply does not wait for saves its task
+        started this way: checkpoints commit in the order they are registered, so any checkpoint registered
+        after it (the caller saving what it got back) commits with or after it."""
         self._cell.save_soon()
 
     async def wait_saved(self) -> None:
