@@ -18,7 +18,7 @@ import json
 import re
 import uuid
 from typing import Any, Literal
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from minihermes.agent.audit import fire_audit
 from minihermes.runtime import (
@@ -35,6 +35,9 @@ MAX_GOAL_CHARS = 2_000
 MAX_GOALS_PER_SESSION = 20
 DEFAULT_MAX_TURNS = 20
 DONE_MARKER = "[GOAL DONE]"
+_MARK = "goal_active:"
+"""KV prefix of the sessions that may have an active goal (a superset: a marker may outlive its goals)."""
+_MARKS_BUILT = "goal_active_index:v1"
 EVERY_SESSION = "*"
 """``set_goal(session_id="*")``: a goal of the tenant, injected into and judged in every session."""
 GoalStatus = Literal["active", "completed", "exhausted", "cleared"]
@@ -90,6 +93,12 @@ class Goals(GenServer):
         self.judge_timeout = float(args.get("judge_timeout", 60))
         self._audit = self.host.has_actor("audit_event")
         self._llm = self.host.has_actor("llm_gateway")
+        # The sessions that may have an active goal (``*``: the tenant), so the agent's two questions per turn
+        # (list_goals before it, turn_completed after) cost no store read for every other session. Complete:
+        # this instance is the tenant's only writer of goals (one per tenant, leased in a cluster), a session
+        # is marked before its first goal is written, and a marker is dropped only once a read found no
+        # active goal of its session.
+        self._marked: set[str] = await self._load_marks()
 
     @call
     async def set_goal(self, session_id: str, text: str, max_turns: int = 0) -> dict[str, Any]:
@@ -116,6 +125,9 @@ class Goals(GenServer):
             "reason": "",
             "judged_turns": [],
         }
+        if session_id not in self._marked:
+            await self.host.kv.put(_MARK + quote(session_id, safe=""), True)
+            self._marked.add(session_id)
         await self.host.kv.put(_key(session_id, goal["goal_id"]), goal)
         self._fire("goal_set", f"goal_id={goal['goal_id']}", session_id, goal)
         return {"status": "ok", "goal_id": goal["goal_id"], "goal": _view(goal)}
@@ -207,6 +219,28 @@ class Goals(GenServer):
         self._fire("goal_completed", detail, goal["session_id"], goal)
 
     async def _goals(self, session_id: str, status: str) -> list[dict[str, Any]]:
+        if status != "active" or not session_id:
+            return await self._read_goals(session_id, status)
+        if not self._marked & {session_id, EVERY_SESSION}:
+            return []
+        goals = await self._read_goals(session_id, status)
+        for sid in (session_id, EVERY_SESSION):
+            if sid in self._marked and not any(g["session_id"] == sid for g in goals):
+                await self.host.kv.delete(_MARK + quote(sid, safe=""))  # its goals are all done
+                self._marked.discard(sid)
+        return goals
+
+    async def _load_marks(self) -> set[str]:
+        if await self.host.kv.get(_MARKS_BUILT):
+            return {unquote(k[len(_MARK) :]) for k, _ in await self.host.kv.list(_MARK)}
+        # Goals written before the markers existed: mark their sessions once.
+        marked = {g["session_id"] for g in await self._read_goals("", "active")}
+        for sid in marked:
+            await self.host.kv.put(_MARK + quote(sid, safe=""), True)
+        await self.host.kv.put(_MARKS_BUILT, True)
+        return marked
+
+    async def _read_goals(self, session_id: str, status: str) -> list[dict[str, Any]]:
         if session_id:
             # A session sees its own goals and the tenant-wide ones (set with session_id "*").
             rows = await self.host.kv.list(f"goal:{quote(session_id, safe='')}:")

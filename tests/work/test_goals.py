@@ -101,3 +101,47 @@ async def test_the_llm_judge_and_the_turn_budget(app_node):
 
 async def _status(node: Node, session: str, status: str):
     return (await goals(node, "list_goals", session_id=session, status=status))["goals"]
+
+
+async def test_sessions_with_active_goals_are_marked_and_goals_written_before_the_markers_are_found(
+    app_node,
+):
+    node = await app_node(scripted=True)
+    kv = node.store.kv
+    scope = ACME.scope
+    # A goal written before the markers existed (no marker, no index flag): found after a restart.
+    old = {
+        "goal_id": "old1",
+        "session_id": "s9",
+        "text": "migrate me",
+        "status": "active",
+        "max_turns": 5,
+        "turns_used": 0,
+        "created_at": 1.0,
+        "completed_at": None,
+        "reason": "",
+        "judged_turns": [],
+    }
+    await kv.put(scope, "goal:s9:old1", old)
+    await node.stop()
+    node = await app_node(scripted=True)
+    kv = node.store.kv
+    assert [g["text"] for g in (await goals(node, "list_goals", session_id="s9"))["goals"]] == ["migrate me"]
+    assert await kv.get(scope, "goal_active:s9") is True
+    assert (await goals(node, "list_goals", session_id="s1"))["goals"] == []  # unmarked: no goals
+    made = await goals(node, "set_goal", session_id="s1", text="ship it")
+    assert await kv.get(scope, "goal_active:s1") is True  # marked before the goal was written
+    listed = (await goals(node, "list_goals", session_id="s1"))["goals"]
+    assert [g["goal_id"] for g in listed] == [made["goal_id"]]
+    await goals(node, "complete_goal", goal_id=made["goal_id"])
+    assert (await goals(node, "list_goals", session_id="s1"))["goals"] == []
+    assert await kv.get(scope, "goal_active:s1") is None  # its last goal is done: the marker goes
+    await goals(node, "set_goal", session_id="*", text="be brief")  # a tenant goal reaches every session
+    assert [g["text"] for g in (await goals(node, "list_goals", session_id="s7"))["goals"]] == ["be brief"]
+    await node.stop()
+    node = await app_node(scripted=True)  # the markers are what a restart reads
+    assert [g["text"] for g in (await goals(node, "list_goals", session_id="s7"))["goals"]] == ["be brief"]
+    assert [g["text"] for g in (await goals(node, "list_goals", session_id="s9"))["goals"]] == [
+        "migrate me",  # oldest first
+        "be brief",
+    ]
