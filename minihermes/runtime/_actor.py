@@ -92,7 +92,8 @@ class Handler:
     states: frozenset[str] | None = None
     """GenFSM: the states this handler is allowed in (``in_states``)."""
     inline: bool = False
-    """A plain (not async) call: run in its caller's task when the actor is idle (``Cell.call_inline``)."""
+    """A plain (not async) handler: a call (``ask``) or a cast (``send``) runs in its sender's task when the
+    actor is idle (``Cell.call_inline``)."""
 
     def bind(self, payload: dict[str, Any]) -> dict[str, Any]:
         """Check payload against the signature; returns the keyword arguments for the handler."""
@@ -328,7 +329,7 @@ def build_handler(kind: str, op: str, fn: Callable[..., Any], hints: dict[str, A
         var_kw=var_kw,
         internal=op.startswith("__"),
         states=getattr(fn, "__minihermes_states__", None),
-        inline=kind == "call" and not is_async,
+        inline=not is_async,
     )
 
 

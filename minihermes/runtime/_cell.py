@@ -287,14 +287,15 @@ class Cell:
         return self.current is None and self.mailbox.parked and not self.save_failed
 
     def call_inline(self, h: Handler, env: Envelope) -> None:
-        """Handle a plain (not async) call in the caller's task while the actor is ``idle``: the same
-        handler, checks, checkpoint and reply as through the mailbox, without waking the actor's task for
-        it. One message at a time still holds: the handler runs to completion without yielding, and the
-        actor's loop is parked. ``env.reply`` is settled here unless it waits for a commit (or a crash). A
-        handler that raises anything but an ActorError crashes the actor in its own loop."""
+        """Handle a plain (not async) message in the sender's task while the actor is ``idle``: the same
+        handler, checks, checkpoint, event forwarding and reply as through the mailbox, without waking the
+        actor's task for it. One message at a time still holds: the handler runs to completion without
+        yielding, and the actor's loop is parked. ``env.reply`` (None for a cast) is settled here unless it
+        waits for a commit (or a crash). A handler that raises anything but an ActorError crashes the actor
+        in its own loop."""
         inst = self.instance
         reply = env.reply
-        assert inst is not None and reply is not None
+        assert inst is not None
         self.current = env
         cell_token = current_cell.set(self)
         ctx_token = set_context(env.ctx) if env.ctx is not current_context() else None
@@ -303,11 +304,13 @@ class Cell:
                 if h.states is not None:
                     self._check_state(inst, h)
                 result = h.fn(inst, **env.payload)
+                if h.kind == "cast" and inst.behavior == "GenEvent":
+                    self._forward_event(inst, env)
                 self._handled(inst, reply, result)
             except ActorError as e:
                 self._rollback()
                 self.current = None
-                if not reply.done():
+                if reply is not None and not reply.done():
                     reply.set_exception(e)
         except Exception as exc:
             # The actor's loop crashes with it next (nothing runs before): it fails this call with

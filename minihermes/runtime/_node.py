@@ -160,6 +160,8 @@ class Node:
         self.pubsub = PubSub()
         self._deadlines: dict[int, dict[asyncio.Future[Any], tuple[str, str, float]]] = {}
         self._inline_streak = 0
+        self._inlining = False
+        """A handler runs inline (``Cell.call_inline``): casts it sends go through the mailbox."""
         self.root: Supervisor | None = None
         self.failed: asyncio.Event = asyncio.Event()
         self.fabric: Fabric | None = None
@@ -415,7 +417,11 @@ class Node:
         if handler.inline and self.options.inline_calls and cell.idle:
             # Nothing queued and the actor's loop parked: run the plain handler here, no task wake-up.
             self._check_accepting()
-            cell.call_inline(handler, env)
+            self._inlining = True
+            try:
+                cell.call_inline(handler, env)
+            finally:
+                self._inlining = False
             if fut.done():
                 # Answered without a loop pass. A caller that loops over such asks (polling an actor) must
                 # still let other tasks run now and then: it yields on every INLINE_YIELD_EVERY-th one.
@@ -457,6 +463,16 @@ class Node:
             self._send_elsewhere(target, op, payload or {}, ctx, system=False)
             return
         env = Envelope(op, handler.bind(payload or {}), ctx, None, self._sender())
+        if handler.inline and self.options.inline_calls and cell.idle and not self._inlining:
+            # As for an inline call: the plain handler runs here instead of waking the actor's task. Not
+            # from a handler that itself runs inline, so that a chain of casts stays one hop deep.
+            self._check_accepting()
+            self._inlining = True
+            try:
+                cell.call_inline(handler, env)
+            finally:
+                self._inlining = False
+            return
         self._admit(cell, env)
         cell.mailbox.put(env)
 

@@ -1,6 +1,7 @@
-"""A plain (not async) call to an idle actor runs in its caller's task (``Cell.call_inline``): the same
-contract as through the mailbox (one message at a time, the actor's context, rollback on an ActorError,
-crash and restart on any other exception, reply after the checkpoint commit), without a task wake-up."""
+"""A plain (not async) call or cast to an idle actor runs in its sender's task (``Cell.call_inline``): the
+same contract as through the mailbox (one message at a time, the actor's context, rollback on an ActorError,
+crash and restart on any other exception, reply after the checkpoint commit, events forwarded), without a
+task wake-up."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from minihermes.runtime import (
 from minihermes.runtime._cell import current_cell
 from minihermes.runtime._context import RequestContext, current_context
 
-from .actors import Door
+from .actors import EVENTS, Audit, Door, Sink
 from .conftest import tree
 
 
@@ -58,6 +59,28 @@ class Probe(GenServer):
     def note(self, item: str) -> None:
         self.seen.append(item)
 
+    @cast
+    async def note_async(self, item: str) -> None:
+        self.seen.append(item)
+
+    @cast
+    def note_where(self, item: str) -> None:
+        self.seen.append([item, asyncio.current_task() is not self.host_task()])
+
+    @cast
+    def relay(self, item: str) -> None:
+        """Casts on to itself from a handler that may run inline."""
+        self.seen.append(item)
+        self.host.send(self.actor_id, "note_where", {"item": f"{item}-relayed"})
+
+    @cast
+    def explode(self) -> None:
+        raise RuntimeError("boom in a cast")
+
+    def host_task(self) -> asyncio.Task[Any] | None:
+        cell = current_cell.get()
+        return None if cell is None else cell.task
+
     @call
     def get(self) -> dict[str, Any]:
         return {"n": self.n, "seen": self.seen}
@@ -77,7 +100,7 @@ async def test_a_plain_call_to_an_idle_actor_runs_in_the_callers_task_as_the_act
 async def test_a_call_behind_queued_mail_waits_its_turn(make_node):
     node = await make_node(tree(ActorSpec("p", Probe)))
     await node.ask("p", "get")
-    node.send("p", "note", {"item": "first"})  # queued: the actor is no longer idle
+    node.send("p", "note_async", {"item": "first"})  # queued (async: never inline): no longer idle
     got = await node.ask("p", "where")
     assert got["task"] is not asyncio.current_task()  # handled by the actor's loop, after the cast
     assert (await node.ask("p", "get"))["seen"] == ["first"]
@@ -154,3 +177,37 @@ async def test_a_caller_polling_an_idle_actor_still_lets_other_tasks_run(make_no
         polls += 1
         assert polls < 10_000, "the polling caller never yielded"
     await task
+
+
+async def test_a_plain_cast_to_an_idle_actor_runs_in_the_senders_task(make_node):
+    node = await make_node(tree(ActorSpec("p", Probe)))
+    await node.ask("p", "get")
+    node.send("p", "note_where", {"item": "a"})
+    # handled before send returned, outside the actor's own task
+    assert (await node.ask("p", "get"))["seen"] == [["a", True]]
+
+
+async def test_a_cast_sent_by_a_handler_running_inline_goes_through_the_mailbox(make_node):
+    node = await make_node(tree(ActorSpec("p", Probe)))
+    await node.ask("p", "get")
+    node.send("p", "relay", {"item": "r"})  # inline; the cast it sends waits in the mailbox
+    seen = (await node.ask("p", "get"))["seen"]
+    assert seen == ["r", ["r-relayed", False]]  # the relayed one ran in the actor's own task
+
+
+async def test_a_cast_that_crashes_inline_restarts_the_receiver_not_the_sender(make_node):
+    node = await make_node(tree(ActorSpec("p", Probe)))
+    assert await node.ask("p", "add", {"amount": 3}) == 3
+    node.send("p", "explode", {})  # returns normally: the crash happens in the actor's own loop
+    assert (await node.ask("p", "get"))["n"] == 3  # restarted from its checkpoint, and answering
+    assert node.metrics.counter("actor_restarts_total", actor="p") == 1
+
+
+async def test_an_event_cast_inline_is_forwarded_to_subscribers(make_node):
+    EVENTS.clear()
+    node = await make_node(tree(ActorSpec("audit", Audit), ActorSpec("sink", Sink)))
+    await node.ask("audit", "subscribe", {"target": "sink", "op": ""})
+    await node.ask("sink", "get")
+    node.send("audit", "log_event", {"event_type": "inline", "detail": "d"})
+    assert EVENTS == [("inline", "d")]  # handled before send returned
+    assert await node.ask("sink", "get") == [["event", "inline", "d"]]

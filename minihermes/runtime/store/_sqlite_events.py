@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import sqlite3
+from functools import partial
 
 from ._chain import ZERO_HASH, StreamHead, chain_hash, verify_rows
 from ._common import check_count, check_name, check_scope, loads_json
@@ -23,43 +25,92 @@ def _encode(data: JSON) -> str:
         raise ValueError(f"event data is not valid JSON: {exc}") from None
 
 
+_Pending = tuple[float, str, JSON, "asyncio.Future[EventRecord]"]
+"""One append waiting for its batch: timestamp, canonical text, stored form, the caller's future."""
+
+
+def _append_batch(
+    conn: sqlite3.Connection, *, key: tuple[str, str, str], batch: list[_Pending]
+) -> list[EventRecord]:
+    row = conn.execute(
+        "SELECT last_seq, last_hash FROM event_streams WHERE tenant = ? AND ns = ? AND stream = ?", key
+    ).fetchone()
+    seq, prev = (0, ZERO_HASH) if row is None else (row[0], row[1])
+    records: list[EventRecord] = []
+    rows = []
+    for ts, text, stored, _ in batch:
+        seq += 1
+        digest = chain_hash(prev, seq, ts, stored)
+        rows.append((*key, seq, ts, text, prev, digest))
+        records.append(EventRecord(seq, ts, stored, prev, digest))
+        prev = digest
+    if row is None:
+        conn.execute(
+            "INSERT INTO event_streams (tenant, ns, stream, last_seq, last_hash, anchor_seq, anchor_hash)"
+            " VALUES (?, ?, ?, ?, ?, 0, ?)",
+            (*key, seq, prev, ZERO_HASH),
+        )
+    else:
+        conn.execute(
+            "UPDATE event_streams SET last_seq = ?, last_hash = ? WHERE tenant = ? AND ns = ? AND stream = ?",
+            (seq, prev, *key),
+        )
+    conn.executemany(
+        "INSERT INTO events (tenant, ns, stream, seq, ts, data, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        rows,
+    )
+    return records
+
+
+def _settle(batch: list[_Pending], done: asyncio.Future[list[EventRecord]]) -> None:
+    cancelled = done.cancelled()
+    error = None if cancelled else done.exception()
+    records = None if cancelled or error is not None else done.result()
+    for i, item in enumerate(batch):
+        fut = item[3]
+        if fut.done():
+            continue  # the caller gave up; its event is written all the same
+        if cancelled:
+            fut.cancel()
+        elif error is not None:
+            fut.set_exception(error)
+        else:
+            assert records is not None
+            fut.set_result(records[i])
+
+
 class SqliteEvents(Part):
     """Per-(scope, stream) hash chains. The head row (last seq/hash, retention anchor) is read inside the
     write transaction, never cached, so appends from several processes extend one chain."""
+
+    _pending: dict[tuple[str, str, str], list[_Pending]] | None = None
 
     async def append(self, scope: Scope, stream: str, data: JSON) -> EventRecord:
         tenant, ns = check_scope(scope)
         check_name("stream", stream)
         text = _encode(data)
         stored = json.loads(text)  # callers get back exactly what read() will return (tuples become lists)
-        ts = self._now()
-        key = (tenant, ns, stream)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[EventRecord] = loop.create_future()
+        # Appends requested in one pass of the event loop go to the writer together, one op per stream: the
+        # chain's head is read and moved once for all of them.
+        if self._pending is None:
+            self._pending = {}
+            loop.call_soon(self._flush)
+        self._pending.setdefault((tenant, ns, stream), []).append((self._now(), text, stored, fut))
+        return await fut
 
-        def op(conn: sqlite3.Connection) -> EventRecord:
-            row = conn.execute(
-                "SELECT last_seq, last_hash FROM event_streams WHERE tenant = ? AND ns = ? AND stream = ?",
-                key,
-            ).fetchone()
-            seq, prev = (1, ZERO_HASH) if row is None else (row[0] + 1, row[1])
-            digest = chain_hash(prev, seq, ts, stored)
-            if row is None:
-                conn.execute(
-                    "INSERT INTO event_streams (tenant, ns, stream, last_seq, last_hash, anchor_seq, anchor_hash)"
-                    " VALUES (?, ?, ?, ?, ?, 0, ?)",
-                    (*key, seq, digest, ZERO_HASH),
+    def _flush(self) -> None:
+        pending, self._pending = self._pending or {}, None
+        for key, batch in pending.items():
+            try:
+                self._db.submit(partial(_append_batch, key=key, batch=batch)).add_done_callback(
+                    partial(_settle, batch)
                 )
-            else:
-                conn.execute(
-                    "UPDATE event_streams SET last_seq = ?, last_hash = ? WHERE tenant = ? AND ns = ? AND stream = ?",
-                    (seq, digest, *key),
-                )
-            conn.execute(
-                "INSERT INTO events (tenant, ns, stream, seq, ts, data, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (*key, seq, ts, text, prev, digest),
-            )
-            return EventRecord(seq, ts, stored, prev, digest)
-
-        return await self._db.write(op)
+            except Exception as exc:  # a closed store: every waiting caller gets the error
+                for item in batch:
+                    if not item[3].done():
+                        item[3].set_exception(exc)
 
     async def read(
         self, scope: Scope, stream: str, after_seq: int = 0, limit: int = 100
