@@ -12,6 +12,7 @@ tenant's whole trail.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import re
@@ -40,8 +41,6 @@ STREAM = "audit"
 MAX_DETAIL_CHARS = 4000
 MAX_DATA_BYTES = 16_384
 MAX_LIMIT = 1000
-_BATCH = 500
-"""Events appended per group commit at most."""
 _PAGE = 500
 _CURSOR_PREFIX = "audit_cursor:"
 _EVENT_TYPE = re.compile(r"[^A-Za-z0-9_.:\-]")
@@ -122,8 +121,8 @@ class AuditEvent(GenEvent):
 
     async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
         self.host.join("svc:audit")
-        self._buffer: list[dict[str, Any]] = []
-        self._flushing: asyncio.Task[None] | None = None
+        self._last: asyncio.Future[Any] | None = None
+        """The newest append in flight."""
 
     async def on_stop(self, reason: str) -> None:
         await self._settled()
@@ -160,25 +159,27 @@ class AuditEvent(GenEvent):
             record["request_id"] = ctx.request_id
         if timestamp > 0:
             record["reported_ts"] = _seconds(timestamp)
-        # Appended by one writer task in batches: every event that arrived while the last batch committed
-        # goes into the next one (one group commit), instead of one store round trip per event.
-        self._buffer.append(record)
-        if self._flushing is None or self._flushing.done():
-            self._flushing = self.host.spawn(self._flush())
+        # Queued on the store at once, no task per event: the store chains appends in call order and writes
+        # those of one loop pass (or, on PostgreSQL, those that arrive while a batch commits) together.
+        try:
+            written = self.host.events.append_nowait(STREAM, record)
+        except (TypeError, ValueError) as e:  # not storable JSON (a NaN in the data): dropped, counted
+            self._not_written(record, e)
+            return
+        written.add_done_callback(functools.partial(self._written, record))
+        self._last = written
 
-    async def _flush(self) -> None:
-        while self._buffer:
-            batch, self._buffer = self._buffer[:_BATCH], self._buffer[_BATCH:]
-            results = await asyncio.gather(
-                *(self.host.events.append(STREAM, r) for r in batch), return_exceptions=True
-            )
-            for record, result in zip(batch, results, strict=True):
-                if isinstance(result, BaseException):
-                    log.error("audit event %s not written: %r", record["event_type"], result)
-                    self.host.incr_counter("audit_write_failed_total")
-                    continue
-                self.host.incr_counter("audit_events_total", event_type=record["event_type"])
-                self._forward(record)
+    def _written(self, record: dict[str, Any], written: asyncio.Future[Any]) -> None:
+        error = asyncio.CancelledError() if written.cancelled() else written.exception()
+        if error is not None:
+            self._not_written(record, error)
+            return
+        self.host.incr_counter("audit_events_total", event_type=record["event_type"])
+        self._forward(record)
+
+    def _not_written(self, record: dict[str, Any], error: BaseException) -> None:
+        log.error("audit event %s not written: %r", record["event_type"], error)
+        self.host.incr_counter("audit_write_failed_total")
 
     def _forward(self, record: dict[str, Any]) -> None:
         for target, op in list(self.subscribers):  # forward_events=False: subscribers get the scrubbed record
@@ -188,10 +189,11 @@ class AuditEvent(GenEvent):
                 log.warning("audit subscriber %s not reached: %s", target, e.message)
 
     async def _settled(self) -> None:
-        """Reads see every event logged before them: wait for the batch being written."""
-        task = self._flushing
-        if task is not None and not task.done():
-            await asyncio.shield(task)
+        """Reads see every event logged before them: appends commit in call order, so once the newest is
+        done (written or failed) so are all before it."""
+        last = self._last
+        if last is not None and not last.done():
+            await asyncio.wait({last})
 
     @call
     async def query_events(

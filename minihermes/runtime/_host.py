@@ -108,6 +108,10 @@ class HostEvents(_Scoped):
     async def append(self, stream: str, data: JSON) -> EventRecord:
         return await self._store.events.append(self._scope_fn(), stream, data)
 
+    def append_nowait(self, stream: str, data: JSON) -> asyncio.Future[EventRecord]:
+        """Queue an append now; the future resolves once it is committed (appends keep call order)."""
+        return self._store.events.append_nowait(self._scope_fn(), stream, data)
+
     async def read(self, stream: str, after_seq: int = 0, limit: int = 100) -> list[EventRecord]:
         return await self._store.events.read(self._scope_fn(), stream, after_seq, limit)
 

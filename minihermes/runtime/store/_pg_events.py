@@ -81,6 +81,11 @@ class PgEvents(Part):
     _writers: dict[_Key, asyncio.Task[None]] | None = None
 
     async def append(self, scope: Scope, stream: str, data: JSON) -> EventRecord:
+        # Shielded: a cancelled caller must not cancel the batch its entry is in (it may be written anyway,
+        # as with any write whose caller gave up).
+        return await asyncio.shield(self.append_nowait(scope, stream, data))
+
+    def append_nowait(self, scope: Scope, stream: str, data: JSON) -> asyncio.Future[EventRecord]:
         tenant, ns = check_scope(scope)
         check_name("stream", stream)
         text = _encode(data)
@@ -93,9 +98,7 @@ class PgEvents(Part):
         self._queues.setdefault(key, []).append(pending)
         if key not in self._writers:
             self._writers[key] = loop.create_task(self._write_stream(key))
-        # Shielded: a cancelled caller must not cancel the batch its entry is in (it may be written anyway,
-        # as with any write whose caller gave up).
-        return await asyncio.shield(pending.future)
+        return pending.future
 
     async def _write_stream(self, key: _Key) -> None:
         queues, writers = self._queues, self._writers

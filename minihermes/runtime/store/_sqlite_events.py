@@ -86,6 +86,9 @@ class SqliteEvents(Part):
     _pending: dict[tuple[str, str, str], list[_Pending]] | None = None
 
     async def append(self, scope: Scope, stream: str, data: JSON) -> EventRecord:
+        return await self.append_nowait(scope, stream, data)
+
+    def append_nowait(self, scope: Scope, stream: str, data: JSON) -> asyncio.Future[EventRecord]:
         tenant, ns = check_scope(scope)
         check_name("stream", stream)
         text = _encode(data)
@@ -98,7 +101,7 @@ class SqliteEvents(Part):
             self._pending = {}
             loop.call_soon(self._flush)
         self._pending.setdefault((tenant, ns, stream), []).append((self._now(), text, stored, fut))
-        return await fut
+        return fut
 
     def _flush(self) -> None:
         pending, self._pending = self._pending or {}, None

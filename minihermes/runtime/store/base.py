@@ -234,6 +234,11 @@ class EventLog(Protocol):
     verification continues across the trim from the retained anchor hash."""
 
     async def append(self, scope: Scope, stream: str, data: JSON) -> EventRecord: ...
+    def append_nowait(self, scope: Scope, stream: str, data: JSON) -> asyncio.Future[EventRecord]:
+        """``append`` without waiting: the data is checked and queued now, appends are chained in call
+        order, and the future resolves once the event is committed. Cancelling it does not stop the write."""
+        ...
+
     async def read(
         self, scope: Scope, stream: str, after_seq: int = 0, limit: int = 100
     ) -> list[EventRecord]: ...
