@@ -30,7 +30,6 @@ import difflib
 import json
 import random
 import uuid
-from collections.abc import Awaitable
 from typing import Any, Literal
 
 from minihermes.llm import (
@@ -161,8 +160,7 @@ class LLMGateway(GenServer):
         if self._clock.monotonic() > self._tick_due + self._settings.tick_interval:
             self._arm_tick()  # a tick was dropped (full mailbox): recovery must not stop for good
         # Spawned here, inside the handler, so the task runs in this request's tenant context.
-        task = self.host.spawn(self._outcome(request, self._route(session_id), caller, progress))
-        return Deferred(_reply(task))
+        return Deferred(self.host.spawn(self._complete(request, self._route(session_id), caller, progress)))
 
     def _stream_progress(self, topic: str) -> policy.StreamProgress | None:
         """Text deltas go to ``topic`` (in the caller's tenant) as the provider streams them."""
@@ -181,20 +179,6 @@ class LLMGateway(GenServer):
         primary = (self.session_overrides.get(session_id) if session_id else None) or self.active
         first = primary["provider"]
         return [(first, primary.get("model", ""))] + [(n, "") for n in self.failover if n != first]
-
-    async def _outcome(
-        self,
-        request: CompletionRequest,
-        route: list[tuple[str, str]],
-        caller: Caller,
-        progress: policy.StreamProgress | None,
-    ) -> dict[str, Any] | ActorError:
-        # A structured error is this call's reply, not a failure of the background task (which the runtime
-        # would log as one): it travels as a value to ``_reply``.
-        try:
-            return await self._complete(request, route, caller, progress)
-        except ActorError as error:
-            return error
 
     async def _complete(
         self,
@@ -685,13 +669,6 @@ class LLMGateway(GenServer):
             provider=provider,
             known=known,
         )
-
-
-async def _reply(task: Awaitable[dict[str, Any] | ActorError]) -> dict[str, Any]:
-    outcome = await task
-    if isinstance(outcome, ActorError):
-        raise outcome
-    return outcome
 
 
 def _require(roles: frozenset[str], op: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import functools
 import json
 import logging
 import signal
@@ -522,6 +523,14 @@ class Node:
         reply: asyncio.Future[Any] | None,
         after: asyncio.Future[None] | None = None,
     ) -> None:
+        work = deferred.awaitable
+        if after is None and isinstance(work, asyncio.Task) and work in cell.tasks:
+            # The work is a task of this instance (cancelled if it dies): its completion settles the reply,
+            # no waiter task. Its outcome is the reply's, so it is not also logged as a failed task.
+            work.remove_done_callback(_log_task_error)
+            work.add_done_callback(functools.partial(_settle_deferred, cell.address, reply))
+            return
+
         async def waiter() -> None:
             try:
                 if after is not None:
@@ -977,6 +986,25 @@ def valid_key(key: str) -> bool:
     """Whether a virtual actor may be keyed by ``key``: 1-MAX_KEY_CHARS printable characters (what every
     store can hold as part of an address). Callers in front of the node (HTTP) check with this same rule."""
     return 0 < len(key) <= MAX_KEY_CHARS and key.isprintable()
+
+
+def _settle_deferred(address: str, reply: asyncio.Future[Any] | None, work: asyncio.Task[Any]) -> None:
+    """A deferred reply from its task's outcome (as ``Node._spawn_reply``'s waiter does)."""
+    if work.cancelled():
+        if reply is not None and not reply.done():
+            reply.set_exception(ActorError(f"{address} stopped before replying", code="stopped"))
+        return
+    error = work.exception()
+    if error is not None and not isinstance(error, ActorError):
+        # A bug in the deferred work: the caller gets the crash at once, not a timeout.
+        log.error("deferred reply of %s failed", address, exc_info=error)
+        error = ActorCrashed(f"{address} failed while replying", actor=address)
+    if reply is None or reply.done():
+        return
+    if error is not None:
+        reply.set_exception(error)
+    else:
+        reply.set_result(work.result())
 
 
 def _log_task_error(task: asyncio.Task[Any]) -> None:
