@@ -125,14 +125,14 @@ class Guardrails(GenFSM):
     # -- the gate -----------------------------------------------------------------------------------------
 
     @call
-    async def check_tool(
+    def check_tool(
         self,
         tool_name: str,
         input: Any = None,
         session_id: str = "",
         turn_id: str = "",
         after_untrusted: bool = False,
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any] | Deferred:
         """``{decision: allow | deny | review, reason, message}`` for one intended call."""
         if not TOOL_NAME.match(tool_name):  # an LLM's malformed call is denied, not an error
             return self._decided(
@@ -154,7 +154,40 @@ class Guardrails(GenFSM):
             return self._decided(
                 tool_name, session_id, _verdict(policy, "policy", f"{tool_name}: policy is {policy}")
             )
-        info = await self._describe(tool_name, input)
+        cached = self._classified.get(tool_name)
+        if cached is not None and self.host.now() - cached[0] < CLASSIFICATION_TTL:
+            # The usual case, answered at once (and inline: no task for the gate on a turn's hot path).
+            return self._judge(tool_name, session_id, mode, policy, cached[1], after_untrusted)
+        # The tool must be described by the executor first: replied to later, the gate goes on meanwhile.
+        return Deferred(
+            self.host.spawn(
+                self._check_described(tool_name, input, session_id, mode, policy, after_untrusted)
+            )
+        )
+
+    async def _check_described(
+        self,
+        tool_name: str,
+        args: Any,
+        session_id: str,
+        mode: str,
+        policy: str | None,
+        after_untrusted: bool,
+    ) -> dict[str, Any]:
+        info = await self._describe(tool_name, args)
+        verdict = self._judge(tool_name, session_id, mode, policy, info, after_untrusted)
+        self.host.save_soon()  # the counters it moved, outside a handler: saved (and rolled back to) now
+        return verdict
+
+    def _judge(
+        self,
+        tool_name: str,
+        session_id: str,
+        mode: str,
+        policy: str | None,
+        info: dict[str, Any] | None,
+        after_untrusted: bool,
+    ) -> dict[str, Any]:
         effects = info["effects"] if info else "mutating"
         extra = {"effects": effects, "trust": info["trust"]} if info else {}
         if mode == "lockdown" and effects == "mutating":
