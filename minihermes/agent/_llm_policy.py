@@ -123,6 +123,28 @@ _VALIDATED: ViewMemo[Message | ToolSpec] = ViewMemo(65_536)
 not once per LLM call."""
 
 
+_TOOL_LISTS: OrderedDict[tuple[int, ...], tuple[list[Any], list[Any]]] = OrderedDict()
+"""Whole tool lists already validated, by the identities of their (read-only) specs: a turn offers the same
+list on every LLM call. Each entry keeps its specs alive, so the ids in its key are not reused."""
+_TOOL_LISTS_MAX = 256
+
+
+def _validated_tools(tools: list[dict[str, Any]]) -> list[Any]:
+    if not all(type(t) is ToolView for t in tools):
+        return _validated(tools, ToolView, ToolSpec)
+    key = tuple(map(id, tools))
+    hit = _TOOL_LISTS.get(key)
+    if hit is not None:
+        _TOOL_LISTS.move_to_end(key)
+        return hit[1]
+    checked = _validated(tools, ToolView, ToolSpec)
+    if all(type(c) is ToolSpec for c in checked):  # all valid: the request's own validation is a no-op
+        _TOOL_LISTS[key] = (list(tools), checked)
+        if len(_TOOL_LISTS) > _TOOL_LISTS_MAX:
+            _TOOL_LISTS.popitem(last=False)
+    return checked
+
+
 def _validated(
     items: list[dict[str, Any]], view: type[ReadOnlyDict], model: type[Message | ToolSpec]
 ) -> list[Any]:
@@ -157,7 +179,7 @@ def completion_request(
         return CompletionRequest.model_validate(
             {
                 "messages": _validated(messages, MessageView, Message),
-                "tools": _validated(tools, ToolView, ToolSpec),
+                "tools": _validated_tools(tools),
                 "max_tokens": max_tokens,
                 "temperature": temperature,
                 "cache_prefix_messages": cache_prefix_messages,
@@ -862,6 +884,8 @@ class UsageLedger:
     def _evict(self, keep: str) -> None:
         # Oldest first; entries not yet written stay until they are, and so does the one being handed out
         # (with every older entry dirty it would otherwise evict itself, and its increments would be lost).
+        if len(self._cache) <= self._capacity:
+            return  # the usual case: no copy of the whole cache for each bucket loaded
         for name in list(self._cache):
             if len(self._cache) <= self._capacity:
                 return
