@@ -620,9 +620,12 @@ async def profile_turns(n: int, shape: str) -> dict[str, Any]:
     saves: collections.Counter[str] = collections.Counter()
     dumps: collections.Counter[str] = collections.Counter()
     dump_bytes: collections.Counter[str] = collections.Counter()
-    orig_handle, orig_dump = _cell.Cell._handle, _actor.Actor.dump_state
+    orig_handle, orig_inline = _cell.Cell._handle, _cell.Cell.call_inline
+    orig_dump = _actor.Actor.dump_state
     store = mh.node.store
-    orig_save = store.checkpoints.save
+    ckpts = store.checkpoints
+    # Every way a checkpoint reaches the store: awaited, registered (save_soon), the per-message callback.
+    save_paths = {n: getattr(ckpts, n) for n in ("save", "save_nowait", "save_callback") if hasattr(ckpts, n)}
     try:
         for i in range(20):
             await mh.chat(MESSAGE, session_id=f"warm-{i}")
@@ -631,19 +634,28 @@ async def profile_turns(n: int, shape: str) -> dict[str, Any]:
             handled[f"{self.spec.name}.{env.op}"] += 1
             await orig_handle(self, env)
 
+        def inline(self: Any, h: Any, env: Any) -> None:
+            handled[f"{self.spec.name}.{env.op} (inline)"] += 1
+            orig_inline(self, h, env)
+
         def dump(self: Any) -> bytes:
             data = orig_dump(self)
             dumps[type(self).__name__] += 1
             dump_bytes[type(self).__name__] += len(data)
             return data
 
-        async def save(scope: Any, address: str, version: int, data: bytes) -> Any:
-            saves[address.split("/")[0]] += 1
-            return await orig_save(scope, address, version, data)
+        def counted(fn: Callable[..., Any]) -> Callable[..., Any]:
+            def save(scope: Any, address: str, *rest: Any) -> Any:
+                saves[address.split("/")[0]] += 1
+                return fn(scope, address, *rest)
+
+            return save
 
         _cell.Cell._handle = handle  # type: ignore[method-assign]
+        _cell.Cell.call_inline = inline  # type: ignore[method-assign]
         _actor.Actor.dump_state = dump  # type: ignore[method-assign]
-        store.checkpoints.save = save
+        for name, fn in save_paths.items():
+            setattr(ckpts, name, counted(fn))
         k = 50
         for i in range(k):
             await mh.chat(MESSAGE, session_id=f"anat-{i}")
@@ -653,8 +665,10 @@ async def profile_turns(n: int, shape: str) -> dict[str, Any]:
             "saves": {a: c / k for a, c in saves.most_common()},
             "dumps": {a: (c / k, dump_bytes[a] / c) for a, c in dumps.most_common()},
         }
-        _cell.Cell._handle, _actor.Actor.dump_state = orig_handle, orig_dump  # type: ignore[method-assign]
-        store.checkpoints.save = orig_save
+        _cell.Cell._handle, _cell.Cell.call_inline = orig_handle, orig_inline  # type: ignore[method-assign]
+        _actor.Actor.dump_state = orig_dump  # type: ignore[method-assign]
+        for name in save_paths:
+            ckpts.__dict__.pop(name, None)
         gc.collect()
         prof = cProfile.Profile()
         w0, m0, c0 = time.perf_counter(), time.thread_time(), time.process_time()
@@ -689,7 +703,10 @@ async def profile_turns(n: int, shape: str) -> dict[str, Any]:
             "top_cumtime": [(label, tt / n * 1e3, ct / n * 1e3, nc / n) for tt, ct, nc, label in cum[:18]],
         }
     finally:
-        _cell.Cell._handle, _actor.Actor.dump_state = orig_handle, orig_dump  # type: ignore[method-assign]
+        _cell.Cell._handle, _cell.Cell.call_inline = orig_handle, orig_inline  # type: ignore[method-assign]
+        _actor.Actor.dump_state = orig_dump  # type: ignore[method-assign]
+        for name in save_paths:
+            ckpts.__dict__.pop(name, None)
         await mh.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -884,7 +901,8 @@ def render_profile(console: Any, prof: dict[str, Any]) -> None:
     a = prof["anatomy"]
     console.print(
         f"[bold]Anatomy of one MiniHermes turn[/] (mean of 50 fresh-session turns): "
-        f"{sum(a['handled'].values()):.0f} actor messages, {sum(a['saves'].values()):.0f} checkpoint saves, "
+        f"{sum(a['handled'].values()):.0f} actor messages (inline: run in the sender's task), "
+        f"{sum(a['saves'].values()):.0f} checkpoint saves, "
         f"{sum(v[0] for v in a['dumps'].values()):.0f} state serializations"
     )
     console.print("  messages: " + ", ".join(f"{op} {c:g}" for op, c in a["handled"].items()))
