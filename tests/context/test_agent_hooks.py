@@ -152,3 +152,47 @@ async def test_secrets_are_redacted_before_the_history_stores_them(make_node, tm
     assert stored["value"] == "password: [REDACTED]"
     found = await node.ask("agent/s1", "session_search", {"query": "remember password"}, ctx=ACME)
     assert found["count"] and "hunter22" not in json.dumps(found)
+
+
+async def test_the_turns_start_up_writes_are_done_before_its_first_tool_call_runs(
+    make_node, tmp_path, monkeypatch
+):
+    """The start of a turn is saved and its start-up writes (resume marker, session owner, turn meta) run
+    beside the first LLM call; the first tool call waits for all of them."""
+    from minihermes.context import forget
+    from minihermes.runtime import Node
+
+    order: list[str] = []
+    real_mark, real_owner = Node.mark_durable, forget.record_session
+
+    async def mark(self: Node, cell: Any, active: bool) -> None:
+        await real_mark(self, cell, active)
+        order.append(f"marked {active}")
+
+    async def owner(host: Any, session_id: str, user_id: str) -> None:
+        await real_owner(host, session_id, user_id)
+        order.append("owner")
+
+    monkeypatch.setattr(Node, "mark_durable", mark)
+    monkeypatch.setattr(forget, "record_session", owner)
+    execute = ToolExecutor._handlers["execute"]
+    real_execute = execute.fn
+
+    def run(self: ToolExecutor, **kw: Any) -> Any:
+        order.append(f"tool {kw['name']}")
+        return real_execute(self, **kw)
+
+    monkeypatch.setattr(execute, "fn", run)
+    ANSWER["fn"] = lambda req: (
+        end("done") if len(req["messages"]) > 3 else tool_use(("calculator", {"expression": "6*7"}))
+    )
+    node = await make_node(specs(tmp_path))
+    reply = await chat(node, "what is 6*7", delegation_depth=1)
+    assert reply["status"] == "ok" and reply["tool_calls"] == 1
+    assert sorted(order[:2]) == ["marked True", "owner"] and order[2] == "tool calculator"
+    assert order[3:] == ["marked False"]  # the end: unmarked before the reply
+    info = await node.ask("probe", "read", {"session_id": "s1"}, ctx=ACME)
+    assert info["delegation_depth"] == 1  # the turn meta was written in the start-up writes too
+    order.clear()
+    await chat(node, "again")  # not the session's first turn: no owner write
+    assert order[0] == "marked True"
