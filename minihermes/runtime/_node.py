@@ -417,12 +417,7 @@ class Node:
         env = Envelope(op, kwargs, ctx, fut, self._sender())
         if handler.inline and self.options.inline_calls and cell.idle:
             # Nothing queued and the actor's loop parked: run the plain handler here, no task wake-up.
-            self._check_accepting()
-            self._inlining = True
-            try:
-                cell.call_inline(handler, env)
-            finally:
-                self._inlining = False
+            self._run_inline(cell, handler, env)
             if fut.done():
                 # Answered without a loop pass. A caller that loops over such asks (polling an actor) must
                 # still let other tasks run now and then: it yields on every INLINE_YIELD_EVERY-th one.
@@ -467,15 +462,19 @@ class Node:
         if handler.inline and self.options.inline_calls and cell.idle and not self._inlining:
             # As for an inline call: the plain handler runs here instead of waking the actor's task. Not
             # from a handler that itself runs inline, so that a chain of casts stays one hop deep.
-            self._check_accepting()
-            self._inlining = True
-            try:
-                cell.call_inline(handler, env)
-            finally:
-                self._inlining = False
+            self._run_inline(cell, handler, env)
             return
         self._admit(cell, env)
         cell.mailbox.put(env)
+
+    def _run_inline(self, cell: Cell, handler: Handler, env: Envelope) -> None:
+        """Handle a message in this task (``Cell.call_inline``); casts the handler sends are queued."""
+        self._check_accepting()
+        self._inlining = True
+        try:
+            cell.call_inline(handler, env)
+        finally:
+            self._inlining = False
 
     def _send_elsewhere(
         self, target: str, op: str, payload: dict[str, Any], ctx: RequestContext, *, system: bool
