@@ -373,12 +373,17 @@ class Cluster:
 
     async def _take_over(self, node_id: str, boot: str) -> None:
         """What a dead node held comes back on the survivors now, not when something next touches it."""
-        # Channel messages it had received and not acked go back to the queue.
-        await self.node.store.channels.release_receipt_prefix(f"{node_id}:{boot}:")
+        node = self.node
+        # Channel messages it had received and not acked go back to the queue, and receivers waiting here
+        # (a task worker's long poll) look again now rather than at their next poll of the store. The
+        # release does not say which channels it touched: every channel with a receiver here is woken, one
+        # extra read each per dead node. Each survivor wakes its own.
+        if await node.store.channels.release_receipt_prefix(f"{node_id}:{boot}:"):
+            node.wake_channels()
         # Actors it ran that are marked durable-active (a running workflow, an agent turn in flight) are
         # re-activated: each survivor asks, the lease decides where; one already running elsewhere gets a
         # no-op ``__resume__``.
-        await self.node.resume_durable()
+        await node.resume_durable()
 
     def directory_changed(self) -> None:
         self._dir_dirty.set()

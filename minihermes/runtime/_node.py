@@ -614,7 +614,7 @@ class Node:
         for scope in cell.registered:
             self._registry.get(scope, {}).pop(cell.address, None)
         cell.registered.clear()
-        self.spawn(self.store.channels.release_receipt(cell.receipt))
+        self.spawn(self._release_receipt(cell.receipt))
         for ref, watcher in list(cell.monitors.items()):
             self._deliver_ck(
                 watcher, "__DOWN__", {"monitor_ref": ref, "down_from": cell.address, "down_reason": reason}
@@ -837,6 +837,16 @@ class Node:
         ev = self._channel_events.get((scope, channel))
         if ev is not None:
             asyncio.Event.set(ev)
+
+    def wake_channels(self) -> None:
+        """Wake this node's receivers of every channel: messages went back to the queue and the release did
+        not say on which channels (a dead node's or a stopped actor's receipts). One extra read each."""
+        for ev in list(self._channel_events.values()):
+            asyncio.Event.set(ev)
+
+    async def _release_receipt(self, receipt: str) -> None:
+        if await self.store.channels.release_receipt(receipt):
+            self.wake_channels()
 
     # -- ephemeral topics (live progress) ------------------------------------------------------------------
 

@@ -271,10 +271,18 @@ class CronScheduler(GenServer):
             await self._dispatch_retries()
         finally:
             self._ticking = False
-        # Lead one tick at a time: whichever node's scheduler the next tick reaches leads it (the tenant's
-        # tick reminder fires on one node, not always this one). Held on, the lock would make a tick that
-        # lands elsewhere dispatch nothing until it expired. A leader that dies mid-tick leaves it to expire.
-        await self.host.locks.release("cron_leader", token, holder=self.holder)
+            # Lead one tick at a time: whichever node's scheduler the next tick reaches leads it (the
+            # tenant's tick reminder fires on one node, not always this one). Held on, the lock would make a
+            # tick that lands elsewhere dispatch nothing until it expired; so would a tick that failed, were
+            # it not let go here. A leader that dies mid-tick leaves it to expire.
+            await self._let_go(token)
+
+    async def _let_go(self, token: int) -> None:
+        try:
+            await self.host.locks.release("cron_leader", token, holder=self.holder)
+        except Exception:
+            # Not raised: in a failed tick it would hide the tick's own error; the lease expires anyway.
+            self.host.log.exception("cron_leader: release failed; the lease expires in %.0f s", self.lock_ttl)
 
     async def _dispatch_due(self) -> None:
         while True:

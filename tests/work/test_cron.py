@@ -236,3 +236,68 @@ async def test_a_redelivered_completed_run_is_not_executed_again(app_node, clock
     assert len(doubles.SCRIPT.calls) == calls and msg
     stats = await node.ask("cron_runner", "get_stats", {}, ctx=ACME)
     assert stats["skipped_duplicates"] == 1
+
+
+def _fail_due_list_once(node: Node, monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The next ``cron:due:`` read fails (a store fault inside the tick); returns the leader lock as it was
+    at that moment (appended when the fault fires)."""
+    kv = node.store.kv
+    real_list = kv.list
+    seen: list[object] = []
+
+    async def list_failing_once(scope, prefix="", limit=None):
+        if prefix == "cron:due:" and not seen:
+            seen.append(await node.store.locks.get(scope, "cron_leader"))
+            raise OSError("injected store fault")
+        return await real_list(scope, prefix, limit)
+
+    monkeypatch.setattr(kv, "list", list_failing_once)
+    return seen
+
+
+async def test_a_failed_tick_still_lets_go_of_the_leader_lock(app_node, clock, monkeypatch):
+    """A tick that raises releases the lease at once: left to its TTL, no node would lead until then (the
+    manual clock stands still here, so only the release can free it)."""
+    node = await app_node(scripted=True)
+    await cron(node, "create_job", job_id="j1", prompt="p", schedule="every 5s")
+    holder = (await cron(node, "get_stats"))["holder"]
+    seen = _fail_due_list_once(node, monkeypatch)
+    await clock.advance(1.5)  # one tick
+
+    async def failed():
+        return seen
+
+    lock = (await until(failed))[0]
+    assert lock is not None and lock.holder == holder  # the failing tick held it
+
+    async def released() -> bool:
+        return await node.store.locks.get(("acme", "default"), "cron_leader") is None
+
+    await until(released, timeout=5)
+    await ticks(clock, 5)  # and the next tick leads as usual
+    await until(finished(node, "j1", 1))
+
+
+async def test_a_failed_release_is_logged_not_raised_over_the_ticks_error(
+    app_node, clock, monkeypatch, caplog
+):
+    """The tick fails, then so does the release: the release's failure is logged, and the task's error (the
+    one the node logs for a failed background task) is still the tick's own."""
+    node = await app_node(scripted=True)
+    await cron(node, "create_job", job_id="j1", prompt="p", schedule="every 5s")  # starts acme's scheduler
+    seen = _fail_due_list_once(node, monkeypatch)
+
+    async def release_failing(*args, **kwargs):
+        raise ConnectionError("injected release fault")
+
+    monkeypatch.setattr(node.store.locks, "release", release_failing)
+
+    async def both_logged():
+        release = [r for r in caplog.records if "release failed" in r.getMessage()]
+        task = [r for r in caplog.records if r.getMessage() == "background task failed"]
+        return (release, task) if release and task else None
+
+    await clock.advance(1.5)  # one tick
+    release, task = await until(both_logged, timeout=5)
+    assert seen and isinstance(release[0].exc_info[1], ConnectionError)
+    assert isinstance(task[0].exc_info[1], OSError)  # the tick's own error is the one that surfaces

@@ -223,3 +223,52 @@ async def test_tasks_of_a_worker_whose_node_is_declared_down_come_back_at_once(a
     assert all(t["deliveries"] == 2 for t in again)
     for s in ("t1", "t2"):
         doubles.SCRIPT.hold[s].set()
+
+
+async def test_a_task_released_when_its_node_is_declared_down_wakes_a_waiting_worker(
+    app_node, clock, monkeypatch
+):
+    """What ``Cluster._node_down`` does on a survivor: the dead node's worker's task goes back to the channel
+    and the worker waiting here takes it at once. The manual clock stands still and the queue's nudge is a
+    day away, so neither the worker's next poll of the store nor a nudge can be what picks it up."""
+    pytest.importorskip("nats", reason="nats-py is not installed (pip install -e '.[dev]')")
+    from minihermes.cluster import Cluster, ClusterSettings
+
+    node = await app_node(scripted=True, node_id="s", task_queue={"nudge_interval": 86400})
+    scope, channel, store = ACME.scope, "tasks:agent_prompt", node.store
+    await store.channels.declare(scope, channel, max_deliveries=5, visibility_timeout=VISIBILITY)
+    # A task sent from another process, taken by the worker of node "dead" (boot "b1"), which then dies.
+    body = {"payload": {"prompt": "p1", "session_id": "x1"}, "owner": "alice", "roles": ["admin"]}
+    msg_id = await store.channels.send(scope, channel, "agent_prompt", body)
+    assert len(await store.channels.receive(scope, channel, receipt="dead:b1:task_worker:1")) == 1
+
+    # The worker here starts and waits: its receive finds nothing ready and no store read follows until a
+    # wake-up (or the clock moves).
+    real_receive = store.channels.receive
+    reads: list[int] = []
+
+    async def receive(*args, **kwargs):
+        got = await real_receive(*args, **kwargs)
+        if str(kwargs.get("receipt")).startswith("s:"):
+            reads.append(len(got))
+        return got
+
+    monkeypatch.setattr(store.channels, "receive", receive)
+    await node.ask("task_worker", "get_stats", {}, ctx=ACME)
+
+    async def worker_waiting() -> bool:
+        return reads == [0]
+
+    await until(worker_waiting, what="the worker's first (empty) receive")
+    started = clock.time()
+    cluster = Cluster(ClusterSettings(nats_url="nats://127.0.0.1:1", secret=b"s" * 16))
+    cluster._node = node  # not connected: only the survivor's take-over of node "dead" runs
+    cluster._node_down("dead", "b1")
+
+    async def done():
+        got = await tq(node, "get_result", msg_id=msg_id)
+        return got if got["status"] == "ok" else None
+
+    result = await until(done, timeout=5, what="the released task picked up without a poll or a nudge")
+    assert result["result"]["response"] == "done: p1" and doubles.SCRIPT.calls == ["x1"]
+    assert clock.time() == started and reads[:2] == [0, 1]  # woken once, and that read took the task
