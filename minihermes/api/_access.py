@@ -21,7 +21,7 @@ from minihermes.runtime import (
 )
 
 from ._body import check_content_type, parse_object, read_limited
-from ._catalog import ActorInfo, OpInfo
+from ._catalog import MIN_TIMEOUT, ActorInfo, OpInfo
 from ._core import ApiState
 from ._errors import ApiError, forbidden, invalid
 
@@ -132,7 +132,7 @@ async def read_body(state: ApiState, request: Request) -> dict[str, Any]:
 
 
 def timeout_of(state: ApiState, request: Request, default: float | None = None) -> float:
-    """``?timeout=`` in (0, max_timeout], else ``default`` (the app's default timeout)."""
+    """``?timeout=`` in [MIN_TIMEOUT, max_timeout], else ``default`` (the app's default timeout)."""
     raw = request.query_params.get("timeout")
     if raw is None:
         return state.default_timeout if default is None else default
@@ -140,8 +140,10 @@ def timeout_of(state: ApiState, request: Request, default: float | None = None) 
         value = float(raw)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and 0 < value <= state.max_timeout):
-        raise invalid(f"timeout must be a number of seconds in (0, {state.max_timeout:g}]", field="timeout")
+    if not (math.isfinite(value) and MIN_TIMEOUT <= value <= state.max_timeout):
+        raise invalid(
+            f"timeout must be a number of seconds in [{MIN_TIMEOUT:g}, {state.max_timeout:g}]", field="timeout"
+        )
     return value
 
 

@@ -18,6 +18,9 @@ from minihermes.runtime import Node
 
 from .permissions import PermissionTable
 
+MIN_TIMEOUT = 0.001
+"""The shortest ``?timeout=`` taken (1 ms): below it a wait means nothing (``1e-45`` is a valid float)."""
+
 _REF_TEMPLATE = "#/components/schemas/{model}"
 
 
@@ -125,7 +128,7 @@ def openapi_paths(catalog: dict[str, ActorInfo]) -> tuple[dict[str, Any], dict[s
                             "name": "timeout",
                             "in": "query",
                             "required": False,
-                            "schema": {"type": "number", "exclusiveMinimum": 0},
+                            "schema": {"type": "number", "minimum": MIN_TIMEOUT},
                             "description": "Seconds to wait for the reply (504 after).",
                         }
                     ],
