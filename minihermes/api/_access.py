@@ -142,7 +142,8 @@ def timeout_of(state: ApiState, request: Request, default: float | None = None) 
         value = math.nan
     if not (math.isfinite(value) and MIN_TIMEOUT <= value <= state.max_timeout):
         raise invalid(
-            f"timeout must be a number of seconds in [{MIN_TIMEOUT:g}, {state.max_timeout:g}]", field="timeout"
+            f"timeout must be a number of seconds in [{MIN_TIMEOUT:g}, {state.max_timeout:g}]",
+            field="timeout",
         )
     return value
 
