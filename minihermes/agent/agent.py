@@ -91,6 +91,10 @@ class Agent(GenServer):
     stats: dict[str, int] = state(default_factory=lambda: {"turns": 0, "tool_calls": 0, "iterations": 0})
     owner: str = state(default="")
     turn_meta_written: bool = state(default=False)
+    unembedded: list[dict[str, Any]] = state(default_factory=list)
+    """Finished turns whose vectors for session search are not written yet (the semantic extra): what
+    ``TurnDocs`` is built from. Saved with the turn's end and kept until the vectors are in, with the session
+    marked for resumption meanwhile, so an embedding a crash cut off runs again at start-up."""
 
     async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
         self.session_id = actor_id.partition("/")[2]
@@ -108,10 +112,10 @@ class Agent(GenServer):
         self.semantic = str(args.get("semantic", "auto"))
         self._embedder: Embedder | None = args.get("embedder")
         self._embedding: asyncio.Task[Any] | None = None
+        """The last turn's embedding for session search, while it runs in the background."""
         self._starting: asyncio.Task[Any] | None = None
         """The turn's start-up writes (resume marker, session owner, turn meta) while they run beside its first
         LLM call; every step with effects (a tool call, the turn's end) waits for them (``_started``)."""
-        """The last turn's embedding for session search, while it runs in the background."""
         self.settings = TurnSettings(
             skills_limit=int(args.get("skills_limit", 3)),
             skills_tokens=int(args.get("skills_tokens", 1_500)),
@@ -127,6 +131,10 @@ class Agent(GenServer):
         if self.turn is not None and not self.turn.get("paused"):
             # The process died mid-turn: finish it from the last completed step.
             self._resuming = self.host.spawn(self._continue_turn())
+        if self.unembedded:
+            # It died (or stopped) before the last turns' vectors were written: write them now.
+            pending = [self._turn_docs(entry) for entry in self.unembedded]
+            self._embedding = self.host.spawn(self._embed_turns(pending, after=self._embedding))
 
     # -- ops ----------------------------------------------------------------------------------------------
 
@@ -233,6 +241,7 @@ class Agent(GenServer):
         n = len(self.history)
         self.history = []
         self.last_reply = None
+        self.unembedded = []
         return {"status": "ok", "session_id": self.session_id, "cleared": n}
 
     @call
@@ -243,6 +252,7 @@ class Agent(GenServer):
             "messages": len(self.history),
             "turn_in_progress": self.turn is not None,
             "paused": bool(self.turn and self.turn.get("paused")),
+            "unembedded": len(self.unembedded),
             **self.stats,
         }
 
@@ -285,6 +295,7 @@ class Agent(GenServer):
         self.last_reply = None
         self.stats = {"turns": 0, "tool_calls": 0, "iterations": 0}
         self.owner = ""
+        self.unembedded = []
 
     @cast
     def __resume__(self) -> None:
@@ -357,7 +368,7 @@ class Agent(GenServer):
                 "session_id": self.session_id,
                 "error": e.to_dict()["error"],
             }
-            await self._save_turn_state(running=False)
+            await self._save_turn_state(running=bool(self.unembedded))
             self._fsm("idle")
             self._publish({"type": "final", "reply": self.last_reply})
             raise
@@ -647,21 +658,22 @@ class Agent(GenServer):
         self.stats["iterations"] += turn["iterations"]
         if self.index_sessions:
             # Before the checkpoint: a crash in between re-finishes the turn and re-indexes the same ids.
-            docs = session_index.TurnDocs(
-                self.session_id,
-                turn["user_id"],
-                turn["turn_id"],
-                self.history[turn["start"] :],
-                self.host.now(),
-                turn["start"],
-                self.history[max(0, turn["start"] - 2) : turn["start"]],
-            )
+            entry = {
+                "turn_id": turn["turn_id"],
+                "user_id": turn["user_id"],
+                "at": self.host.now(),
+                "first_index": turn["start"],
+                "messages": self.history[turn["start"] :],
+                "before": self.history[max(0, turn["start"] - session_index.WINDOW_BEFORE) : turn["start"]],
+            }
+            docs = self._turn_docs(entry)
             await session_index.index_docs(self.host, docs)
-            if self.semantic != "off":
-                self._embedding = self.host.spawn(self._embed_turn(docs))
+            if docs.docs and self._may_embed():
+                self.unembedded.append(entry)  # saved with the turn's end below
+                self._embedding = self.host.spawn(self._embed_turns([docs], after=self._embedding))
         self.last_reply = reply
         self.turn = None
-        await self._save_turn_state(running=False)
+        await self._save_turn_state(running=bool(self.unembedded))
         self._fsm("idle")
         self._audit(
             "turn_completed", f"turn={reply['turn_id']} status={status} tool_calls={turn['tool_calls']}"
@@ -671,19 +683,66 @@ class Agent(GenServer):
         self._after_turn(turn, reply)
         return reply
 
-    async def _embed_turn(self, docs: session_index.TurnDocs) -> None:
-        """The turn's vectors for session search, in the background (the model runs in a worker thread). A
-        crash before they are written leaves that turn to BM25 alone."""
-        if self._embedder is None:
-            known, self._embedder = embedder_if_known()  # no thread trip once the process knows
-            if not known:
-                self._embedder = await asyncio.to_thread(load_embedder)
-            if self._embedder is None:
-                if self.semantic == "on":
-                    self.host.log.warning("agent: semantic = 'on' but the semantic extra is not installed")
-                self.semantic = "off"
+    def _turn_docs(self, entry: dict[str, Any]) -> session_index.TurnDocs:
+        return session_index.TurnDocs(
+            self.session_id,
+            entry["user_id"],
+            entry["turn_id"],
+            entry["messages"],
+            entry["at"],
+            entry["first_index"],
+            entry["before"],
+        )
+
+    async def _embed_turns(
+        self, pending: list[session_index.TurnDocs], after: asyncio.Task[Any] | None = None
+    ) -> None:
+        """Finished turns' vectors for session search, in the background (the model runs in a worker
+        thread), once ``after`` (the embedding before) is done. Each turn embedded leaves ``unembedded``; when
+        none is left and no turn runs, the session is saved and no longer marked for resumption (a running
+        turn saves it at its end). A failed embedding stays, to be tried again when the session next starts."""
+        if after is not None and not after.done():
+            await asyncio.wait({after})
+        embedder = await self._semantic_model()
+        if embedder is None:
+            self.unembedded = []  # nothing embeds here: the turns stay with BM25
+            pending = []
+        for docs in pending:
+            assert embedder is not None
+            try:
+                await session_index.embed_turn(self.host, embedder, docs)
+            except Exception:
+                self.host.log.exception("agent %s: embedding turn %s failed", self.session_id, docs.turn_id)
                 return
-        await session_index.embed_turn(self.host, self._embedder, docs)
+            self.unembedded = [e for e in self.unembedded if e["turn_id"] != docs.turn_id]
+        if not self.unembedded and self.turn is None:
+            await self._save_turn_state(running=False)
+
+    def _may_embed(self) -> bool:
+        """False once it is known that no model embeds here (``semantic`` off, or the extra not installed):
+        a check without a thread trip, so a turn keeps nothing for embedding it will never get."""
+        if self.semantic == "off":
+            return False
+        if self._embedder is None:
+            known, self._embedder = embedder_if_known()
+            if known and self._embedder is None:
+                self._no_model()
+                return False
+        return True
+
+    def _no_model(self) -> None:
+        if self.semantic == "on":
+            self.host.log.warning("agent: semantic = 'on' but the semantic extra is not installed")
+        self.semantic = "off"
+
+    async def _semantic_model(self) -> Embedder | None:
+        if not self._may_embed():
+            return None
+        if self._embedder is None:
+            self._embedder = await asyncio.to_thread(load_embedder)  # the first time in this process
+            if self._embedder is None:
+                self._no_model()
+        return self._embedder
 
     async def _start_writes(self, new_owner: str) -> None:
         writes = [self.host.mark_durable(True), self._write_turn_meta()]

@@ -131,6 +131,7 @@ class TurnDocs:
     ) -> None:
         self.session_id = session_id
         self.user_id = user_id
+        self.turn_id = turn_id
         self.at = at
         context = [m for m in before or [] if m.get("role") in ("user", "assistant", "tool")][-WINDOW_BEFORE:]
         everything = context + messages

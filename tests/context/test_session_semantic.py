@@ -6,6 +6,8 @@ installed (skipped otherwise)."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,10 @@ from minihermes.agent.tool_executor import ToolExecutor
 from minihermes.context import session_index
 from minihermes.context.session_index import DENSE_FLOOR, TURN_WEIGHT, WINDOW_WEIGHT, fuse_dense
 from minihermes.runtime import ActorSpec, GenServer, RequestContext, call
+from minihermes.runtime._node import RUNTIME_SCOPE
+from minihermes.runtime.store._pg_testing import open_test_store
 
+from ..work.conftest import until
 from . import doubles
 from .conftest import ACME, ACME_USER
 from .doubles import FnGateway
@@ -241,3 +246,58 @@ async def test_the_bundled_model_when_the_extra_is_installed(make_node):
     assert await node.ask("tx", "find", {"query": "bad weather", "semantic": False}, ctx=ACME) == []
     assert (await node.ask("tx", "find", {"query": "bad weather"}, ctx=ACME))[0] == "trip"
     assert (await node.ask("tx", "find", {"query": "Italian food"}, ctx=ACME))[0] == "cooking"
+
+
+class StuckEmbedder(ConceptEmbedder):
+    """Encodes the first texts only once ``go`` is set (a model still busy when the process dies)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+        self.entered = threading.Event()
+
+    def encode(self, texts: list[str]) -> Any:
+        self.entered.set()
+        if not self.go.wait(timeout=30):
+            raise TimeoutError("the test never let the embedding go")
+        return super().encode(texts)
+
+
+async def test_an_embedding_cut_off_by_a_stop_runs_again_at_start_up(make_node, tmp_path):
+    """The node stops while a finished turn's vectors are being computed (its task is cancelled, as a crash
+    would end it): the turn is kept in the session's ``unembedded`` and the session marked for resumption,
+    so the next start embeds it with no message sent to that session."""
+    data = tmp_path / "cut"
+    stuck = StuckEmbedder()
+    node = await make_node(_agent_specs(tmp_path, embedder=stuck), data_dir=data)
+    reply = await node.ask(
+        "agent", "chat", {"message": LINES["trip"][1], "session_id": "trip"}, ctx=ACME_USER
+    )
+    assert reply["status"] == "ok"
+    await asyncio.to_thread(stuck.entered.wait, 10)  # the model is at work on the turn
+    await node.stop(deadline=5)
+    stuck.go.set()  # the worker thread ends; its result goes nowhere
+
+    store = await open_test_store(data)
+    await store.open()
+    try:
+        marked = [k for k, _ in await store.kv.list(RUNTIME_SCOPE, "resume:")]
+        vectors = await store.vectors.search(ACME_USER.scope, "transcripts.turn", [0.0, 0.0, 0.0, 1.0], 5)
+    finally:
+        await store.close()
+    assert marked == ["resume:acme:default:agent/trip"] and vectors == []
+    fresh = ConceptEmbedder()
+    again = await make_node(_agent_specs(tmp_path, embedder=fresh), data_dir=data)
+
+    # Start-up re-activates the session (no message is sent to it) and it embeds the turn.
+    async def embedding() -> asyncio.Task[Any] | None:
+        cells = [c for c in again.cells("agent") if c.key == "trip" and c.instance is not None]
+        return getattr(cells[0].instance, "_embedding", None) if cells else None
+
+    task = await until(embedding, what="agent/trip re-activated with its embedding under way")
+    await asyncio.wait_for(asyncio.shield(task), 10)
+    assert fresh.encoded == 4  # the turn's two messages, two vectors each
+    assert (await again.ask("agent/trip", "get_stats", {}, ctx=ACME_USER))["unembedded"] == 0
+    assert await again.store.kv.list(RUNTIME_SCOPE, "resume:") == []  # no longer marked
+    found = await again.ask("agent/other", "session_search", {"query": "weather forecast"}, ctx=ACME_USER)
+    assert found["sessions"] == ["trip"]
