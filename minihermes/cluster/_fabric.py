@@ -73,6 +73,7 @@ class Cluster:
         self._nc: Client | None = None
         self._dir: Directory | None = None
         self._leases: LeaseTable | None = None
+        self._fence_epoch = 0
         self._hb: HeartbeatThread | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._pending: dict[str, set[asyncio.Future[Any]]] = {}
@@ -109,6 +110,10 @@ class Cluster:
             js, KeyValueConfig(bucket=self.subjects.nodes_bucket, history=1, limit_marker_ttl=s.node_ttl)
         )
         leases = await _bucket(js, KeyValueConfig(bucket=self.subjects.leases_bucket, history=1))
+        # Fences are the lease's revision within the bucket's lifetime: a bucket made anew (revisions from 1
+        # again) still fences above everything the old one handed out.
+        created = (await js.stream_info(f"KV_{self.subjects.leases_bucket}")).created
+        self._fence_epoch = int(created.timestamp()) if created is not None else 0
         self._dir = Directory(
             nodes, self.signer, self.subjects, node.node_id, node.boot_id, s.node_ttl, self._node_down
         )
@@ -357,6 +362,12 @@ class Cluster:
 
     # -- leases, membership ----------------------------------------------------------------------------------
 
+    def fence_of(self, ck: CellKey) -> int | None:
+        if self._leases is None:
+            return None
+        held = self._leases.held.get(Subjects.lease_key(ck))
+        return fence(self._fence_epoch, held[1]) if held is not None else None
+
     def cell_removed(self, cell: Cell) -> None:
         if self._leases is None:
             return
@@ -486,6 +497,12 @@ class Cluster:
     async def _on_reminders(self, msg: Msg) -> None:
         if self.open_notice(msg) is not None:
             self.spawn(self.node.rearm_reminders(), "mh-rearm")
+
+
+def fence(epoch: int, revision: int) -> int:
+    """A checkpoint fence: the lease bucket's creation time (seconds) above its revision (32 bits; a bucket
+    that handed out 2**32 leases keeps fencing at the top), so it fits a signed 64-bit column."""
+    return (epoch << 32) | min(revision, 0xFFFF_FFFF)
 
 
 async def _bucket(js: JetStreamContext, config: KeyValueConfig) -> KeyValue:

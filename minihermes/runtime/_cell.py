@@ -21,11 +21,14 @@ from ._context import RequestContext, current_context, reset_context, set_contex
 from ._errors import ActorCrashed, ActorError, InvalidTransition, UnknownOp
 from ._mailbox import DEACTIVATE, STOP, Control, Crash, Envelope, Mailbox
 from ._spec import ActorSpec
+from .store import FencedOut
 
 if TYPE_CHECKING:
     from ._node import Node
 
 log = logging.getLogger("minihermes.runtime")
+FENCED_OUT = "fenced out"
+"""Exit reason of a leased actor whose checkpoint a newer holder claimed: removed here, its mail forwarded."""
 
 Scope = tuple[str, str]
 CellKey = tuple[Scope, str, str]
@@ -98,6 +101,9 @@ class Cell:
         self.save_failed = False
         """A checkpoint failed: the instance is being killed; nothing it replies or does may go on."""
         self._ctx: RequestContext | None = None
+        self.fence: int | None = None
+        """In a cluster, the revision of this node's lease on the actor: every checkpoint carries it, and one
+        a newer holder has claimed past is refused (``FencedOut``) instead of overwriting its state."""
 
     def __repr__(self) -> str:
         return f"<Cell {self.scope[0]}:{self.scope[1]}:{self.address} {self.status}>"
@@ -154,6 +160,9 @@ class Cell:
                     await self._control(item)  # type: ignore[arg-type]
         except _Exit as e:
             reason = e.reason
+        except FencedOut as exc:  # claiming the checkpoint at activation: a newer holder has it
+            reason = FENCED_OUT
+            log.warning("actor %s: %s", self.address, exc)
         except asyncio.CancelledError:
             reason, abnormal = self.kill_reason or ("killed", False)
         except Exception as exc:
@@ -407,10 +416,19 @@ class Cell:
             if reply is not None:
                 _settle(reply[0], reply[1], self.address, error)
 
-        save_callback(self.scope, self.address, inst.state_version, data, done)
+        try:
+            if self.fence is None:  # unfenced (one node): the call any store takes
+                save_callback(self.scope, self.address, inst.state_version, data, done)
+            else:
+                save_callback(self.scope, self.address, inst.state_version, data, done, fence=self.fence)
+        except Exception as e:  # refused before it was queued (bad input): as a failed commit
+            done(e)
 
     def _save_future(self, inst: Actor, data: bytes) -> asyncio.Future[None]:
-        fut = self.node.store.checkpoints.save_nowait(self.scope, self.address, inst.state_version, data)
+        fenced = {} if self.fence is None else {"fence": self.fence}
+        fut = self.node.store.checkpoints.save_nowait(
+            self.scope, self.address, inst.state_version, data, **fenced
+        )
         self.saves_in_flight += 1
         fut.add_done_callback(self._save_done)
         return fut
@@ -427,6 +445,12 @@ class Cell:
         if error is None or isinstance(error, asyncio.CancelledError):
             return
         self.save_failed = True
+        if isinstance(error, FencedOut):
+            # Another node holds the actor now (this one lost its lease unawares): stop here, not restart.
+            log.warning("actor %s: %s", self.address, error)
+            if self.task is not None and not self.task.done():
+                self.node.spawn(self.kill(FENCED_OUT))
+            return
         # Memory is now ahead of disk: restart from the last durable checkpoint rather than go on.
         log.error("actor %s: checkpoint failed: %r", self.address, error)
         if self.task is not None and not self.task.done():
@@ -452,7 +476,8 @@ class Cell:
     async def _save(self, data: bytes) -> None:
         inst = self.instance
         assert inst is not None
-        await self.node.store.checkpoints.save(self.scope, self.address, inst.state_version, data)
+        fenced = {} if self.fence is None else {"fence": self.fence}
+        await self.node.store.checkpoints.save(self.scope, self.address, inst.state_version, data, **fenced)
         self._counted_as_saved()
 
     async def flush(self) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ._actor import Actor, Handler
-from ._cell import Cell, CellKey, Deferred, Owner, Scope, current_cell
+from ._cell import FENCED_OUT, Cell, CellKey, Deferred, Owner, Scope, current_cell
 from ._clock import Clock, SystemClock, TimerHandle
 from ._context import SYSTEM_CONTEXT, SYSTEM_TENANT, RequestContext, current_context
 from ._errors import (
@@ -39,6 +39,8 @@ log = logging.getLogger("minihermes.runtime")
 
 SYSTEM_SCOPE: Scope = (SYSTEM_TENANT, "default")
 RUNTIME_SCOPE: Scope = (SYSTEM_TENANT, "__runtime__")
+FENCE_LOOP_WINDOW = 5.0
+"""Seconds within which a second fence-out of one actor on a node fails its messages instead of forwarding."""
 DEFAULT_ASK_TIMEOUT = 30.0
 
 
@@ -96,6 +98,10 @@ class Fabric(Protocol):
         self, target: str, op: str, payload: dict[str, Any], ctx: RequestContext, system: bool
     ) -> None: ...
     def cell_removed(self, cell: Cell) -> None: ...
+    def fence_of(self, ck: CellKey) -> int | None:
+        """The revision of the lease this node holds for ``ck`` (the actor's checkpoint fence), or None."""
+        ...
+
     def directory_changed(self) -> None: ...
     def remote_members(self, group: str, scope: Scope) -> list[str]: ...
     def remote_entries(self, scope: Scope) -> list[RegistryEntry]: ...
@@ -158,6 +164,8 @@ class Node:
         self._reminder_due: float | None = None
         self._retention_timer: TimerHandle | None = None
         self._channel_events: dict[tuple[Scope, str], asyncio.Event] = {}
+        self._fenced: dict[CellKey, float] = {}
+        """When each recently fenced-out actor was (``_fenced_out``), to stop a forwarding loop."""
         self.pubsub = PubSub()
         self._deadlines: dict[int, dict[asyncio.Future[Any], tuple[str, str, float]]] = {}
         self._inline_streak = 0
@@ -344,6 +352,9 @@ class Node:
         if not spec.dynamic or not isinstance(owner, DynamicChild) or not owner.running:
             raise ActorNotFound(f"actor '{spec.name}' is not running", actor=spec.name)
         cell = Cell(self, spec, scope, key, owner)
+        if self.fabric is not None:
+            # Leased here: the cell claims its checkpoint with the lease's revision and fences every save.
+            cell.fence = self.fabric.fence_of(cell.ck)
         self._cells[cell.ck] = cell
         cell.start()
         return cell
@@ -640,6 +651,8 @@ class Node:
         if abnormal:
             self.metrics.incr("actor_crashes_total", actor=cell.spec.name)
             cell.owner.cell_failed(cell, reason)
+        elif reason == FENCED_OUT:
+            self._fenced_out(cell)
         elif reason == "deactivated":
             self._remove(cell)
             leftovers = cell.mailbox.envelopes()
@@ -649,6 +662,49 @@ class Node:
                     fresh.mailbox.put(env)
         elif cell.kill_reason is None:
             cell.owner.cell_exited(cell, reason)
+
+    def _fenced_out(self, cell: Cell) -> None:
+        """A newer holder of the actor's lease claimed its checkpoint: this node lost the lease without
+        noticing (frozen past its heartbeat). The cell goes (its lease with it) and what was queued for it is
+        forwarded, through the fabric, to whichever node holds the actor now."""
+        self.metrics.incr("actor_fenced_total", actor=cell.spec.name)
+        leftovers = cell.mailbox.envelopes()
+        cell.mailbox.drain()
+        self._remove(cell)
+        now = self.clock.monotonic()
+        again = now - self._fenced.get(cell.ck, -FENCE_LOOP_WINDOW) < FENCE_LOOP_WINDOW
+        self._fenced[cell.ck] = now
+        if len(self._fenced) > 1024:
+            self._fenced = {ck: t for ck, t in self._fenced.items() if now - t < FENCE_LOOP_WINDOW}
+        if again:
+            # Fenced out twice in a row here: this node's leases fence below what was claimed before (a lease
+            # bucket made anew under running nodes?). Forwarding would come back here: fail instead.
+            log.error(
+                "actor %s fenced out again within %.0f s: failing its messages",
+                cell.address,
+                FENCE_LOOP_WINDOW,
+            )
+        for env in leftovers:
+            self._release(env)
+            if self.fabric is None or again:  # fences come from a fabric's leases: nothing to forward to
+                if env.reply is not None and not env.reply.done():
+                    env.reply.set_exception(ActorNotFound(f"{cell.address} is gone ({FENCED_OUT})"))
+                continue
+            if env.reply is None:
+                self.fabric.send(cell.address, env.op, env.payload, env.ctx, env.system)
+            else:
+                self.spawn(self._forward(cell.address, env, env.reply))
+
+    async def _forward(self, target: str, env: Envelope, reply: asyncio.Future[Any]) -> None:
+        assert self.fabric is not None
+        try:
+            result = await self.fabric.ask(target, env.op, env.payload, None, env.ctx)
+        except ActorError as e:
+            if not reply.done():
+                reply.set_exception(e)
+        else:
+            if not reply.done():
+                reply.set_result(result)
 
     def _remove(self, cell: Cell) -> None:
         cell.removed = True
@@ -666,8 +722,13 @@ class Node:
                     env.reply.set_exception(ActorNotFound(f"{cell.address} is gone ({reason})"))
 
     async def _restore(self, cell: Cell, inst: Actor) -> bool:
-        """Load the cell's checkpoint into inst. True if the saved state was migrated (save it again)."""
-        cp = await self.store.checkpoints.load(cell.scope, cell.address)
+        """Load the cell's checkpoint into inst. True if the saved state was migrated (save it again). A
+        leased cell claims it with its fence (``FencedOut`` if a newer holder has: the activation fails)."""
+        checkpoints = self.store.checkpoints
+        if cell.fence is None:
+            cp = await checkpoints.load(cell.scope, cell.address)
+        else:
+            cp = await checkpoints.claim(cell.scope, cell.address, cell.fence)
         if cp is None:
             return False
         cls = type(inst)

@@ -298,3 +298,63 @@ def test_settings_from_config_and_environment(tmp_path: Any) -> None:
         "c1",
     ).connect_options("n1")
     assert opts["servers"] == ["nats://h1:1", "nats://h2:2"] and opts["user"] == "node"
+
+
+async def test_a_node_that_lost_a_lease_unawares_cannot_overwrite_the_new_holders_state(
+    cluster_node: NodeFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Node a holds counter/x; b decides a is dead (as when a is frozen past its heartbeat) and takes the
+    lease over. a, not knowing, handles one more message: its checkpoint carries its older fence and is
+    refused, the caller gets an error rather than a reply that is not durable, and a hands the actor over
+    (its next messages go to b). b's state is the one that stays."""
+    a = await cluster_node(tree(), "a")
+    b = await cluster_node(tree(), "b")
+    ck = (ACME.scope, "counter", "x")
+    assert await a.ask("counter/x", "incr", ctx=ACME) == {"n": 1, "node": "a"}
+    assert await a.ask("counter/x", "incr", ctx=ACME) == {"n": 2, "node": "a"}
+    old_fence = fabric(a).fence_of(ck)
+    assert old_fence is not None and [c.fence for c in a.cells("counter")] == [old_fence]
+
+    async def a_looks_dead(node: str, boot: str) -> bool:
+        return node != "a"
+
+    monkeypatch.setattr(fabric(b).directory, "alive", a_looks_dead)
+    holder = await fabric(b).leases.claim(ck, lambda: b.activate_here(ck), fresh=True)
+    assert holder.node == "b" and b.cells("counter") and a.cells("counter")  # both think they hold it
+    new_fence = fabric(b).fence_of(ck)
+    assert new_fence is not None and new_fence > old_fence
+    assert await b.ask("counter/x", "incr", ctx=ACME) == {"n": 3, "node": "b"}  # b read a's n = 2
+
+    with pytest.raises(Exception) as stale:  # a's stale turn: handled, but its checkpoint is refused
+        await a.ask("counter/x", "incr", ctx=ACME)
+    assert getattr(stale.value, "code", "") == "actor_crashed"
+    await until(lambda: _async(not a.cells("counter")), timeout=5.0)  # a let the actor go
+    assert a.metrics.counter("actor_fenced_total", actor="counter") == 1
+    # Nothing a did reached the store, and a's next message goes to the holder.
+    assert await a.ask("counter/x", "incr", ctx=ACME) == {"n": 4, "node": "b"}
+    assert await b.ask("counter/x", "incr", ctx=ACME) == {"n": 5, "node": "b"}
+
+
+async def test_a_restart_after_losing_the_lease_unawares_hands_the_actor_over(
+    cluster_node: NodeFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above, but a's instance restarts (a crash) after b took the lease: the restart's claim of the
+    checkpoint is refused, so a does not run the actor again from b's state; the cell goes, not restarted in
+    a loop, and a's next message goes to b."""
+    a = await cluster_node(tree(), "a")
+    b = await cluster_node(tree(), "b")
+    ck = (ACME.scope, "counter", "x")
+    assert await a.ask("counter/x", "incr", ctx=ACME) == {"n": 1, "node": "a"}
+
+    async def a_looks_dead(node: str, boot: str) -> bool:
+        return node != "a"
+
+    monkeypatch.setattr(fabric(b).directory, "alive", a_looks_dead)
+    assert (await fabric(b).leases.claim(ck, lambda: b.activate_here(ck), fresh=True)).node == "b"
+    assert await b.ask("counter/x", "incr", ctx=ACME) == {"n": 2, "node": "b"}
+    [cell] = a.cells("counter")
+    await cell.kill("injected crash", abnormal=True)  # the supervisor restarts it: its claim is refused
+    await until(lambda: _async(not a.cells("counter")), timeout=5.0)
+    assert a.metrics.counter("actor_fenced_total", actor="counter") == 1
+    assert a.metrics.counter("actor_restarts_total", actor="counter") == 1  # one restart, no loop
+    assert await a.ask("counter/x", "incr", ctx=ACME) == {"n": 3, "node": "b"}

@@ -7,9 +7,9 @@ import asyncio
 import pytest
 
 from minihermes.runtime._clock import ManualClock
-from minihermes.runtime.store import BlobInfo, Checkpoint, Store
+from minihermes.runtime.store import BlobInfo, Checkpoint, FencedOut, Store
 
-from .conftest import A
+from .conftest import A, B
 
 
 async def test_blob_roundtrip_and_overwrite(store: Store, clock: ManualClock) -> None:
@@ -88,3 +88,57 @@ async def test_checkpoint_bad_input(store: Store) -> None:
         await store.checkpoints.save(A, "a", 1, {"state": 1})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="actor_id must not be empty"):
         await store.checkpoints.load(A, "")
+
+
+# -- fences: a newer lease holder's claim refuses the old holder's saves ----------------------------------
+
+
+async def test_a_claim_returns_the_checkpoint_and_refuses_lower_fences_from_then_on(store: Store) -> None:
+    await store.checkpoints.save(A, "agent/s1", 1, b'{"n": 1}', fence=5)  # the old holder (lease rev 5)
+    got = await store.checkpoints.claim(A, "agent/s1", 7)  # a new holder (rev 7) takes over
+    assert got is not None and got.data == b'{"n": 1}'
+    with pytest.raises(FencedOut):  # the old holder, frozen past its lease, wakes and saves
+        await store.checkpoints.save(A, "agent/s1", 1, b'{"n": 99}', fence=5)
+    assert (await store.checkpoints.load(A, "agent/s1")).data == b'{"n": 1}'  # type: ignore[union-attr]
+    await store.checkpoints.save(A, "agent/s1", 1, b'{"n": 2}', fence=7)  # the holder's own saves go on
+    await store.checkpoints.save(A, "agent/s1", 1, b'{"n": 3}', fence=8)  # and a higher fence (not claimed)
+    assert (await store.checkpoints.load(A, "agent/s1")).data == b'{"n": 3}'  # type: ignore[union-attr]
+    with pytest.raises(FencedOut):  # claiming with an older fence than one claimed before
+        await store.checkpoints.claim(A, "agent/s1", 6)
+    assert await store.checkpoints.claim(A, "agent/s1", 7) is not None  # the same fence again is fine
+
+
+async def test_a_claim_of_an_actor_with_no_checkpoint_still_fences_it(store: Store) -> None:
+    assert await store.checkpoints.claim(A, "agent/new", 3) is None
+    with pytest.raises(FencedOut):  # the stale holder must not create the row either
+        await store.checkpoints.save(A, "agent/new", 1, b"{}", fence=2)
+    assert await store.checkpoints.load(A, "agent/new") is None
+
+
+async def test_unfenced_saves_and_other_actors_are_not_affected(store: Store) -> None:
+    await store.checkpoints.claim(A, "agent/s1", 9)
+    await store.checkpoints.save(A, "agent/s1", 1, b'{"single": true}')  # one node, no fence: never refused
+    await store.checkpoints.save(A, "agent/s2", 1, b"{}", fence=1)
+    await store.checkpoints.save(B, "agent/s1", 1, b"{}", fence=1)  # another tenant's actor of that name
+    assert (await store.checkpoints.load(A, "agent/s1")).data == b'{"single": true}'  # type: ignore[union-attr]
+
+
+async def test_in_one_group_commit_only_the_fenced_out_save_fails(store: Store) -> None:
+    await store.checkpoints.claim(A, "stale", 10)
+    results = await asyncio.gather(
+        store.checkpoints.save(A, "fine", 1, b'{"a": 1}', fence=1),
+        store.checkpoints.save(A, "stale", 1, b'{"b": 1}', fence=9),
+        store.checkpoints.save(A, "plain", 1, b'{"c": 1}'),
+        return_exceptions=True,
+    )
+    assert results[0] is None and isinstance(results[1], FencedOut) and results[2] is None
+    assert (await store.checkpoints.load(A, "fine")).data == b'{"a": 1}'  # type: ignore[union-attr]
+    assert await store.checkpoints.load(A, "stale") is None
+
+
+async def test_fence_bad_input(store: Store) -> None:
+    for bad in ("1", 1.5, True):
+        with pytest.raises(TypeError):
+            await store.checkpoints.claim(A, "x", bad)  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            await store.checkpoints.save(A, "x", 1, b"{}", fence=bad)  # type: ignore[arg-type]

@@ -15,6 +15,7 @@ from psycopg import conninfo, sql
 from minihermes.runtime import AppConfig, build_node
 from minihermes.runtime._clock import ManualClock
 from minihermes.runtime.store import Reminder, SchemaVersionError, Store, StoreError, open_store
+from minihermes.runtime.store import _pg_schema as pg_schema
 from minihermes.runtime.store.postgres import PostgresStore
 
 from .conftest import PG_DSN, A, B, drop_schema, postgres_store, requires_postgres
@@ -169,7 +170,7 @@ async def test_checkpoint_batches_keep_the_order_of_saves(two_nodes: tuple[Store
 async def test_schema_version_newer_and_foreign_schemas_are_refused() -> None:
     clock = ManualClock()
     async with postgres_store(clock) as store:
-        assert await store.schema_version() == 1
+        assert await store.schema_version() == pg_schema.LATEST_VERSION
         schema = store.schema  # type: ignore[attr-defined]
         async with await psycopg.AsyncConnection.connect(PG_DSN, autocommit=True) as conn:
             await conn.execute(

@@ -27,13 +27,13 @@ def columns(path: Path, table: str) -> list[str]:
 async def test_fresh_file_settings(tmp_path: Path) -> None:
     path = tmp_path / "fresh.db"
     store = await opened(path, synchronous="full")
-    assert await store.schema_version() == LATEST_VERSION == 5
+    assert await store.schema_version() == LATEST_VERSION == 6
     await store.close()
     conn = sqlite3.connect(path)
     try:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental
-        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "5"
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "6"
     finally:
         conn.close()
     assert "receipt" in columns(path, "channel_messages")
@@ -78,6 +78,9 @@ async def test_migrates_v1_file_with_its_data(tmp_path: Path) -> None:
             2,
             fixture.checkpoint,
         )
+        # v6 added fences: a checkpoint written before them is claimed like any other
+        claimed = await store.checkpoints.claim(scope, fixture.actor_id, 4)
+        assert claimed is not None and claimed.data == fixture.checkpoint
         lock = await store.locks.get(scope, fixture.lock_name)
         assert lock is not None and lock.token == fixture.lock_token
         assert (

@@ -13,7 +13,7 @@ several nodes; ``minihermes.runtime.store.postgres.PostgresStore``, needs psycop
 ``sqlite_v1_fixture`` writes a data dir in the oldest storage format, for migration tests.
 """
 
-from ._errors import SchemaVersionError, StoreClosedError, StoreError
+from ._errors import FencedOut, SchemaVersionError, StoreClosedError, StoreError
 from ._registry import BackendFactory, backend_names, get_backend, open_store, register_backend
 from .base import (
     JSON,
@@ -63,6 +63,7 @@ __all__ = [
     "DeadLetter",
     "EventLog",
     "EventRecord",
+    "FencedOut",
     "KVEntry",
     "KVStore",
     "LockInfo",

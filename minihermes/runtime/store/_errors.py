@@ -11,5 +11,10 @@ class StoreClosedError(StoreError):
     """The store was used before ``open()`` or after ``close()``."""
 
 
+class FencedOut(StoreError):
+    """A fenced checkpoint write or claim was refused: a newer holder of the actor's lease (a higher fence)
+    has claimed it since, so this holder's state is stale and must not be written."""
+
+
 class SchemaVersionError(StoreError):
     """The database was written by a newer MiniHermes (or is not a MiniHermes database)."""

@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any
 
 from ._common import check_bytes, check_name, check_prefix, check_scope
-from ._errors import StoreClosedError
+from ._errors import FencedOut, StoreClosedError
 from ._pg_common import Part, execute_many, prefix_clause
 from ._pg_engine import Conn, logger
 from .base import Checkpoint, Scope
@@ -27,8 +27,33 @@ VALUES (%s, %s, %s, %s, %s, %s)
 ON CONFLICT (tenant, ns, actor_id) DO UPDATE SET state_version = excluded.state_version,
     data = excluded.data, updated_at = excluded.updated_at"""
 
-_Row = tuple[str, str, str, int, bytes, float]
+_FENCE_OF = "SELECT fence FROM fences WHERE tenant = %s AND ns = %s AND actor_id = %s FOR SHARE"
+"""A fenced save reads the actor's fence under a share lock: a claim raising it (which locks the row) commits
+either before (the save sees the higher fence and is refused) or after the save (the claim reads its write)."""
+
+_FENCE_RAISE = """
+INSERT INTO fences (tenant, ns, actor_id, fence) VALUES (%s, %s, %s, %s)
+ON CONFLICT (tenant, ns, actor_id) DO UPDATE SET fence = GREATEST(fences.fence, excluded.fence)
+RETURNING fence"""
+
+_SELECT = (
+    "SELECT state_version, data, updated_at FROM checkpoints WHERE tenant = %s AND ns = %s AND actor_id = %s"
+)
+
+_Key = tuple[str, str, str]
+_Row = tuple[str, str, str, int, bytes, float, int | None]
 _Waiter = asyncio.Future[None] | Callable[[BaseException | None], None]
+
+
+def _fenced_out(key: _Key) -> FencedOut:
+    return FencedOut(f"checkpoint of {key[2]!r} ({key[0]}/{key[1]}) was claimed by a newer lease holder")
+
+
+def _settle_each(
+    waiters: list[tuple[_Key, _Waiter]], error: BaseException | None, refused: set[_Key]
+) -> None:
+    for key, w in waiters:
+        _settle([w], _fenced_out(key) if error is None and key in refused else error)
 
 
 def _settle(waiters: list[_Waiter], error: BaseException | None) -> None:
@@ -51,19 +76,21 @@ def _settle(waiters: list[_Waiter], error: BaseException | None) -> None:
 class PgCheckpoints(Part):
     """Actor state snapshots; every saver returns once its save is committed."""
 
-    _pending: dict[tuple[str, str, str], _Row] | None = None
-    _waiters: list[_Waiter] | None = None
+    _pending: dict[_Key, _Row] | None = None
+    _waiters: list[tuple[_Key, _Waiter]] | None = None
     _writer: asyncio.Task[None] | None = None
 
-    async def save(self, scope: Scope, actor_id: str, state_version: int, data: bytes) -> None:
-        await self.save_nowait(scope, actor_id, state_version, data)
+    async def save(
+        self, scope: Scope, actor_id: str, state_version: int, data: bytes, fence: int | None = None
+    ) -> None:
+        await self.save_nowait(scope, actor_id, state_version, data, fence)
 
     def save_nowait(
-        self, scope: Scope, actor_id: str, state_version: int, data: bytes
+        self, scope: Scope, actor_id: str, state_version: int, data: bytes, fence: int | None = None
     ) -> asyncio.Future[None]:
         # One future per saver: a cancelled saver must not cancel the others' shared commit.
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._register(scope, actor_id, state_version, data, fut)
+        self._register(scope, actor_id, state_version, data, fence, fut)
         return fut
 
     def save_callback(
@@ -73,18 +100,21 @@ class PgCheckpoints(Part):
         state_version: int,
         data: bytes,
         callback: Callable[[BaseException | None], None],
+        fence: int | None = None,
     ) -> None:
         """Like ``save_nowait``, but ``callback(error)`` is called when the batch commits (error None) or
         fails, with no future of its own: the runtime's per-message checkpoint path. It must not raise."""
-        self._register(scope, actor_id, state_version, data, callback)
+        self._register(scope, actor_id, state_version, data, fence, callback)
 
     def _register(
-        self, scope: Scope, actor_id: str, state_version: int, data: bytes, waiter: _Waiter
+        self, scope: Scope, actor_id: str, state_version: int, data: bytes, fence: int | None, waiter: _Waiter
     ) -> None:
         tenant, ns = check_scope(scope)
         check_name("actor_id", actor_id)
         if isinstance(state_version, bool) or not isinstance(state_version, int):
             raise TypeError(f"state_version must be an int, got {type(state_version).__name__}")
+        if fence is not None and (isinstance(fence, bool) or not isinstance(fence, int)):
+            raise TypeError(f"fence must be an int or None, got {type(fence).__name__}")
         data = check_bytes("checkpoint data", data)
         loop = asyncio.get_running_loop()
         if not self._db.is_open:
@@ -94,8 +124,9 @@ class PgCheckpoints(Part):
             self._pending, self._waiters = {}, []
             if self._writer is None:
                 loop.call_soon(self._start_writer)
-        self._pending[(tenant, ns, actor_id)] = (tenant, ns, actor_id, state_version, data, self._now())
-        self._waiters.append(waiter)
+        key = (tenant, ns, actor_id)
+        self._pending[key] = (tenant, ns, actor_id, state_version, data, self._now(), fence)
+        self._waiters.append((key, waiter))
 
     def _start_writer(self) -> None:
         if self._writer is None and self._pending:
@@ -107,14 +138,14 @@ class PgCheckpoints(Part):
                 rows, waiters = list(self._pending.values()), self._waiters or []
                 self._pending, self._waiters = None, None
                 try:
-                    await self._db.transaction(partial(_write, rows=rows))
+                    refused = await self._db.transaction(partial(_write, rows=rows))
                 except asyncio.CancelledError:
-                    _settle(waiters, asyncio.CancelledError())
+                    _settle_each(waiters, asyncio.CancelledError(), set())
                     raise
                 except Exception as exc:
-                    _settle(waiters, exc)
+                    _settle_each(waiters, exc, set())
                 else:
-                    _settle(waiters, None)
+                    _settle_each(waiters, None, refused)
         finally:
             self._writer = None
 
@@ -128,12 +159,18 @@ class PgCheckpoints(Part):
     async def load(self, scope: Scope, actor_id: str) -> Checkpoint | None:
         tenant, ns = check_scope(scope)
         check_name("actor_id", actor_id)
-        sql = "SELECT state_version, data, updated_at FROM checkpoints WHERE tenant = %s AND ns = %s AND actor_id = %s"
-        row = await self._db.fetchone(sql, (tenant, ns, actor_id))
-        if row is None:
-            return None
-        state_version, data, updated_at = row
-        return Checkpoint(actor_id, int(state_version), bytes(data), float(updated_at))
+        return _checkpoint(actor_id, await self._db.fetchone(_SELECT, (tenant, ns, actor_id)))
+
+    async def claim(self, scope: Scope, actor_id: str, fence: int) -> Checkpoint | None:
+        tenant, ns = check_scope(scope)
+        check_name("actor_id", actor_id)
+        if isinstance(fence, bool) or not isinstance(fence, int):
+            raise TypeError(f"fence must be an int, got {type(fence).__name__}")
+        key = (tenant, ns, actor_id)
+        held, row = await self._db.transaction(partial(_claim, key=key, fence=fence))
+        if held > fence:
+            raise _fenced_out(key)
+        return _checkpoint(actor_id, row)
 
     async def delete(self, scope: Scope, actor_id: str) -> bool:
         tenant, ns = check_scope(scope)
@@ -149,5 +186,36 @@ class PgCheckpoints(Part):
         return [row[0] for row in await self._db.fetchall(sql, (tenant, ns, *bounds))]
 
 
-async def _write(conn: Conn, *, rows: list[Any]) -> None:
-    await execute_many(conn, _UPSERT, rows)
+def _checkpoint(actor_id: str, row: Any) -> Checkpoint | None:
+    if row is None:
+        return None
+    state_version, data, updated_at = row
+    return Checkpoint(actor_id, int(state_version), bytes(data), float(updated_at))
+
+
+async def _write(conn: Conn, *, rows: list[_Row]) -> set[_Key]:
+    """Unfenced rows pipelined in one executemany; fenced ones one by one, to see which were refused."""
+    await execute_many(conn, _UPSERT, [row[:6] for row in rows if row[6] is None])
+    refused: set[_Key] = set()
+    for row in rows:
+        fence = row[6]
+        if fence is None:
+            continue
+        key = (row[0], row[1], row[2])
+        held = await (await conn.execute(_FENCE_OF, key)).fetchone()
+        if held is not None and int(held[0]) > fence:
+            refused.add(key)
+        else:
+            await conn.execute(_UPSERT, row[:6])
+    return refused
+
+
+async def _claim(conn: Conn, *, key: _Key, fence: int) -> tuple[int, Any]:
+    cur = await conn.execute(_FENCE_RAISE, (*key, fence))
+    row = await cur.fetchone()
+    assert row is not None
+    held = int(row[0])
+    if held > fence:
+        return held, None
+    cur = await conn.execute(_SELECT, key)
+    return held, await cur.fetchone()

@@ -115,7 +115,17 @@ V1_DDL: tuple[str, ...] = (
         at DOUBLE PRECISION NOT NULL)""",
 )
 
-MIGRATIONS: dict[int, Callable[[Conn], Awaitable[None]]] = {}
+
+async def _v1_to_v2(conn: Conn) -> None:
+    """v2: checkpoint fences. The highest lease revision that claimed each actor's checkpoint (a cluster's
+    new holder); a save with a lower one is refused (``CheckpointStore.claim``)."""
+    await conn.execute(
+        f"""CREATE TABLE fences (
+            tenant {K}, ns {K}, actor_id {K}, fence BIGINT NOT NULL, PRIMARY KEY (tenant, ns, actor_id))"""
+    )
+
+
+MIGRATIONS: dict[int, Callable[[Conn], Awaitable[None]]] = {2: _v1_to_v2}
 """target version -> step from the previous version; steps run inside the migration transaction."""
 
 LATEST_VERSION = max(MIGRATIONS, default=1)

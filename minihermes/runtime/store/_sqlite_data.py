@@ -20,7 +20,8 @@ from ._common import (
     dumps_json,
     loads_json,
 )
-from ._sqlite_common import Corrupt, Part, execute_each, insert_quarantine, prefix_clause
+from ._errors import FencedOut
+from ._sqlite_common import Corrupt, Part, insert_quarantine, prefix_clause
 from .base import JSON, BlobInfo, Checkpoint, KVEntry, QuarantinedRecord, Scope
 
 log = logging.getLogger("minihermes.store")
@@ -204,6 +205,24 @@ _CKPT_UPSERT = """
     ON CONFLICT (tenant, ns, actor_id) DO UPDATE SET state_version = excluded.state_version,
         data = excluded.data, updated_at = excluded.updated_at"""
 
+_CKPT_UPSERT_FENCED = """
+    INSERT INTO checkpoints (tenant, ns, actor_id, state_version, data, updated_at)
+    SELECT ?, ?, ?, ?, ?, ?
+    WHERE NOT EXISTS (SELECT 1 FROM fences WHERE tenant = ? AND ns = ? AND actor_id = ? AND fence > ?)
+    ON CONFLICT (tenant, ns, actor_id) DO UPDATE SET state_version = excluded.state_version,
+        data = excluded.data, updated_at = excluded.updated_at"""
+
+_FENCE_RAISE = """
+    INSERT INTO fences (tenant, ns, actor_id, fence) VALUES (?, ?, ?, ?)
+    ON CONFLICT (tenant, ns, actor_id) DO UPDATE SET fence = excluded.fence WHERE excluded.fence > fences.fence"""
+
+_CKPT_SELECT = (
+    "SELECT state_version, data, updated_at FROM checkpoints WHERE tenant = ? AND ns = ? AND actor_id = ?"
+)
+
+_Key = tuple[str, str, str]
+_Waiter = asyncio.Future[None] | Callable[[BaseException | None], None]
+
 
 def _call(callback: Callable[[BaseException | None], None], error: BaseException | None) -> None:
     try:
@@ -212,29 +231,57 @@ def _call(callback: Callable[[BaseException | None], None], error: BaseException
         log.exception("checkpoint callback failed")
 
 
+def _notify(w: _Waiter, error: BaseException | None, cancelled: bool) -> None:
+    if type(w) is not asyncio.Future:
+        _call(w, asyncio.CancelledError() if cancelled else error)  # type: ignore[arg-type]
+    elif w.done():
+        return
+    elif cancelled:
+        w.cancel()
+    elif error is not None:
+        w.set_exception(error)
+    else:
+        w.set_result(None)
+
+
+def _write_checkpoints(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> set[_Key]:
+    """Upsert each row; a fenced row (its last element not None) only where no higher fence is recorded.
+    Returns the keys whose fenced save was refused."""
+    refused: set[_Key] = set()
+    for tenant, ns, actor_id, state_version, data, at, fence in rows:
+        if fence is None:
+            conn.execute(_CKPT_UPSERT, (tenant, ns, actor_id, state_version, data, at))
+        elif not conn.execute(
+            _CKPT_UPSERT_FENCED, (tenant, ns, actor_id, state_version, data, at, tenant, ns, actor_id, fence)
+        ).rowcount:
+            refused.add((tenant, ns, actor_id))
+    return refused
+
+
+def _fenced_out(key: _Key) -> FencedOut:
+    return FencedOut(f"checkpoint of {key[2]!r} ({key[0]}/{key[1]}) was claimed by a newer lease holder")
+
+
 class SqliteCheckpoints(Part):
     """Actor state snapshots. Every save requested during one pass of the event loop goes to the writer as
     one op, so many actors checkpointing at once cost one queue hop and one wake-up;
     several saves of one actor in a pass collapse into the last. Each caller returns once it is durable."""
 
-    _pending: dict[tuple[str, str, str], tuple[Any, ...]] | None = None
-    _waiters: list[asyncio.Future[None] | Callable[[BaseException | None], None]] | None = None
+    _pending: dict[_Key, tuple[Any, ...]] | None = None
+    _waiters: list[tuple[_Key, _Waiter]] | None = None
 
-    async def save(self, scope: Scope, actor_id: str, state_version: int, data: bytes) -> None:
-        await self.save_nowait(scope, actor_id, state_version, data)
+    async def save(
+        self, scope: Scope, actor_id: str, state_version: int, data: bytes, fence: int | None = None
+    ) -> None:
+        await self.save_nowait(scope, actor_id, state_version, data, fence)
 
     def save_nowait(
-        self, scope: Scope, actor_id: str, state_version: int, data: bytes
+        self, scope: Scope, actor_id: str, state_version: int, data: bytes, fence: int | None = None
     ) -> asyncio.Future[None]:
-        tenant, ns = check_scope(scope)
-        check_name("actor_id", actor_id)
-        if isinstance(state_version, bool) or not isinstance(state_version, int):
-            raise TypeError(f"state_version must be an int, got {type(state_version).__name__}")
-        data = check_bytes("checkpoint data", data)
         loop = asyncio.get_running_loop()
         # One future per saver: a cancelled saver must not cancel the others' shared commit.
         fut: asyncio.Future[None] = loop.create_future()
-        self._register(loop, tenant, ns, actor_id, state_version, data, fut)
+        self._register(loop, scope, actor_id, state_version, data, fence, fut)
         return fut
 
     def save_callback(
@@ -244,33 +291,37 @@ class SqliteCheckpoints(Part):
         state_version: int,
         data: bytes,
         callback: Callable[[BaseException | None], None],
+        fence: int | None = None,
     ) -> None:
         """Like ``save_nowait``, but ``callback(error)`` is called straight from the commit's completion (no
         future, no extra loop pass): the runtime's per-message checkpoint path. ``error`` is None once the
         save is durable. The callback must not raise."""
-        tenant, ns = check_scope(scope)
-        check_name("actor_id", actor_id)
-        if isinstance(state_version, bool) or not isinstance(state_version, int):
-            raise TypeError(f"state_version must be an int, got {type(state_version).__name__}")
-        data = check_bytes("checkpoint data", data)
-        self._register(asyncio.get_running_loop(), tenant, ns, actor_id, state_version, data, callback)
+        self._register(asyncio.get_running_loop(), scope, actor_id, state_version, data, fence, callback)
 
     def _register(
         self,
         loop: asyncio.AbstractEventLoop,
-        tenant: str,
-        ns: str,
+        scope: Scope,
         actor_id: str,
         state_version: int,
         data: bytes,
-        waiter: asyncio.Future[None] | Callable[[BaseException | None], None],
+        fence: int | None,
+        waiter: _Waiter,
     ) -> None:
+        tenant, ns = check_scope(scope)
+        check_name("actor_id", actor_id)
+        if isinstance(state_version, bool) or not isinstance(state_version, int):
+            raise TypeError(f"state_version must be an int, got {type(state_version).__name__}")
+        if fence is not None and (isinstance(fence, bool) or not isinstance(fence, int)):
+            raise TypeError(f"fence must be an int or None, got {type(fence).__name__}")
+        data = check_bytes("checkpoint data", data)
         if self._pending is None or self._waiters is None:
             self._pending = {}
             self._waiters = []
             loop.call_soon(self._flush)
-        self._pending[(tenant, ns, actor_id)] = (tenant, ns, actor_id, state_version, data, self._now())
-        self._waiters.append(waiter)
+        key = (tenant, ns, actor_id)
+        self._pending[key] = (tenant, ns, actor_id, state_version, data, self._now(), fence)
+        self._waiters.append((key, waiter))
 
     def _flush(self) -> None:
         rows = list((self._pending or {}).values())
@@ -281,26 +332,15 @@ class SqliteCheckpoints(Part):
         def done(write: asyncio.Future[Any]) -> None:
             cancelled = write.cancelled()
             error = None if cancelled else write.exception()
-            for w in waiters:
-                if type(w) is not asyncio.Future:
-                    _call(w, asyncio.CancelledError() if cancelled else error)  # type: ignore[arg-type]
-                elif w.done():
-                    continue
-                elif cancelled:
-                    w.cancel()
-                elif error is not None:
-                    w.set_exception(error)
-                else:
-                    w.set_result(None)
+            refused: set[_Key] = set() if cancelled or error is not None else write.result()
+            for key, w in waiters:
+                _notify(w, _fenced_out(key) if key in refused else error, cancelled)
 
         try:
-            self._db.submit(lambda c: execute_each(c, _CKPT_UPSERT, rows)).add_done_callback(done)
+            self._db.submit(lambda c: _write_checkpoints(c, rows)).add_done_callback(done)
         except Exception as e:  # a closed store: every waiting saver gets the error
-            for w in waiters:
-                if type(w) is not asyncio.Future:
-                    _call(w, e)  # type: ignore[arg-type]
-                elif not w.done():
-                    w.set_exception(e)
+            for _, w in waiters:
+                _notify(w, e, False)
 
     def flush_pending(self) -> None:
         """Hand saves waiting for the end of this loop pass to the writer now (before close)."""
@@ -310,8 +350,29 @@ class SqliteCheckpoints(Part):
     async def load(self, scope: Scope, actor_id: str) -> Checkpoint | None:
         tenant, ns = check_scope(scope)
         check_name("actor_id", actor_id)
-        sql = "SELECT state_version, data, updated_at FROM checkpoints WHERE tenant = ? AND ns = ? AND actor_id = ?"
-        row = await self._db.read(lambda c: c.execute(sql, (tenant, ns, actor_id)).fetchone())
+        row = await self._db.read(lambda c: c.execute(_CKPT_SELECT, (tenant, ns, actor_id)).fetchone())
+        return await self._checkpoint(tenant, ns, actor_id, row)
+
+    async def claim(self, scope: Scope, actor_id: str, fence: int) -> Checkpoint | None:
+        tenant, ns = check_scope(scope)
+        check_name("actor_id", actor_id)
+        if isinstance(fence, bool) or not isinstance(fence, int):
+            raise TypeError(f"fence must be an int, got {type(fence).__name__}")
+        key = (tenant, ns, actor_id)
+
+        def op(c: sqlite3.Connection) -> tuple[int, Any]:
+            c.execute(_FENCE_RAISE, (*key, fence))
+            (held,) = c.execute(
+                "SELECT fence FROM fences WHERE tenant = ? AND ns = ? AND actor_id = ?", key
+            ).fetchone()
+            return held, c.execute(_CKPT_SELECT, key).fetchone() if held <= fence else None
+
+        held, row = await self._db.write(op)
+        if held > fence:
+            raise _fenced_out(key)
+        return await self._checkpoint(tenant, ns, actor_id, row)
+
+    async def _checkpoint(self, tenant: str, ns: str, actor_id: str, row: Any) -> Checkpoint | None:
         if row is None:
             return None
         state_version, data, updated_at = row

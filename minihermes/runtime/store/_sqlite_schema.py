@@ -200,11 +200,22 @@ def _v4_to_v5(conn: sqlite3.Connection) -> None:
     conn.execute("DROP TABLE text_fts")
 
 
+def _v5_to_v6(conn: sqlite3.Connection) -> None:
+    """v6: checkpoint fences. The highest lease revision that claimed each actor's checkpoint (a cluster's
+    new holder); a save with a lower one is refused (``CheckpointStore.claim``)."""
+    conn.execute(
+        """CREATE TABLE fences (
+            tenant TEXT NOT NULL, ns TEXT NOT NULL, actor_id TEXT NOT NULL, fence INTEGER NOT NULL,
+            PRIMARY KEY (tenant, ns, actor_id)) WITHOUT ROWID"""
+    )
+
+
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     2: _v1_to_v2,
     3: _v2_to_v3,
     4: _v3_to_v4,
     5: _v4_to_v5,
+    6: _v5_to_v6,
 }
 """target version -> step from the previous version. Steps run inside the caller's transaction."""
 

@@ -340,15 +340,28 @@ class LockStore(Protocol):
 
 @runtime_checkable
 class CheckpointStore(Protocol):
-    async def save(self, scope: Scope, actor_id: str, state_version: int, data: bytes) -> None:
+    """Actor state snapshots, optionally fenced: in a cluster each activation of a leased actor ``claim``s
+    its checkpoint with its lease's revision (the fence, increasing with every new holder), and every save
+    carries it; a save or claim whose fence is lower than one already claimed raises ``FencedOut``, so a
+    node that lost a lease without noticing (frozen past its heartbeat) cannot overwrite the new holder's
+    state. Saves without a fence (one node) are never refused."""
+
+    async def save(
+        self, scope: Scope, actor_id: str, state_version: int, data: bytes, fence: int | None = None
+    ) -> None:
         """Durable when the coroutine returns. Backends may group-commit concurrent saves."""
         ...
 
     def save_nowait(
-        self, scope: Scope, actor_id: str, state_version: int, data: bytes
+        self, scope: Scope, actor_id: str, state_version: int, data: bytes, fence: int | None = None
     ) -> asyncio.Future[None]:
         """Register a save now (synchronously, keeping the order of saves) and return a future that resolves
         once it is durable. Lets an actor go on with its next message while its checkpoint commits."""
+        ...
+
+    async def claim(self, scope: Scope, actor_id: str, fence: int) -> Checkpoint | None:
+        """``load`` for a new holder: records ``fence`` as the actor's (unless a higher one is recorded:
+        ``FencedOut``) in the same transaction, so saves with a lower fence are refused from then on."""
         ...
 
     async def load(self, scope: Scope, actor_id: str) -> Checkpoint | None: ...
