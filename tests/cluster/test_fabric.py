@@ -358,3 +358,21 @@ async def test_a_restart_after_losing_the_lease_unawares_hands_the_actor_over(
     assert a.metrics.counter("actor_fenced_total", actor="counter") == 1
     assert a.metrics.counter("actor_restarts_total", actor="counter") == 1  # one restart, no loop
     assert await a.ask("counter/x", "incr", ctx=ACME) == {"n": 3, "node": "b"}
+
+
+async def test_fences_below_what_was_claimed_fail_the_message_instead_of_looping(
+    cluster_node: NodeFactory,
+) -> None:
+    """If a node's fences are all below what the store has seen (its view of the lease bucket is older than
+    the one that fenced the actor), every activation there is refused: the first refusal forwards the
+    message, the second within FENCE_LOOP_WINDOW fails it instead of forwarding it back here for ever."""
+    from minihermes.runtime import ActorNotFound
+
+    a = await cluster_node(tree(), "a")
+    b = await cluster_node(tree(), "b")
+    assert await b.ask("counter/x", "incr", ctx=ACME) == {"n": 1, "node": "b"}  # claimed with b's fence
+    await b.stop(deadline=2.0)  # hands the lease back
+    fabric(a)._fence_epoch = 0  # a's fences now count from an older bucket: all below b's
+    with pytest.raises(ActorNotFound):
+        await a.ask("counter/x", "incr", timeout=5.0, ctx=ACME)
+    assert a.metrics.counter("actor_fenced_total", actor="counter") == 2 and not a.cells("counter")
