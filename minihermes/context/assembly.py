@@ -9,6 +9,7 @@ turn goes on without skills or goals rather than failing.
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,13 +52,25 @@ async def _optional(host: Host, target: str, op: str, payload: dict[str, Any], t
         return None
 
 
+_TOOL_VIEWS: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
+"""Catalogue digest -> its tool views, least recently used first out: every session of a catalogue gets the
+same read-only views, so the gateway validates each spec once per catalogue, not once per session."""
+_TOOL_VIEWS_MAX = 64
+
+
 async def list_tools(host: Host, timeout: float = 10.0) -> list[dict[str, Any]]:
     """The tool catalogue in name order, reduced to what the model needs (read-only: the gateway validates
-    each spec once for all the turn's LLM calls)."""
+    each spec once, and sessions of the same catalogue (its ``digest``: the same bytes) share the views)."""
     if not host.has_actor("tool_executor"):
         return []
     reply = await host.ask("tool_executor", "list_tools", {}, timeout=timeout)
-    return prompt.sort_tools(
+    digest = reply.get("digest")
+    if isinstance(digest, str) and digest:
+        hit = _TOOL_VIEWS.get(digest)
+        if hit is not None:
+            _TOOL_VIEWS.move_to_end(digest)
+            return list(hit)
+    views = prompt.sort_tools(
         [
             ToolView(
                 name=t["name"],
@@ -67,6 +80,12 @@ async def list_tools(host: Host, timeout: float = 10.0) -> list[dict[str, Any]]:
             for t in reply.get("tools", [])
         ]
     )
+    if isinstance(digest, str) and digest:
+        _TOOL_VIEWS[digest] = views
+        if len(_TOOL_VIEWS) > _TOOL_VIEWS_MAX:
+            _TOOL_VIEWS.popitem(last=False)
+        return list(views)
+    return views
 
 
 async def gather_turn(
