@@ -7,6 +7,15 @@ from typing import Any
 
 from minihermes.runtime import ActorError, GenServer, call
 
+WEATHER = {
+    "name": "weather",
+    "description": "Get current weather for a city",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+    "handler_type": "service_link",
+    "handler_config": {"link_name": "openweather", "path": "/data/2.5/weather", "method": "GET"},
+}
+"""A runtime tool behind a service link (seed 000's weather example), for registration tests."""
+
 SCRIPTS: dict[str, list[dict[str, Any]]] = {}
 REQUESTS: list[dict[str, Any]] = []
 EXECUTED: list[tuple[str, dict[str, Any]]] = []

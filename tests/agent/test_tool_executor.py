@@ -24,6 +24,7 @@ from minihermes.runtime import (
 )
 
 from .conftest import ACME, ACME_USER, ACME_VIEWER, GLOBEX
+from .doubles import WEATHER
 
 BUILTIN = [
     "calculator",
@@ -36,13 +37,6 @@ BUILTIN = [
     "terminal",
     "write_file",
 ]
-WEATHER = {
-    "name": "weather",
-    "description": "Get current weather for a city",
-    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
-    "handler_type": "service_link",
-    "handler_config": {"link_name": "openweather", "path": "/data/2.5/weather", "method": "GET"},
-}
 AUDIT: list[dict[str, Any]] = []
 LOCAL: list[str] = []
 

@@ -21,6 +21,7 @@ from minihermes.runtime import ActorSpec, ServiceLink, ServiceLinks
 from minihermes.tools.sandbox import isolation_report
 
 from .conftest import ACME, GLOBEX
+from .doubles import WEATHER
 
 SEEN: list[httpx.Request] = []
 SECRET = "sk-weather-NEVER-LEAK-123"
@@ -187,15 +188,6 @@ async def test_terminal_limits_time_and_output(make_node, root):
 
 
 # -------------------------------------------------------------------------------------------- service links
-
-
-WEATHER = {
-    "name": "weather",
-    "description": "Get current weather for a city",
-    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
-    "handler_type": "service_link",
-    "handler_config": {"link_name": "openweather", "path": "/data/2.5/weather", "method": "GET"},
-}
 
 
 async def test_service_link_tool_calls_the_configured_link(make_node, root, links):

@@ -10,16 +10,10 @@ from minihermes.agent.tool_executor import ToolExecutor
 from minihermes.context.assembly import list_tools
 from minihermes.llm import ToolView
 from minihermes.runtime import ActorSpec, GenServer, call
+from tests.agent.doubles import WEATHER
 
 from .conftest import ACME, GLOBEX
 
-WEATHER = {
-    "name": "weather",
-    "description": "Get current weather for a city",
-    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
-    "handler_type": "service_link",
-    "handler_config": {"link_name": "openweather", "path": "/data/2.5/weather", "method": "GET"},
-}
 VIEWS: list[list[dict[str, Any]]] = []
 
 

@@ -124,6 +124,26 @@ def check_bytes(what: str, value: object) -> bytes:
     return value
 
 
+def check_fence(fence: object, *, optional: bool = True) -> None:
+    """A checkpoint fence: an int (or None where ``optional``)."""
+    if fence is None and optional:
+        return
+    if isinstance(fence, bool) or not isinstance(fence, int):
+        raise TypeError(f"fence must be an int{' or None' if optional else ''}, got {type(fence).__name__}")
+
+
+def check_checkpoint(
+    scope: Scope, actor_id: str, state_version: object, data: object, fence: object
+) -> tuple[str, str, bytes]:
+    """The arguments of a checkpoint save, checked: ``(tenant, ns, data as bytes)``."""
+    tenant, ns = check_scope(scope)
+    check_name("actor_id", actor_id)
+    if isinstance(state_version, bool) or not isinstance(state_version, int):
+        raise TypeError(f"state_version must be an int, got {type(state_version).__name__}")
+    check_fence(fence)
+    return tenant, ns, check_bytes("checkpoint data", data)
+
+
 class _IdSource:
     """Ids that are unique across processes (a random 64-bit prefix per process) and increasing within a
     process (a counter), so they land next to each other in a B-tree index instead of on random pages.

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from ._common import check_bytes, check_name, check_prefix, check_scope
+from ._common import check_checkpoint, check_fence, check_name, check_prefix, check_scope
 from ._errors import FencedOut, StoreClosedError
 from ._pg_common import Part, execute_many, prefix_clause
 from ._pg_engine import Conn, logger
@@ -109,13 +109,7 @@ class PgCheckpoints(Part):
     def _register(
         self, scope: Scope, actor_id: str, state_version: int, data: bytes, fence: int | None, waiter: _Waiter
     ) -> None:
-        tenant, ns = check_scope(scope)
-        check_name("actor_id", actor_id)
-        if isinstance(state_version, bool) or not isinstance(state_version, int):
-            raise TypeError(f"state_version must be an int, got {type(state_version).__name__}")
-        if fence is not None and (isinstance(fence, bool) or not isinstance(fence, int)):
-            raise TypeError(f"fence must be an int or None, got {type(fence).__name__}")
-        data = check_bytes("checkpoint data", data)
+        tenant, ns, data = check_checkpoint(scope, actor_id, state_version, data, fence)
         loop = asyncio.get_running_loop()
         if not self._db.is_open:
             loop.call_soon(_settle, [waiter], StoreClosedError("the store is not open"))
@@ -164,8 +158,7 @@ class PgCheckpoints(Part):
     async def claim(self, scope: Scope, actor_id: str, fence: int) -> Checkpoint | None:
         tenant, ns = check_scope(scope)
         check_name("actor_id", actor_id)
-        if isinstance(fence, bool) or not isinstance(fence, int):
-            raise TypeError(f"fence must be an int, got {type(fence).__name__}")
+        check_fence(fence, optional=False)
         key = (tenant, ns, actor_id)
         held, row = await self._db.transaction(partial(_claim, key=key, fence=fence))
         if held > fence:

@@ -10,7 +10,9 @@ from typing import Any
 
 from ._common import (
     check_bytes,
+    check_checkpoint,
     check_count,
+    check_fence,
     check_limit,
     check_name,
     check_prefix,
@@ -308,13 +310,7 @@ class SqliteCheckpoints(Part):
         fence: int | None,
         waiter: _Waiter,
     ) -> None:
-        tenant, ns = check_scope(scope)
-        check_name("actor_id", actor_id)
-        if isinstance(state_version, bool) or not isinstance(state_version, int):
-            raise TypeError(f"state_version must be an int, got {type(state_version).__name__}")
-        if fence is not None and (isinstance(fence, bool) or not isinstance(fence, int)):
-            raise TypeError(f"fence must be an int or None, got {type(fence).__name__}")
-        data = check_bytes("checkpoint data", data)
+        tenant, ns, data = check_checkpoint(scope, actor_id, state_version, data, fence)
         if self._pending is None or self._waiters is None:
             self._pending = {}
             self._waiters = []
@@ -356,8 +352,7 @@ class SqliteCheckpoints(Part):
     async def claim(self, scope: Scope, actor_id: str, fence: int) -> Checkpoint | None:
         tenant, ns = check_scope(scope)
         check_name("actor_id", actor_id)
-        if isinstance(fence, bool) or not isinstance(fence, int):
-            raise TypeError(f"fence must be an int, got {type(fence).__name__}")
+        check_fence(fence, optional=False)
         key = (tenant, ns, actor_id)
 
         def op(c: sqlite3.Connection) -> tuple[int, Any]:
