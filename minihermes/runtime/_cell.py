@@ -102,8 +102,9 @@ class Cell:
         """A checkpoint failed: the instance is being killed; nothing it replies or does may go on."""
         self._ctx: RequestContext | None = None
         self.fence: int | None = None
-        """In a cluster, the revision of this node's lease on the actor: every checkpoint carries it, and one
-        a newer holder has claimed past is refused (``FencedOut``) instead of overwriting its state."""
+        """In a cluster, the fence of this node's lease on the actor (``Fabric.fence_of``): every checkpoint
+        carries it, and one a newer holder has claimed past is refused (``FencedOut``) instead of overwriting
+        its state."""
 
     def __repr__(self) -> str:
         return f"<Cell {self.scope[0]}:{self.scope[1]}:{self.address} {self.status}>"

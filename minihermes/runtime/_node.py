@@ -99,7 +99,8 @@ class Fabric(Protocol):
     ) -> None: ...
     def cell_removed(self, cell: Cell) -> None: ...
     def fence_of(self, ck: CellKey) -> int | None:
-        """The revision of the lease this node holds for ``ck`` (the actor's checkpoint fence), or None."""
+        """The checkpoint fence of the lease this node holds for ``ck`` (increasing with every new holder), or
+        None when it holds none."""
         ...
 
     def directory_changed(self) -> None: ...
@@ -699,7 +700,7 @@ class Node:
         assert self.fabric is not None
         try:
             result = await self.fabric.ask(target, env.op, env.payload, None, env.ctx)
-        except ActorError as e:
+        except Exception as e:  # the fabric answers with ActorErrors; anything else reaches the caller as is
             if not reply.done():
                 reply.set_exception(e)
         else:
