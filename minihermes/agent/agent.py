@@ -134,7 +134,7 @@ class Agent(GenServer):
         if self.unembedded:
             # It died (or stopped) before the last turns' vectors were written: write them now.
             pending = [self._turn_docs(entry) for entry in self.unembedded]
-            self._embedding = self.host.spawn(self._embed_turns(pending, after=self._embedding))
+            self._embedding = self.host.spawn(self._embed_turns(pending))
 
     # -- ops ----------------------------------------------------------------------------------------------
 
@@ -706,15 +706,16 @@ class Agent(GenServer):
         embedder = await self._semantic_model()
         if embedder is None:
             self.unembedded = []  # nothing embeds here: the turns stay with BM25
-            pending = []
-        for docs in pending:
-            assert embedder is not None
-            try:
-                await session_index.embed_turn(self.host, embedder, docs)
-            except Exception:
-                self.host.log.exception("agent %s: embedding turn %s failed", self.session_id, docs.turn_id)
-                return
-            self.unembedded = [e for e in self.unembedded if e["turn_id"] != docs.turn_id]
+        else:
+            for docs in pending:
+                try:
+                    await session_index.embed_turn(self.host, embedder, docs)
+                except Exception:
+                    self.host.log.exception(
+                        "agent %s: embedding turn %s failed", self.session_id, docs.turn_id
+                    )
+                    return
+                self.unembedded = [e for e in self.unembedded if e["turn_id"] != docs.turn_id]
         if not self.unembedded and self.turn is None:
             await self._save_turn_state(running=False)
 

@@ -65,11 +65,11 @@ async def list_tools(host: Host, timeout: float = 10.0) -> list[dict[str, Any]]:
         return []
     reply = await host.ask("tool_executor", "list_tools", {}, timeout=timeout)
     digest = reply.get("digest")
-    if isinstance(digest, str) and digest:
-        hit = _TOOL_VIEWS.get(digest)
-        if hit is not None:
-            _TOOL_VIEWS.move_to_end(digest)
-            return list(hit)
+    key = digest if isinstance(digest, str) and digest else None
+    views = _TOOL_VIEWS.get(key) if key else None
+    if key and views is not None:
+        _TOOL_VIEWS.move_to_end(key)
+        return list(views)
     views = prompt.sort_tools(
         [
             ToolView(
@@ -80,12 +80,11 @@ async def list_tools(host: Host, timeout: float = 10.0) -> list[dict[str, Any]]:
             for t in reply.get("tools", [])
         ]
     )
-    if isinstance(digest, str) and digest:
-        _TOOL_VIEWS[digest] = views
+    if key:
+        _TOOL_VIEWS[key] = views
         if len(_TOOL_VIEWS) > _TOOL_VIEWS_MAX:
             _TOOL_VIEWS.popitem(last=False)
-        return list(views)
-    return views
+    return list(views)
 
 
 async def gather_turn(

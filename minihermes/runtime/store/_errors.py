@@ -16,5 +16,10 @@ class FencedOut(StoreError):
     has claimed it since, so this holder's state is stale and must not be written."""
 
 
+def fenced_out(key: tuple[str, str, str]) -> FencedOut:
+    """The ``FencedOut`` for the checkpoint of ``(tenant, ns, actor_id)``."""
+    return FencedOut(f"checkpoint of {key[2]!r} ({key[0]}/{key[1]}) was claimed by a newer lease holder")
+
+
 class SchemaVersionError(StoreError):
     """The database was written by a newer MiniHermes (or is not a MiniHermes database)."""

@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any
 
 from ._common import check_checkpoint, check_fence, check_name, check_prefix, check_scope
-from ._errors import FencedOut, StoreClosedError
+from ._errors import StoreClosedError, fenced_out
 from ._pg_common import Part, execute_many, prefix_clause
 from ._pg_engine import Conn, logger
 from .base import Checkpoint, Scope
@@ -45,15 +45,11 @@ _Row = tuple[str, str, str, int, bytes, float, int | None]
 _Waiter = asyncio.Future[None] | Callable[[BaseException | None], None]
 
 
-def _fenced_out(key: _Key) -> FencedOut:
-    return FencedOut(f"checkpoint of {key[2]!r} ({key[0]}/{key[1]}) was claimed by a newer lease holder")
-
-
 def _settle_each(
     waiters: list[tuple[_Key, _Waiter]], error: BaseException | None, refused: set[_Key]
 ) -> None:
     for key, w in waiters:
-        _settle([w], _fenced_out(key) if error is None and key in refused else error)
+        _settle([w], fenced_out(key) if error is None and key in refused else error)
 
 
 def _settle(waiters: list[_Waiter], error: BaseException | None) -> None:
@@ -162,7 +158,7 @@ class PgCheckpoints(Part):
         key = (tenant, ns, actor_id)
         held, row = await self._db.transaction(partial(_claim, key=key, fence=fence))
         if held > fence:
-            raise _fenced_out(key)
+            raise fenced_out(key)
         return _checkpoint(actor_id, row)
 
     async def delete(self, scope: Scope, actor_id: str) -> bool:

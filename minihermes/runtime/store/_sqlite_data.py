@@ -22,7 +22,7 @@ from ._common import (
     dumps_json,
     loads_json,
 )
-from ._errors import FencedOut
+from ._errors import fenced_out
 from ._sqlite_common import Corrupt, Part, insert_quarantine, prefix_clause
 from .base import JSON, BlobInfo, Checkpoint, KVEntry, QuarantinedRecord, Scope
 
@@ -260,10 +260,6 @@ def _write_checkpoints(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) ->
     return refused
 
 
-def _fenced_out(key: _Key) -> FencedOut:
-    return FencedOut(f"checkpoint of {key[2]!r} ({key[0]}/{key[1]}) was claimed by a newer lease holder")
-
-
 class SqliteCheckpoints(Part):
     """Actor state snapshots. Every save requested during one pass of the event loop goes to the writer as
     one op, so many actors checkpointing at once cost one queue hop and one wake-up;
@@ -330,7 +326,7 @@ class SqliteCheckpoints(Part):
             error = None if cancelled else write.exception()
             refused: set[_Key] = set() if cancelled or error is not None else write.result()
             for key, w in waiters:
-                _notify(w, _fenced_out(key) if key in refused else error, cancelled)
+                _notify(w, fenced_out(key) if key in refused else error, cancelled)
 
         try:
             self._db.submit(lambda c: _write_checkpoints(c, rows)).add_done_callback(done)
@@ -364,7 +360,7 @@ class SqliteCheckpoints(Part):
 
         held, row = await self._db.write(op)
         if held > fence:
-            raise _fenced_out(key)
+            raise fenced_out(key)
         return await self._checkpoint(tenant, ns, actor_id, row)
 
     async def _checkpoint(self, tenant: str, ns: str, actor_id: str, row: Any) -> Checkpoint | None:
