@@ -20,6 +20,7 @@ import asyncio
 import hashlib
 import json
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,29 @@ UNTRUSTED_NOTICE = (
 )
 
 
+def identity_reader(session_id: str, args: dict[str, Any]) -> Callable[[], tuple[str, str]]:
+    """A blocking function reading a session's (SOUL, project context): the workspace's SOUL.md wins over
+    the data dir's, which wins over the default; ``system_prompt`` in args replaces them all. The project
+    context is the workspace's ``.hermes.md`` or ``AGENTS.md``. Called in the session's tenant context."""
+    given = str(args.get("system_prompt") or "")
+    soul_path = Path(args["soul_path"]) if args.get("soul_path") else None
+    root = args.get("workspace_root")
+    workspace = None
+    if root:
+        ctx = current_context()
+        workspace = workspace_path(Path(root), ctx.tenant, ctx.namespace, session_id)
+
+    def read() -> tuple[str, str]:
+        # Most sessions have no workspace folder (it is made by the first file tool): one stat, not five.
+        try:
+            folder = workspace if workspace is not None and workspace.is_dir() else None
+        except OSError:  # unreadable: as if it were not there
+            folder = None
+        return given or prompt.load_soul(folder, soul_path), prompt.project_context(folder)
+
+    return read
+
+
 def session_topic(session_id: str) -> str:
     """The live-progress topic of a session: ``turn_started``, ``text_delta`` (from the gateway),
     ``tool_call_start``, ``tool_call_end`` and ``final`` (with the reply) events."""
@@ -96,13 +120,13 @@ class Agent(GenServer):
     ``TurnDocs`` is built from. Saved with the turn's end and kept until the vectors are in, with the session
     marked for resumption meanwhile, so an embedding a crash cut off runs again at start-up."""
 
+    def preload(self, actor_id: str, args: dict[str, Any]) -> Callable[[], tuple[str, str]]:
+        """The session's identity texts (``identity_reader``), read with its state."""
+        return identity_reader(actor_id.partition("/")[2], args)
+
     async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
         self.session_id = actor_id.partition("/")[2]
         self.stream_topic = session_topic(self.session_id)
-        self.system_prompt = str(args.get("system_prompt") or "")
-        self.soul_path = Path(args["soul_path"]) if args.get("soul_path") else None
-        root = args.get("workspace_root")
-        self.workspace_root = Path(root) if root else None
         self.max_iterations = int(args.get("max_iterations", 8))
         self.llm_timeout = float(args.get("llm_timeout", 120))
         self.tool_timeout = float(args.get("tool_timeout", 120))
@@ -122,7 +146,9 @@ class Agent(GenServer):
             memory_top_k=int(args.get("memory_top_k", 5)),
             memory_min_score=float(args.get("memory_min_score", 0.3)),
         )
-        self._identity: tuple[str, str] | None = None
+        self._args = args
+        preloaded = self.preloaded
+        self._identity: tuple[str, str] | None = preloaded if isinstance(preloaded, tuple) else None
         self._tools_cache: list[dict[str, Any]] | None = None
         self._views: dict[int, tuple[dict[str, Any], MessageView]] = {}
         """id(history message) -> (message, its view for the model): see ``_llm_history``."""
@@ -542,19 +568,10 @@ class Agent(GenServer):
     # -- context ------------------------------------------------------------------------------------------
 
     async def _identity_texts(self) -> tuple[str, str]:
-        """(SOUL, project context), read once per activation: the workspace's SOUL.md wins over the data
-        dir's, which wins over the default; ``system_prompt`` given in args replaces them all."""
+        """(SOUL, project context), read once per activation (``preload``, in the trip that reads the
+        session's state)."""
         if self._identity is None:
-            workspace = None
-            if self.workspace_root is not None:
-                ctx = current_context()
-                workspace = workspace_path(self.workspace_root, ctx.tenant, ctx.namespace, self.session_id)
-            soul_path, given = self.soul_path, self.system_prompt
-
-            def read() -> tuple[str, str]:  # one trip to a worker thread for both files
-                soul = given or prompt.load_soul(workspace, soul_path)
-                return soul, prompt.project_context(workspace)
-
+            read = identity_reader(self.session_id, self._args)
             self._identity = await asyncio.to_thread(read)
         return self._identity
 

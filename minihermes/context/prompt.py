@@ -12,6 +12,7 @@ simulated model and people read), the top memories for this message, and the ses
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from importlib import resources
 from pathlib import Path
@@ -24,7 +25,9 @@ PROJECT_FILES = (".hermes.md", "AGENTS.md")
 SOUL_FILE = "SOUL.md"
 
 
+@functools.cache
 def default_soul() -> str:
+    """The SOUL.md shipped in the package (read once: it cannot change under a running process)."""
     return resources.files("minihermes.context").joinpath(SOUL_FILE).read_text(encoding="utf-8").strip()
 
 

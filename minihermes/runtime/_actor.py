@@ -352,6 +352,8 @@ class Actor:
 
     actor_id: str
     host: Host
+    preloaded: Any = None
+    """The result of the function ``preload`` returned, for ``on_init`` (None without one)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -388,6 +390,15 @@ class Actor:
             setattr(self, name, f.make_default())
 
     # -- hooks -------------------------------------------------------------------------------------------
+
+    def preload(self, actor_id: str, args: dict[str, Any]) -> Callable[[], Any] | None:
+        """Blocking reads every activation needs that do not depend on the state (files beside the actor,
+        say), as a function. The node runs it on a store thread in the same trip as the checkpoint read, so
+        an activation pays one thread hop for both, and puts its result in ``self.preloaded`` before
+        ``on_init``. Keep it short (it holds a reader thread). If it raises, the error is logged and
+        ``preloaded`` is None: the actor still activates, and may read again later. Called in the actor's
+        system context, before the state is restored. Default: None."""
+        return None
 
     async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
         """Called on every activation (first start, restart, reactivation) after state is restored."""

@@ -12,7 +12,7 @@ import functools
 import itertools
 import json
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ._actor import Actor, Handler
@@ -184,15 +184,18 @@ class Cell:
         from ._host import Host  # _host -> _node -> _cell: imported here to keep the cycle out of import time
 
         inst.host = Host(self.node, self)
+        self._use(self.init_context)
+        reader = _guarded(inst.preload(self.address, dict(spec.args)), self.address)
         migrated = False
         if cls._state_fields:
             await self.wait_saved()  # a previous instance's last checkpoints land before we read them back
-            migrated = await self.node._restore(self, inst)
+            migrated, inst.preloaded = await self.node._restore(self, inst, reader)
             self.last_bytes = inst.dump_state()
+        elif reader is not None:
+            inst.preloaded = await asyncio.to_thread(reader)
         self.instance = inst
         self.since_checkpoint = 0
         self.dirty = migrated  # a migrated state is saved in its new shape right away
-        self._use(self.init_context)
         await inst.on_init(self.address, dict(spec.args))
         await self.flush()  # what on_init (or a migration) changed is durable before the first message
         self.node._arm_idle(self)
@@ -487,6 +490,22 @@ class Cell:
         data = self._changed_state()
         if data is not None:
             await self._save(data)
+
+
+def _guarded(reader: Callable[[], Any] | None, address: str) -> Callable[[], Any] | None:
+    """``Actor.preload``'s function, made to log what it raises and give None (an unreadable file must not
+    stop the actor from activating)."""
+    if reader is None:
+        return None
+
+    def read() -> Any:
+        try:
+            return reader()
+        except Exception:
+            log.exception("actor %s: preload failed", address)
+            return None
+
+    return read
 
 
 def _release(reply: asyncio.Future[Any], result: Any, address: str, saved: asyncio.Future[None]) -> None:

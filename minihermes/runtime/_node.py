@@ -33,7 +33,7 @@ from ._metrics import Metrics
 from ._pubsub import Bridge, PubSub, Subscription
 from ._spec import ActorSpec, SupervisorSpec
 from ._supervisor import DynamicChild, Supervisor
-from .store import RetentionRule, Store
+from .store import Checkpoint, RetentionRule, Store
 
 log = logging.getLogger("minihermes.runtime")
 
@@ -722,16 +722,29 @@ class Node:
                 if env.reply is not None and not env.reply.done():
                     env.reply.set_exception(ActorNotFound(f"{cell.address} is gone ({reason})"))
 
-    async def _restore(self, cell: Cell, inst: Actor) -> bool:
-        """Load the cell's checkpoint into inst. True if the saved state was migrated (save it again). A
-        leased cell claims it with its fence (``FencedOut`` if a newer holder has: the activation fails)."""
+    async def _restore(
+        self, cell: Cell, inst: Actor, reader: Callable[[], Any] | None = None
+    ) -> tuple[bool, Any]:
+        """Load the cell's checkpoint into inst; also run ``reader`` (``Actor.preload``), in the same trip
+        to a store thread where the store can. Returns (whether the saved state was migrated, so that it is
+        saved again; what ``reader`` returned). A leased cell claims its checkpoint with its fence
+        (``FencedOut`` if a newer holder has: the activation fails)."""
         checkpoints = self.store.checkpoints
-        if cell.fence is None:
+        preloaded: Any = None
+        if cell.fence is not None:
+            load = checkpoints.claim(cell.scope, cell.address, cell.fence)
+            if reader is None:
+                cp = await load
+            else:
+                cp, preloaded = await asyncio.gather(load, asyncio.to_thread(reader))
+        elif reader is None:
             cp = await checkpoints.load(cell.scope, cell.address)
         else:
-            cp = await checkpoints.claim(cell.scope, cell.address, cell.fence)
-        if cp is None:
-            return False
+            cp, preloaded = await checkpoints.load_with(cell.scope, cell.address, reader)
+        return (False if cp is None else await self._load_into(cell, inst, cp)), preloaded
+
+    async def _load_into(self, cell: Cell, inst: Actor, cp: Checkpoint) -> bool:
+        """Apply a saved state (migrated if older; quarantined if corrupt). True if it was migrated."""
         cls = type(inst)
         migrated = False
         try:

@@ -98,6 +98,22 @@ async def test_workspace_soul_and_project_context_reach_the_prompt(make_node, tm
     )
 
 
+async def test_identity_files_are_read_again_when_the_session_activates_again(make_node, tmp_path):
+    # Read once per activation, with the session's state (Agent.preload): an edit reaches the next one.
+    node = await make_node(specs(tmp_path))
+    await chat(node, "hi")
+    assert doubles.REQUESTS[-1]["messages"][0]["content"].startswith(prompt.default_soul())
+    await node.stop()
+    ws = tmp_path / "ws" / "acme" / "s1"
+    ws.mkdir(parents=True, exist_ok=True)
+    (ws / "SOUL.md").write_text("You are Pirate Hermes.")
+    (ws / ".hermes.md").write_text("Answer in verse.")
+    node = await make_node(specs(tmp_path))
+    await chat(node, "hi again")
+    system = doubles.REQUESTS[-1]["messages"][0]["content"]
+    assert system.startswith("You are Pirate Hermes.") and "## Project context\nAnswer in verse." in system
+
+
 async def test_skills_are_injected_in_the_format_the_simulated_model_follows(make_node, tmp_path):
     SKILLS.append(
         {

@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-from minihermes.runtime import ActorSpec, GenServer, InvalidArgument, ManualClock, RequestContext, call
+from minihermes.runtime import (
+    ActorSpec,
+    GenServer,
+    InvalidArgument,
+    ManualClock,
+    RequestContext,
+    call,
+    current_context,
+    state,
+)
+from minihermes.runtime.store._pg_testing import test_store_backend as backend_under_test
 
 from .actors import Counter, Door
 from .conftest import tree
@@ -80,3 +95,76 @@ class _KeyEcho(GenServer):
     @call
     def who(self) -> str:
         return self.actor_id
+
+
+class _Preloaded(GenServer):
+    """Reads ``<dir>/<key>.txt`` on every activation, beside its state (``Actor.preload``)."""
+
+    count: int = state(default=0)
+
+    def preload(self, actor_id: str, args: dict[str, Any]) -> Callable[[], dict[str, Any]]:
+        path = Path(args["dir"]) / f"{actor_id.partition('/')[2]}.txt"
+        tenant = current_context().tenant  # preload runs in the actor's own (system) context
+
+        def read() -> dict[str, Any]:
+            if path.name.startswith("bad"):
+                raise OSError(f"cannot read {path.name}")
+            text = path.read_text() if path.exists() else ""
+            return {"text": text, "thread": threading.current_thread().name, "tenant": tenant}
+
+        return read
+
+    async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
+        self.seen = self.preloaded or {"text": None}  # None: the read failed (and was logged)
+
+    @call
+    def add(self, amount: int) -> int:
+        self.count += amount
+        return self.count
+
+    @call
+    def info(self) -> dict[str, Any]:
+        return {"count": self.count, **self.seen}
+
+
+class _StatelessPreloaded(_Preloaded):
+    """The same without state: no checkpoint to read, the function still runs off the loop."""
+
+    _state_fields = {}
+
+
+async def test_preload_is_read_off_the_loop_with_the_state_on_every_activation(
+    make_node, clock: ManualClock, tmp_path
+):
+    spec = ActorSpec("p", _Preloaded, virtual=True, idle_timeout=60, args={"dir": str(tmp_path)})
+    node = await make_node(tree(spec))
+    (tmp_path / "k1.txt").write_text("first")
+    await node.ask("p/k1", "add", {"amount": 2}, ctx=A)
+    info = await node.ask("p/k1", "info", ctx=A)
+    assert info["text"] == "first" and info["tenant"] == "acme" and info["count"] == 2
+    assert info["thread"] != threading.current_thread().name
+    if backend_under_test() == "sqlite":  # one trip: the reader thread that read the checkpoint
+        assert info["thread"].startswith("minihermes-sqlite-reader")
+    (tmp_path / "k1.txt").write_text("second")
+    assert (await node.ask("p/k1", "info", ctx=A))["text"] == "first"  # read once per activation
+    (cell,) = node.cells("p")
+    await clock.advance(61)
+    await cell.task  # deactivated; the next message activates it again
+    info = await node.ask("p/k1", "info", ctx=A)
+    assert info["text"] == "second" and info["count"] == 2
+
+
+async def test_a_failing_preload_is_logged_and_the_actor_still_activates(make_node, tmp_path, caplog):
+    node = await make_node(tree(ActorSpec("p", _Preloaded, virtual=True, args={"dir": str(tmp_path)})))
+    assert await node.ask("p/bad1", "add", {"amount": 3}) == 3
+    assert (await node.ask("p/bad1", "info")) == {"count": 3, "text": None}
+    assert "p/bad1: preload failed" in caplog.text and "cannot read bad1.txt" in caplog.text
+    assert not node.failed.is_set()
+
+
+async def test_an_actor_without_state_gets_its_preload_too(make_node, tmp_path):
+    (tmp_path / "k2.txt").write_text("hello")
+    spec = ActorSpec("p", _StatelessPreloaded, virtual=True, args={"dir": str(tmp_path)})
+    node = await make_node(tree(spec))
+    info = await node.ask("p/k2", "info")
+    assert info["text"] == "hello" and info["thread"] != threading.current_thread().name

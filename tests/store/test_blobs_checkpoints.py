@@ -81,6 +81,28 @@ async def test_concurrent_saves_of_many_actors_are_all_durable(store: Store) -> 
     assert [(c.state_version, len(c.data)) for c in loaded if c] == [(i, i) for i in range(200)]
 
 
+async def test_load_with_returns_the_checkpoint_and_what_the_reader_read_off_the_loop(
+    store: Store, clock: ManualClock
+) -> None:
+    import threading
+
+    loop_thread = threading.current_thread()
+    where: list[threading.Thread] = []
+
+    def reader() -> str:
+        where.append(threading.current_thread())
+        return "soul text"
+
+    assert await store.checkpoints.load_with(A, "agent/9", reader) == (None, "soul text")
+    await store.checkpoints.save(A, "agent/9", 3, b"state")
+    got = await store.checkpoints.load_with(A, "agent/9", reader)
+    assert got == (Checkpoint("agent/9", 3, b"state", clock.time()), "soul text")
+    assert len(where) == 2 and loop_thread not in where
+    with pytest.raises(ValueError, match="actor_id must not be empty"):
+        await store.checkpoints.load_with(A, "", reader)
+    assert len(where) == 2  # refused before anything ran
+
+
 async def test_checkpoint_bad_input(store: Store) -> None:
     with pytest.raises(TypeError, match="state_version"):
         await store.checkpoints.save(A, "a", "1", b"")  # type: ignore[arg-type]

@@ -13,13 +13,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from ._common import check_checkpoint, check_fence, check_name, check_prefix, check_scope
 from ._errors import StoreClosedError, fenced_out
 from ._pg_common import Part, execute_many, prefix_clause
 from ._pg_engine import Conn, logger
 from .base import Checkpoint, Scope
+
+T = TypeVar("T")
 
 _UPSERT = """
 INSERT INTO checkpoints (tenant, ns, actor_id, state_version, data, updated_at)
@@ -150,6 +152,15 @@ class PgCheckpoints(Part):
         tenant, ns = check_scope(scope)
         check_name("actor_id", actor_id)
         return _checkpoint(actor_id, await self._db.fetchone(_SELECT, (tenant, ns, actor_id)))
+
+    async def load_with(
+        self, scope: Scope, actor_id: str, reader: Callable[[], T]
+    ) -> tuple[Checkpoint | None, T]:
+        check_scope(scope)
+        check_name("actor_id", actor_id)  # bad input is refused before the reader runs
+        # The row comes over the network, not from a thread: the reader gets a worker thread beside it.
+        checkpoint, extra = await asyncio.gather(self.load(scope, actor_id), asyncio.to_thread(reader))
+        return checkpoint, extra
 
     async def claim(self, scope: Scope, actor_id: str, fence: int) -> Checkpoint | None:
         tenant, ns = check_scope(scope)

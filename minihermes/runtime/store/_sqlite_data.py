@@ -6,7 +6,7 @@ import asyncio
 import logging
 import sqlite3
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from ._common import (
     check_bytes,
@@ -223,6 +223,7 @@ _CKPT_SELECT = (
 )
 
 _Key = tuple[str, str, str]
+T = TypeVar("T")
 _Waiter = asyncio.Future[None] | Callable[[BaseException | None], None]
 
 
@@ -344,6 +345,18 @@ class SqliteCheckpoints(Part):
         check_name("actor_id", actor_id)
         row = await self._db.read(lambda c: c.execute(_CKPT_SELECT, (tenant, ns, actor_id)).fetchone())
         return await self._checkpoint(tenant, ns, actor_id, row)
+
+    async def load_with(
+        self, scope: Scope, actor_id: str, reader: Callable[[], T]
+    ) -> tuple[Checkpoint | None, T]:
+        tenant, ns = check_scope(scope)
+        check_name("actor_id", actor_id)
+
+        def op(c: sqlite3.Connection) -> tuple[Any, T]:  # one reader thread trip for both
+            return c.execute(_CKPT_SELECT, (tenant, ns, actor_id)).fetchone(), reader()
+
+        row, extra = await self._db.read(op)
+        return await self._checkpoint(tenant, ns, actor_id, row), extra
 
     async def claim(self, scope: Scope, actor_id: str, fence: int) -> Checkpoint | None:
         tenant, ns = check_scope(scope)

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
+T = TypeVar("T")
 JSON = Any
 Scalar = str | int | float | bool | None
 Scope = tuple[str, str]
@@ -365,6 +366,13 @@ class CheckpointStore(Protocol):
         ...
 
     async def load(self, scope: Scope, actor_id: str) -> Checkpoint | None: ...
+    async def load_with(
+        self, scope: Scope, actor_id: str, reader: Callable[[], T]
+    ) -> tuple[Checkpoint | None, T]:
+        """``load``, and ``reader()`` (blocking reads an activation needs besides its state:
+        ``Actor.preload``) run off the event loop, in the same trip to a store thread where the backend can."""
+        ...
+
     async def delete(self, scope: Scope, actor_id: str) -> bool: ...
     async def list(self, scope: Scope, prefix: str = "") -> list[str]: ...
 
