@@ -18,9 +18,11 @@ from . import session_index
 
 
 async def record_session(host: Host, session_id: str, user_id: str) -> None:
-    """Remember who a session belongs to (for forgetting a user, and ownership checks)."""
-    if await host.tuples.read(["session_owner", session_id, None]) is None:
-        await host.tuples.write(["session_owner", session_id, user_id])
+    """Remember who a session belongs to (for forgetting a user, and ownership checks): the first owner
+    recorded stays."""
+    await host.tuples.write_unless(
+        ["session_owner", session_id, user_id], ["session_owner", session_id, None]
+    )
 
 
 async def session_owner(host: Host, session_id: str) -> str | None:

@@ -77,6 +77,10 @@ class HostTuples(_Scoped):
     async def write(self, tup: Sequence[Scalar]) -> None:
         await self._store.tuples.write(self._scope_fn(), tup)
 
+    async def write_unless(self, tup: Sequence[Scalar], pattern: Sequence[Scalar]) -> bool:
+        """Write ``tup`` unless a tuple matching ``pattern`` exists (atomically); True if written."""
+        return await self._store.tuples.write_unless(self._scope_fn(), tup, pattern)
+
     async def read(self, pattern: Sequence[Scalar]) -> tuple[Scalar, ...] | None:
         return await self._store.tuples.read(self._scope_fn(), pattern)
 

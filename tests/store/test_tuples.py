@@ -6,7 +6,7 @@ import pytest
 
 from minihermes.runtime.store import Scalar, Store
 
-from .conftest import A
+from .conftest import A, B
 
 
 async def test_write_read_take(store: Store) -> None:
@@ -86,6 +86,32 @@ async def test_duplicates_are_separate_tuples(store: Store) -> None:
     assert await store.tuples.take(A, ["dup", 1]) == ("dup", 1)
     assert await store.tuples.take(A, ["dup", 1]) == ("dup", 1)
     assert await store.tuples.take(A, ["dup", 1]) is None
+
+
+async def test_write_unless_writes_only_when_nothing_matches(store: Store) -> None:
+    assert await store.tuples.write_unless(A, ["owner", "s1", "alice"], ["owner", "s1", None]) is True
+    assert await store.tuples.write_unless(A, ["owner", "s1", "bob"], ["owner", "s1", None]) is False
+    assert await store.tuples.write_unless(A, ["owner", "s2", "bob"], ["owner", "s2", None]) is True
+    assert await store.tuples.read_all(A, ["owner", None, None]) == [
+        ("owner", "s1", "alice"),
+        ("owner", "s2", "bob"),
+    ]
+    assert (
+        await store.tuples.write_unless(B, ["owner", "s1", "carol"], ["owner", "s1", None]) is True
+    )  # scoped
+    with pytest.raises(TypeError, match="pattern element 0"):
+        await store.tuples.write_unless(A, ["owner", "s3", "x"], [object()])  # type: ignore[list-item]
+    assert await store.tuples.read(A, ["owner", "s3", None]) is None
+
+
+async def test_concurrent_write_unless_writes_once(store: Store) -> None:
+    import asyncio
+
+    wrote = await asyncio.gather(
+        *(store.tuples.write_unless(A, ["once", "k", i], ["once", "k", None]) for i in range(30))
+    )
+    assert wrote.count(True) == 1
+    assert len(await store.tuples.read_all(A, ["once", "k", None])) == 1
 
 
 async def test_float_values_and_negative_zero(store: Store) -> None:

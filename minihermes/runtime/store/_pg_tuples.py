@@ -24,6 +24,7 @@ from ._pg_engine import Conn
 from .base import Scalar, Scope
 
 _DELETE_EXACT = "DELETE FROM tuples WHERE id = %s AND body = %s"
+_INSERT = "INSERT INTO tuples (tenant, ns, arity, elems, body, created_at) VALUES (%s, %s, %s, %s, %s, %s)"
 
 
 def _where(tenant: str, ns: str, pattern: tuple[Scalar, ...]) -> tuple[str, list[object]]:
@@ -56,12 +57,31 @@ class PgTuples(Part):
 
     async def write(self, scope: Scope, tup: Sequence[Scalar]) -> None:
         tenant, ns = check_scope(scope)
+        await self._db.rowcount(_INSERT, self._row(tenant, ns, check_tuple(tup)))
+
+    async def write_unless(self, scope: Scope, tup: Sequence[Scalar], pattern: Sequence[Scalar]) -> bool:
+        tenant, ns = check_scope(scope)
         values = check_tuple(tup)
+        row = self._row(tenant, ns, values)
+        pat = check_tuple(pattern, pattern=True)
+        where, params = _where(tenant, ns, pat)
+        # Writers of tuples with one (scope, first element) take a transaction lock first: under READ
+        # COMMITTED two transactions would otherwise both find no match and both insert.
+        lock_key = f"tuples\x1f{tenant}\x1f{ns}\x1f{encode_element(values[0])}"
+
+        async def op(conn: Conn) -> bool:
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (lock_key,))
+            cur = await conn.execute(f"SELECT 1 FROM tuples WHERE {where} LIMIT 1", params)
+            if await cur.fetchone() is not None:
+                return False
+            await conn.execute(_INSERT, row)
+            return True
+
+        return await self._db.transaction(op)
+
+    def _row(self, tenant: str, ns: str, values: tuple[Scalar, ...]) -> tuple[object, ...]:
         elems = [encode_element(v) for v in values]
-        sql = (
-            "INSERT INTO tuples (tenant, ns, arity, elems, body, created_at) VALUES (%s, %s, %s, %s, %s, %s)"
-        )
-        await self._db.rowcount(sql, (tenant, ns, len(values), elems, encode_tuple(values), self._now()))
+        return (tenant, ns, len(values), elems, encode_tuple(values), self._now())
 
     async def read(self, scope: Scope, pattern: Sequence[Scalar]) -> tuple[Scalar, ...] | None:
         found = await self.read_all(scope, pattern, limit=1)

@@ -206,6 +206,12 @@ class TupleSpace(Protocol):
     Results are in insertion order."""
 
     async def write(self, scope: Scope, tup: Sequence[Scalar]) -> None: ...
+    async def write_unless(self, scope: Scope, tup: Sequence[Scalar], pattern: Sequence[Scalar]) -> bool:
+        """Write ``tup`` unless a tuple matching ``pattern`` exists; True if it wrote. Atomic among the
+        ``write_unless`` calls writing tuples with the same first element: of two concurrent ones whose
+        tuples match each other's patterns, one writes."""
+        ...
+
     async def read(self, scope: Scope, pattern: Sequence[Scalar]) -> tuple[Scalar, ...] | None: ...
     async def take(self, scope: Scope, pattern: Sequence[Scalar]) -> tuple[Scalar, ...] | None:
         """Remove and return the oldest match, atomically (two concurrent takes never get the same tuple)."""
