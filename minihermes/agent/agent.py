@@ -690,11 +690,13 @@ class Agent(GenServer):
                 self._embedding = self.host.spawn(self._embed_turns([docs], after=self._embedding))
         self.last_reply = reply
         self.turn = None
-        await self._save_turn_state(running=bool(self.unembedded))
+        # The FSM's rest and the audit event first, so that their writes join the turn's last commit (one
+        # group commit the reply waits for) instead of following it.
         self._fsm("idle")
         self._audit(
             "turn_completed", f"turn={reply['turn_id']} status={status} tool_calls={turn['tool_calls']}"
         )
+        await self._save_turn_state(running=bool(self.unembedded))
         self.host.incr_counter("agent_chats_total")
         self._publish({"type": "final", "reply": reply})
         self._after_turn(turn, reply)
@@ -778,7 +780,8 @@ class Agent(GenServer):
         """Checkpoint, and (un)mark this session for resumption after a restart, in one group commit where
         the store allows: the two are independent (a resume marker without a turn resumes nothing, and a
         turn without its marker resumes on the session's next message)."""
-        await asyncio.gather(self.host.checkpoint(), self.host.mark_durable(running))
+        self.host.save_soon()  # registered now, in the same group commit as what this pass wrote
+        await asyncio.gather(self.host.wait_saved(), self.host.mark_durable(running))
 
     def _paused_reply(self) -> dict[str, Any]:
         turn = self.turn
