@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from minihermes.context import redact, redact_text
 from minihermes.context._text import analyze, query_terms, snippet, stem
+from minihermes.context.redact import may_hold_secret
 from minihermes.context.tokens import OfflineCounter, count_tokens, default_counter, message_tokens
 
 SECRETS = [
@@ -46,6 +49,35 @@ def test_introduced_secrets_are_redacted(text):
 )
 def test_ordinary_text_is_left_alone(text):
     assert redact_text(text) == text
+
+
+def test_unicode_case_variants_are_redacted_as_the_regexes_see_them():
+    # re.IGNORECASE matches long s to s, the Kelvin sign to k, dotted and dotless I to i: the pre-check too.
+    for text in [
+        "pa\u017f\u017fword: hunter22",
+        "api_\u212aey=hunter22",
+        "credent\u0130al: hunter22",
+        "credent\u0131als=hunter22",
+    ]:
+        assert may_hold_secret(text) and "hunter22" not in redact_text(text), text
+
+
+_PIECES = [
+    "pass", "PaSs", "\u017f", "\u212a", "\u0130", "\u0131", "word", "wd", "phrase", "api", "key", "_", "-", " ", ":", "=", "is",
+    "token", "Bearer", "basic", "secret", "client", "credential", "private", "sk-", "ant-", "eyJ", ".", "mh_",
+    "AKIA", "ASIA", "ghp_", "github_pat_", "glpat-", "xoxb-", "AIza", "sk_", "live_", "test_", "hf_",
+    "-----BEGIN ", "RSA PRIVATE KEY-----", "abcdefghij", "0123456789ABCDEF", "'", '"', "\n", "x", "é",
+]  # fmt: skip
+
+
+@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(_PIECES), max_size=14).map("".join))
+def test_the_quick_pre_check_never_hides_a_match(text):
+    # Soundness of the fast path: whenever a pattern would change the text, the pre-check says "maybe".
+    from minihermes.context.redact import _ASSIGNED, _BEARER, _SHAPE
+
+    if any(p.search(text) for p in (_SHAPE, _BEARER, _ASSIGNED)):
+        assert may_hold_secret(text)
 
 
 def test_json_values_under_secret_keys_are_redacted():
