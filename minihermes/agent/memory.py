@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable
 from typing import Any, Literal
 from urllib.parse import quote
 
@@ -218,7 +219,6 @@ class Memory(GenServer):
             "created_at": previous["created_at"] if previous else now,
             "updated_at": now,
         }
-        await self.host.kv.put(rkey, record)
         analysed = analyze(f"{key} {text}")
         meta = {
             "key": key,
@@ -233,7 +233,13 @@ class Memory(GenServer):
             # Distinct words for query coverage (bounded: deep values can be long).
             "terms": " ".join(list(dict.fromkeys(analysed.split()))[:400]),
         }
-        await self.host.text.upsert(INDEX, rkey, {"terms": analysed or key.lower()}, meta)
+        writes: list[Awaitable[Any]] = [
+            self.host.kv.put(rkey, record),
+            self.host.text.upsert(INDEX, rkey, {"terms": analysed or key.lower()}, meta),
+        ]
+        if previous is None or previous.get("tier") != tier:
+            writes.append(self._file_tier(scope, owner, key, tier))
+        await asyncio.gather(*writes)  # one group commit where the store allows
         if self._embedder is not None:
             # The model runs in a thread: tens of milliseconds of CPU must not stall the event loop.
             vectors = await asyncio.to_thread(self._embedder.embed, [f"{key}: {text[:2000]}"])
@@ -241,9 +247,6 @@ class Memory(GenServer):
             if self._vectors is not None:
                 self._vectors[rkey] = vectors[0]
                 self._matrix = None
-        if previous is None or previous.get("tier") != tier:
-            await self.host.tuples.take_all(["memory", scope, owner, key, None])
-            await self.host.tuples.write(["memory", scope, owner, key, tier])
         if previous is None:
             self.memory_count += 1
         if tier == "core" or (previous and previous.get("tier") == "core"):
@@ -573,6 +576,12 @@ class Memory(GenServer):
             records = await self._records([(str(t[1]), str(t[2]), str(t[3])) for t in rows])
             self._core = sorted((r for r in records if r.get("tier") == "core"), key=_order)
         return self._core
+
+    async def _file_tier(self, scope: str, owner: str, key: str, tier: str) -> None:
+        """The (scope, owner, key) -> tier tuple, replaced: the take before the write (a concurrent pair
+        could land in either order on a store with several connections)."""
+        await self.host.tuples.take_all(["memory", scope, owner, key, None])
+        await self.host.tuples.write(["memory", scope, owner, key, tier])
 
     def _audit(self, event_type: str, detail: str, session_id: str, record: dict[str, Any] | None) -> None:
         data = {}
