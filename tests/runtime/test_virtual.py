@@ -97,10 +97,10 @@ class _KeyEcho(GenServer):
         return self.actor_id
 
 
-class _Preloaded(GenServer):
-    """Reads ``<dir>/<key>.txt`` on every activation, beside its state (``Actor.preload``)."""
+class _ReadsItsFile:
+    """Reads ``<dir>/<key>.txt`` on every activation (``Actor.preload``); mixed into the actors below."""
 
-    count: int = state(default=0)
+    preloaded: Any
 
     def preload(self, actor_id: str, args: dict[str, Any]) -> Callable[[], dict[str, Any]]:
         path = Path(args["dir"]) / f"{actor_id.partition('/')[2]}.txt"
@@ -117,6 +117,12 @@ class _Preloaded(GenServer):
     async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
         self.seen = self.preloaded or {"text": None}  # None: the read failed (and was logged)
 
+
+class _Preloaded(_ReadsItsFile, GenServer):
+    """With state: the file is read in the trip that reads the checkpoint."""
+
+    count: int = state(default=0)
+
     @call
     def add(self, amount: int) -> int:
         self.count += amount
@@ -127,10 +133,12 @@ class _Preloaded(GenServer):
         return {"count": self.count, **self.seen}
 
 
-class _StatelessPreloaded(_Preloaded):
-    """The same without state: no checkpoint to read, the function still runs off the loop."""
+class _StatelessPreloaded(_ReadsItsFile, GenServer):
+    """Without state: no checkpoint to read, the function still runs off the loop."""
 
-    _state_fields = {}
+    @call
+    def info(self) -> dict[str, Any]:
+        return dict(self.seen)
 
 
 async def test_preload_is_read_off_the_loop_with_the_state_on_every_activation(
@@ -166,5 +174,7 @@ async def test_an_actor_without_state_gets_its_preload_too(make_node, tmp_path):
     (tmp_path / "k2.txt").write_text("hello")
     spec = ActorSpec("p", _StatelessPreloaded, virtual=True, args={"dir": str(tmp_path)})
     node = await make_node(tree(spec))
+    assert _StatelessPreloaded._state_fields == {}
     info = await node.ask("p/k2", "info")
     assert info["text"] == "hello" and info["thread"] != threading.current_thread().name
+    assert not info["thread"].startswith("minihermes-sqlite")  # its own worker: no store trip to share
