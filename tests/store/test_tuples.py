@@ -101,6 +101,10 @@ async def test_write_unless_writes_only_when_nothing_matches(store: Store) -> No
     )  # scoped
     with pytest.raises(TypeError, match="pattern element 0"):
         await store.tuples.write_unless(A, ["owner", "s3", "x"], [object()])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="at least one element"):
+        await store.tuples.write_unless(A, [], ["owner", "s3", None])
+    with pytest.raises(ValueError, match="finite"):
+        await store.tuples.write_unless(A, ["owner", "s3", float("nan")], ["owner", "s3", None])
     assert await store.tuples.read(A, ["owner", "s3", None]) is None
 
 

@@ -28,6 +28,12 @@ _DELETE_EXACT = "DELETE FROM tuples WHERE id = ? AND body IS ?"
 _INSERT = "INSERT INTO tuples (tenant, ns, arity, e0, e1, body, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
 
 
+def _row(tenant: str, ns: str, values: tuple[Scalar, ...], at: float) -> tuple[object, ...]:
+    """The ``_INSERT`` parameters of a tuple."""
+    e1 = encode_element(values[1]) if len(values) > 1 else None
+    return (tenant, ns, len(values), encode_element(values[0]), e1, encode_tuple(values), at)
+
+
 def _candidates(tenant: str, ns: str, pattern: tuple[Scalar, ...]) -> tuple[str, tuple[object, ...]]:
     if pattern[0] is None:
         return (
@@ -78,18 +84,17 @@ class SqliteTuples(Part):
 
     async def write(self, scope: Scope, tup: Sequence[Scalar]) -> None:
         tenant, ns = check_scope(scope)
-        params = self._row(tenant, ns, check_tuple(tup))
+        params = _row(tenant, ns, check_tuple(tup), self._now())
         await self._db.write(lambda c: c.execute(_INSERT, params))
 
     async def write_unless(self, scope: Scope, tup: Sequence[Scalar], pattern: Sequence[Scalar]) -> bool:
         tenant, ns = check_scope(scope)
-        params = self._row(tenant, ns, check_tuple(tup))
-        pat = check_tuple(pattern, pattern=True)
         now = self._now()
+        params = _row(tenant, ns, check_tuple(tup), now)
+        pat = check_tuple(pattern, pattern=True)
 
-        def op(
-            conn: sqlite3.Connection,
-        ) -> bool:  # in the writer: the check and the insert in one transaction
+        def op(conn: sqlite3.Connection) -> bool:
+            # In the writer: the check and the insert in one transaction.
             found, corrupt = _scan(conn, tenant, ns, pat, 1)
             for item in corrupt:
                 item.move(conn, now)
@@ -99,10 +104,6 @@ class SqliteTuples(Part):
             return True
 
         return await self._db.write(op)
-
-    def _row(self, tenant: str, ns: str, values: tuple[Scalar, ...]) -> tuple[object, ...]:
-        e1 = encode_element(values[1]) if len(values) > 1 else None
-        return (tenant, ns, len(values), encode_element(values[0]), e1, encode_tuple(values), self._now())
 
     async def read(self, scope: Scope, pattern: Sequence[Scalar]) -> tuple[Scalar, ...] | None:
         found = await self.read_all(scope, pattern, limit=1)
