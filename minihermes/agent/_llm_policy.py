@@ -17,11 +17,13 @@ import contextlib
 import importlib
 import json
 import math
+import operator
 import random
 import re
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
+from itertools import compress, repeat
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -118,7 +120,7 @@ def unavailable(failures: Sequence[Failure]) -> LLMUnavailable:
     )
 
 
-_VALIDATED: ViewMemo[Message | ToolSpec] = ViewMemo(65_536)
+_VALIDATED: ViewMemo[Message | ToolSpec] = ViewMemo()
 """Read-only messages and tool specs already validated: a session's history is validated once per message,
 not once per LLM call."""
 
@@ -129,40 +131,61 @@ list on every LLM call. Each entry keeps its specs alive, so the ids in its key 
 _TOOL_LISTS_MAX = 256
 
 
-def _validated_tools(tools: list[dict[str, Any]]) -> list[Any]:
+def _validated_tools(tools: list[dict[str, Any]]) -> tuple[list[Any], bool]:
     if not all(type(t) is ToolView for t in tools):
         return _validated(tools, ToolView, ToolSpec)
     key = tuple(map(id, tools))
     hit = _TOOL_LISTS.get(key)
     if hit is not None:
         _TOOL_LISTS.move_to_end(key)
-        return hit[1]
-    checked = _validated(tools, ToolView, ToolSpec)
-    if all(type(c) is ToolSpec for c in checked):  # all valid: the request's own validation is a no-op
+        return hit[1], True
+    checked, complete = _validated(tools, ToolView, ToolSpec)
+    if complete:
         _TOOL_LISTS[key] = (list(tools), checked)
         if len(_TOOL_LISTS) > _TOOL_LISTS_MAX:
             _TOOL_LISTS.popitem(last=False)
-    return checked
+    return checked, complete
 
 
 def _validated(
     items: list[dict[str, Any]], view: type[ReadOnlyDict], model: type[Message | ToolSpec]
-) -> list[Any]:
+) -> tuple[list[Any], bool]:
+    """Each item as its model (a read-only item's remembered, anything else validated afresh), an invalid
+    one as given; and whether every item came out a model."""
     out: list[Any] = []
+    complete = True
     for raw in items:
-        if type(raw) is not view:
-            out.append(raw)
-            continue
-        checked = _VALIDATED.get(raw)
+        checked = _VALIDATED.get(raw) if type(raw) is view else None
         if checked is None:
             try:
                 checked = model.model_validate(raw)
             except ValidationError:
                 out.append(raw)  # validated again with the request, for an error that names its place
+                complete = False
                 continue
-            _VALIDATED.put(raw, checked)
+            _VALIDATED.put(raw, checked)  # kept only on a read-only item
         out.append(checked)
-    return out
+    return out, complete
+
+
+def _validated_messages(messages: list[dict[str, Any]]) -> tuple[list[Any], bool]:
+    """``_validated`` for messages. A message view keeps its model on itself (``MessageView._checked``), so
+    a session's history (every message but the newest validated at an earlier step) is found in passes
+    that run in C, and only what is new is validated."""
+    out = list(map(getattr, messages, repeat("_checked"), repeat(None)))
+    complete = True
+    for i in compress(range(len(out)), map(operator.is_, out, repeat(None))):
+        raw = messages[i]
+        try:
+            checked = Message.model_validate(raw)
+        except ValidationError:
+            out[i] = raw  # validated again with the request, for an error that names its place
+            complete = False
+            continue
+        if type(raw) is MessageView:
+            raw._checked = checked
+        out[i] = checked
+    return out, complete
 
 
 def completion_request(
@@ -175,15 +198,21 @@ def completion_request(
     """The op's arguments as a ``CompletionRequest``; ``InvalidArgument`` naming the first bad field."""
     if not messages:
         raise InvalidArgument("completion: messages must not be empty", field="messages")
+    checked_messages, messages_done = _validated_messages(messages)
+    checked_tools, tools_done = _validated_tools(tools)
+    scalars = {
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "cache_prefix_messages": cache_prefix_messages,
+    }
     try:
+        if messages_done and tools_done:
+            # Every message and tool is a validated model already: check the scalars alone and put the
+            # lists in as they are (pydantic would run each message's own checks again: O(history) a call).
+            base = CompletionRequest.model_validate({"messages": [], "tools": [], **scalars})
+            return base.model_copy(update={"messages": checked_messages, "tools": checked_tools})
         return CompletionRequest.model_validate(
-            {
-                "messages": _validated(messages, MessageView, Message),
-                "tools": _validated_tools(tools),
-                "max_tokens": max_tokens,
-                "temperature": temperature,
-                "cache_prefix_messages": cache_prefix_messages,
-            }
+            {"messages": checked_messages, "tools": checked_tools, **scalars}
         )
     except ValidationError as error:
         first = error.errors()[0]

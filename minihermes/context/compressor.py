@@ -85,8 +85,15 @@ class ContextCompressor(GenServer):
             if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant", "tool"):
                 raise InvalidArgument(f"{op}: messages[{i}] has no valid role", op=op, field="messages")
         before = messages_tokens(messages, self.counter)
-        limit = int(token_budget * (threshold or self.threshold))
-        reply: dict[str, Any] = {"status": "ok", "compressed": False, "tokens_before": before}
+        share = threshold or self.threshold
+        limit = int(token_budget * share)
+        reply: dict[str, Any] = {
+            "status": "ok",
+            "compressed": False,
+            "tokens_before": before,
+            "threshold": share,
+            "limit": limit,
+        }
         if before <= limit:
             return {**reply, "messages": messages, "tokens_after": before}
         plan = _compress.split(

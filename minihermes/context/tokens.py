@@ -136,7 +136,7 @@ def message_tokens(message: dict[str, Any], counter: TokenCounter | None = None)
         return _message_tokens(message, c)
     memo = _VIEW_MEMO.get(c.name)
     if memo is None:
-        memo = _VIEW_MEMO[c.name] = ViewMemo(_MEMO_MAX * 4)
+        memo = _VIEW_MEMO[c.name] = ViewMemo()
     n = memo.get(message)
     if n is None:
         n = _message_tokens(message, c)

@@ -8,7 +8,6 @@ All models are pydantic, so they cross actor boundaries as plain dicts (``model_
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -76,9 +75,11 @@ class Message(BaseModel):
 class ReadOnlyDict(dict[str, Any]):
     """A dict nobody changes once made. The gateway validates such a message or tool spec once and reuses
     the result at every later call, instead of validating a session's whole history (and the tool list) again
-    at each step; a plain dict is validated every time."""
+    at each step; a plain dict is validated every time. What is computed from one (``ViewMemo``) is kept on
+    it, so it lives and dies with the view."""
 
-    __slots__ = ()
+    __slots__ = ("_memo",)
+    _memo: dict[Any, Any]
 
     def _read_only(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"a {type(self).__name__} is read-only")
@@ -91,33 +92,33 @@ V = TypeVar("V")
 
 
 class ViewMemo(Generic[V]):
-    """Values computed from read-only dicts (a validated model, a token count), remembered by the dict's
-    identity, least recently used first out. An entry keeps its dict alive, so an id is never reused while it
-    is cached; anything other than a ``ReadOnlyDict`` is never remembered (it may change)."""
+    """One kind of value computed from read-only dicts (a validated model, a token count), kept on the dict
+    itself: a lookup is an attribute read, not a search, and the value goes with its dict. Each memo is its
+    own key, so two memos never see each other's values; an equal copy of a dict is another dict; anything
+    other than a ``ReadOnlyDict`` is never remembered (it may change)."""
 
-    def __init__(self, capacity: int) -> None:
-        self._capacity = capacity
-        self._items: OrderedDict[int, tuple[ReadOnlyDict, V]] = OrderedDict()
+    __slots__ = ()
 
     def get(self, view: object) -> V | None:
-        hit = self._items.get(id(view))
-        if hit is None or hit[0] is not view:
-            return None
-        self._items.move_to_end(id(view))
-        return hit[1]
+        memo: dict[ViewMemo[Any], Any] | None = getattr(view, "_memo", None)
+        return None if memo is None else memo.get(self)
 
     def put(self, view: object, value: V) -> None:
         if not isinstance(view, ReadOnlyDict):
             return
-        self._items[id(view)] = (view, value)
-        if len(self._items) > self._capacity:
-            self._items.popitem(last=False)
+        memo: dict[ViewMemo[Any], Any] | None = getattr(view, "_memo", None)
+        if memo is None:
+            view._memo = {self: value}
+        else:
+            memo[self] = value
 
 
 class MessageView(ReadOnlyDict):
-    """A chat message as a read-only dict (the agent's view of one history message)."""
+    """A chat message as a read-only dict (the agent's view of one history message). ``_checked`` holds its
+    validated ``Message`` once the gateway made it."""
 
-    __slots__ = ()
+    __slots__ = ("_checked",)
+    _checked: Message
 
 
 class ToolView(ReadOnlyDict):

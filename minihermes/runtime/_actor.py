@@ -25,6 +25,7 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, overload
 
 import orjson
@@ -260,6 +261,9 @@ def make_checker(tp: Any) -> Checker | None:
 def _container(kind: type, expected: str, tp: Any) -> Checker:
     args = typing.get_args(tp)
     item = make_checker(args[-1]) if args else None
+    # Items that only need to be of one container type (``list[dict[str, Any]]``, a message list that grows
+    # with a session): one isinstance each here instead of a checker call each.
+    item_kind: type | None = getattr(item, "only_kind", None)
 
     def check(op: str, field: str, v: Any) -> Any:
         if not isinstance(v, kind):
@@ -271,6 +275,8 @@ def _container(kind: type, expected: str, tp: Any) -> Checker:
             for x in list(seq.values()):
                 item(op, field, x)
             return v
+        if item_kind is not None and all(map(isinstance, seq, repeat(item_kind))):
+            return v
         for x in list(seq):
             try:
                 item(op, field, x)
@@ -281,6 +287,8 @@ def _container(kind: type, expected: str, tp: Any) -> Checker:
                 raise
         return v
 
+    if item is None:
+        check.only_kind = kind  # type: ignore[attr-defined]
     return check
 
 

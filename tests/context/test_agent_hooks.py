@@ -199,3 +199,41 @@ async def test_the_turns_start_up_writes_are_done_before_its_first_tool_call_run
     order.clear()
     await chat(node, "again")  # not the session's first turn: no owner write
     assert order[0] == "marked True"
+
+
+COMPRESSOR_CALLS: list[dict[str, Any]] = []
+
+
+class CountingCompressor(ContextCompressor):
+    @call
+    async def check_and_compress(
+        self,
+        messages: list[dict[str, Any]],
+        token_budget: int = 4096,
+        session_id: str = "",
+        user_id: str = "",
+        threshold: float = 0.0,
+    ) -> dict[str, Any]:
+        reply = await super().check_and_compress(messages, token_budget, session_id, user_id, threshold)
+        COMPRESSOR_CALLS.append(reply)
+        return reply
+
+
+async def test_the_compressor_is_asked_only_above_its_threshold_once_known(make_node, tmp_path):
+    """The agent counts its history's tokens itself (kept up to date step by step) and learns the
+    compressor's threshold from its first reply: after that, no hop while the history is below it."""
+    COMPRESSOR_CALLS.clear()
+    ANSWER["fn"] = lambda req: end("answer " + "words " * 80)
+    out = specs(tmp_path, token_budget=8000)
+    out.insert(
+        -1, ActorSpec("context_compressor", CountingCompressor, per_tenant=True, args={"threshold": 0.9})
+    )
+    node = await make_node(out)
+    for i in range(40):
+        await chat(node, f"question {i}: " + "tell me more " * 40)
+    assert len(COMPRESSOR_CALLS) >= 2 and COMPRESSOR_CALLS[0]["threshold"] == 0.9
+    assert any(c["compressed"] for c in COMPRESSOR_CALLS)
+    assert all(c["tokens_before"] > c["limit"] for c in COMPRESSOR_CALLS[1:])  # no hop for nothing
+    assert not COMPRESSOR_CALLS[0]["compressed"]  # the first ask, at half the budget, learned the share
+    history = (await node.ask("agent/s1", "get_history", {}, ctx=ACME))["messages"]
+    assert history[1].get("is_summary") and history[-1]["content"].startswith("answer")

@@ -33,10 +33,11 @@ def test_a_view_is_validated_once_and_a_plain_dict_every_time(monkeypatch):
 
     monkeypatch.setattr(Message, "model_validate", counting)
     view = MessageView({"role": "user", "content": "hi"})
+    plain = {"role": "user", "content": "plain"}
     for _ in range(3):
-        request = policy.completion_request([view, {"role": "user", "content": "plain"}], [], 64, None, 0)
+        request = policy.completion_request([view, plain], [], 64, None, 0)
         assert [m.content for m in request.messages] == ["hi", "plain"]
-    assert calls == [view]  # plain dicts go through the request's own validation each time
+    assert calls == [view, plain, plain, plain]  # a plain dict may have changed: validated every time
 
 
 def test_a_bad_view_is_reported_with_its_place():
@@ -48,13 +49,26 @@ def test_a_bad_view_is_reported_with_its_place():
 def test_view_memo_remembers_read_only_dicts_by_identity_only():
     from minihermes.llm import ViewMemo
 
-    memo: ViewMemo[int] = ViewMemo(2)
-    a, b, c = (MessageView({"role": "user", "content": str(i)}) for i in range(3))
+    memo: ViewMemo[int] = ViewMemo()
+    other: ViewMemo[str] = ViewMemo()
+    a, b = (MessageView({"role": "user", "content": str(i)}) for i in range(2))
     memo.put(a, 1)
     assert memo.get(a) == 1 and memo.get(MessageView(a)) is None  # an equal copy is another dict
     memo.put({"role": "user"}, 9)  # a plain dict may change: never remembered
     assert memo.get({"role": "user"}) is None
-    memo.put(b, 2)
-    memo.get(a)  # a is now the most recent
-    memo.put(c, 3)  # over capacity: b (least recently used) goes
-    assert (memo.get(a), memo.get(b), memo.get(c)) == (1, None, 3)
+    assert memo.get(b) is None and other.get(a) is None  # each memo keeps its own values
+    other.put(a, "x")
+    memo.put(a, 2)
+    assert (memo.get(a), other.get(a), memo.get(b)) == (2, "x", None)
+
+
+def test_a_request_of_validated_views_still_checks_its_other_arguments():
+    views = [MessageView({"role": "user", "content": "hi"})]
+    policy.completion_request(views, [], 64, None, 0)  # the view is validated now
+    request = policy.completion_request(views, [], 64, 0.5, 1)
+    assert (request.max_tokens, request.temperature, request.cache_prefix_messages) == (64, 0.5, 1)
+    assert [m.content for m in request.messages] == ["hi"]
+    for bad in ({"max_tokens": 0}, {"temperature": 3.0}, {"cache_prefix_messages": -1}):
+        args = {"max_tokens": 64, "temperature": None, "cache_prefix_messages": 0, **bad}
+        with pytest.raises(InvalidArgument, match=next(iter(bad))):
+            policy.completion_request(views, [], **args)

@@ -208,3 +208,20 @@ async def test_a_deferred_reply_that_fails_answers_with_a_crash_not_a_timeout(ma
     node = await make_node(tree(ActorSpec("later", Later)))
     with pytest.raises(ActorCrashed):
         await node.ask("later", "soon")  # the manual clock never moves: a timeout would hang here
+
+
+def test_a_list_of_objects_is_checked_item_by_item_and_names_the_bad_one():
+    from typing import Any
+
+    from minihermes.runtime._actor import make_checker
+
+    check = make_checker(list[dict[str, Any]])
+    assert check is not None
+    good = [{"a": 1}, {}, {"b": [1]}]
+    assert check("op", "items", good) is good
+    for bad, where in (([{}, {}, "x"], "items[2]"), ([3], "items[0]"), ([{}, None], "items[1]")):
+        with pytest.raises(InvalidArgument) as ei:
+            check("op", "items", bad)
+        assert ei.value.to_dict()["error"]["field"] == where
+    with pytest.raises(InvalidArgument):
+        check("op", "items", {"a": {}})
