@@ -81,6 +81,8 @@ class CronScheduler(GenServer):
         # cannot know it still holds, and two processes started with one node id stay two holders.
         self.holder = f"{self.host.node_id}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._ticking = False
+        self._tick_again = False
+        """A tick came while this instance was leading one: the leader makes another pass before it lets go."""
         self._stats = {"ticks": 0, "led": 0, "dispatched": 0, "missed": 0, "retries": 0}
         self._audit = self.host.has_actor("audit_event")
         ctx = current_context()
@@ -255,6 +257,7 @@ class CronScheduler(GenServer):
         self._stats["ticks"] += 1
         self._wake_runner()
         if self._ticking:
+            self._tick_again = True  # not dropped: what fell due meanwhile is dispatched by this leader
             return
         token = await self.host.locks.try_acquire("cron_leader", self.lock_ttl, holder=self.holder)
         if token is None:
@@ -267,8 +270,12 @@ class CronScheduler(GenServer):
 
     async def _lead(self, token: int) -> None:
         try:
-            await self._dispatch_due()
-            await self._dispatch_retries()
+            while True:
+                self._tick_again = False
+                await self._dispatch_due()
+                await self._dispatch_retries()
+                if not self._tick_again:
+                    break
         finally:
             self._ticking = False
             # Lead one tick at a time: whichever node's scheduler the next tick reaches leads it (the

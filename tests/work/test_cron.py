@@ -255,6 +255,39 @@ def _fail_due_list_once(node: Node, monkeypatch: pytest.MonkeyPatch) -> list[obj
     return seen
 
 
+async def test_a_tick_that_lands_while_one_is_led_is_not_lost(app_node, clock, monkeypatch):
+    """The leader's pass reads what is due at its start; ticks arriving meanwhile (time moved on) make it
+    pass again before it lets go, instead of waiting for a tick after the lock is free."""
+    import asyncio
+
+    node = await app_node(scripted=True)
+    await cron(node, "create_job", job_id="j1", prompt="p", schedule="every 30s")
+    kv = node.store.kv
+    real_list = kv.list
+    gate = asyncio.Event()
+    held: list[bool] = []
+
+    async def list_held_once(scope, prefix="", limit=None):
+        if prefix == "cron:due:" and not held:
+            held.append(True)
+            rows = await real_list(scope, prefix, limit)  # what is due now: nothing yet
+            await gate.wait()
+            return rows
+        return await real_list(scope, prefix, limit)
+
+    monkeypatch.setattr(kv, "list", list_held_once)
+    await clock.advance(1.5)  # the first tick leads, and waits in its read
+
+    async def reading():
+        return held
+
+    await until(reading)
+    await ticks(clock, 30)  # the job falls due; these ticks land while the first is still led
+    gate.set()
+    await until(finished(node, "j1", 1))
+    assert not held[1:]
+
+
 async def test_a_failed_tick_still_lets_go_of_the_leader_lock(app_node, clock, monkeypatch):
     """A tick that raises releases the lease at once: left to its TTL, no node would lead until then (the
     manual clock stands still here, so only the release can free it)."""
