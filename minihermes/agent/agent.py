@@ -108,7 +108,9 @@ class Agent(GenServer):
 
     state_version = 1
 
-    history: list[dict[str, Any]] = state(default_factory=list)
+    history: list[dict[str, Any]] = state(default_factory=list, append_only=True)
+    """Saved by what each step appended (a tool result filled in before its step's save); compression and
+    clearing replace the whole list."""
     turn: dict[str, Any] | None = state(default=None)
     last_reply: dict[str, Any] | None = state(default=None)
     stats: dict[str, int] = state(default_factory=lambda: {"turns": 0, "tool_calls": 0, "iterations": 0})

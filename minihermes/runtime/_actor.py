@@ -45,13 +45,16 @@ _MISSING: Any = object()
 class StateField:
     """Marks a class attribute as durable actor state (checkpointed and restored)."""
 
-    __slots__ = ("default", "default_factory", "name", "type")
+    __slots__ = ("append_only", "default", "default_factory", "name", "type")
 
-    def __init__(self, default: Any, default_factory: Callable[[], Any] | None) -> None:
+    def __init__(
+        self, default: Any, default_factory: Callable[[], Any] | None, append_only: bool = False
+    ) -> None:
         self.default = default
         self.default_factory = default_factory
         self.name = ""
         self.type: Any = Any
+        self.append_only = append_only
 
     def make_default(self) -> Any:
         if self.default_factory is not None:
@@ -59,11 +62,19 @@ class StateField:
         return self.default
 
 
-def state(default: Any = None, *, default_factory: Callable[[], Any] | None = None) -> Any:
-    """Declare a durable state field. Values must be JSON-serializable."""
+def state(
+    default: Any = None, *, default_factory: Callable[[], Any] | None = None, append_only: bool = False
+) -> Any:
+    """Declare a durable state field. Values must be JSON-serializable.
+
+    ``append_only=True`` (a list, ``default_factory=list``): the list only grows by appending, or is
+    replaced as a whole; each checkpoint then writes the items appended since the previous one instead of
+    the whole list (``runtime._statelog``: what it relies on)."""
     if default_factory is None and isinstance(default, (list, dict, set)):
         raise TypeError("mutable state defaults must use default_factory=")
-    return StateField(default, default_factory)
+    if append_only and default_factory is not list:
+        raise TypeError("an append-only state field is a list: declare it with default_factory=list")
+    return StateField(default, default_factory, append_only)
 
 
 # ------------------------------------------------------------------------------------------------ handlers
@@ -356,6 +367,10 @@ class Actor:
     """0: use the node's default."""
 
     _state_fields: ClassVar[dict[str, StateField]] = {}
+    _plain_fields: ClassVar[tuple[str, ...]] = ()
+    """The state fields ``dump_state`` writes: all but the append-only ones."""
+    _log_fields: ClassVar[tuple[str, ...]] = ()
+    """The append-only state fields (saved item by item, ``runtime._statelog``)."""
     _handlers: ClassVar[dict[str, Handler]] = {}
 
     actor_id: str
@@ -386,6 +401,8 @@ class Actor:
                 fn_hints = {}
             handlers[op] = build_handler(kind, op, value, fn_hints)
         cls._state_fields = fields
+        cls._plain_fields = tuple(n for n, f in fields.items() if not f.append_only)
+        cls._log_fields = tuple(n for n, f in fields.items() if f.append_only)
         cls._handlers = handlers
         cls._validate_class()
 
@@ -423,7 +440,8 @@ class Actor:
     # -- state (de)serialization -------------------------------------------------------------------------
 
     def dump_state(self) -> bytes:
-        data = {n: getattr(self, n) for n in self._state_fields}
+        """The state as one JSON document, append-only fields left out (they are saved item by item)."""
+        data = {n: getattr(self, n) for n in self._plain_fields}
         try:
             # orjson: this runs after every message (change detection), and is ~10-25x faster than json.
             return orjson.dumps(data, default=_json_default, option=orjson.OPT_NON_STR_KEYS)

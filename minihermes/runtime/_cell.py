@@ -21,7 +21,12 @@ from ._context import RequestContext, current_context, reset_context, set_contex
 from ._errors import ActorCrashed, ActorError, InvalidTransition, UnknownOp
 from ._mailbox import DEACTIVATE, STOP, Control, Crash, Envelope, Mailbox
 from ._spec import ActorSpec
+from ._statelog import LogFields
 from .store import FencedOut
+from .store.base import Items
+
+Snapshot = tuple[bytes, Items | None]
+"""A checkpoint to save: the state document, and the append-only fields' changes (None without any)."""
 
 if TYPE_CHECKING:
     from ._node import Node
@@ -87,6 +92,11 @@ class Cell:
         self.groups: set[tuple[Scope, str]] = set()
         self.registered: set[Scope] = set()
         self.last_bytes: bytes | None = None
+        """The state as the last message left it (append-only fields aside: ``logs``)."""
+        self.logs = LogFields(spec.cls._log_fields) if spec.cls._log_fields else None
+        """The append-only state fields' bookkeeping (None without any)."""
+        self.stored_items: tuple[str, ...] = ()
+        """The append-only fields whose items the restored checkpoint held as rows (``Node._load_into``)."""
         self.since_checkpoint = 0
         self.dirty = False
         self.last_active = node.clock.monotonic()
@@ -189,8 +199,11 @@ class Cell:
         migrated = False
         if cls._state_fields:
             await self.wait_saved()  # a previous instance's last checkpoints land before we read them back
+            self.stored_items = ()
             migrated, inst.preloaded = await self.node._restore(self, inst, reader)
             self.last_bytes = inst.dump_state()
+            if self.logs is not None:
+                self.logs.reset(inst, () if migrated else self.stored_items)
         elif reader is not None:
             inst.preloaded = await asyncio.to_thread(reader)
         self.instance = inst
@@ -273,19 +286,19 @@ class Cell:
 
     def _handled(self, inst: Actor, reply: asyncio.Future[Any] | None, result: Any) -> None:
         """After a handler returned: the checkpoint, then the reply (once what it depends on is durable)."""
-        data: bytes | None = None
+        snap: Snapshot | None = None
         if inst._state_fields:
             # still "current": if serializing fails, the caller gets the crash instead of waiting forever
             self.since_checkpoint += 1
-            data = self._checkpoint_due(inst)
+            snap = self._checkpoint_due(inst)
         self.current = None
         if type(result) is Deferred:
-            after = None if data is None else self._save_future(inst, data)
+            after = None if snap is None else self._save_future(inst, snap)
             self.node._spawn_reply(self, result, reply, after=after)
-        elif data is not None:
+        elif snap is not None:
             # Pipelined: the actor goes on with its next message; this reply leaves once the commit holding
             # its state is durable (or fails with the crash if the commit fails).
-            self._save_then(inst, data, None if reply is None else (reply, result))
+            self._save_then(inst, snap, None if reply is None else (reply, result))
         elif reply is not None and not reply.done():
             if self.saves_in_flight:
                 # The handler started a save (``save_soon``) that is not durable yet: the reply waits for it.
@@ -372,18 +385,35 @@ class Cell:
     def _rollback(self) -> None:
         inst = self.instance
         if inst is not None and inst._state_fields and self.last_bytes is not None:
-            inst.load_state(json.loads(self.last_bytes))
+            logs = self.logs
+            if logs is None:
+                inst.load_state(json.loads(self.last_bytes))
+                return
+            kept = {f: getattr(inst, f) for f in logs.fields}  # not in last_bytes: rolled back below
+            inst.load_state({**json.loads(self.last_bytes), **kept})
+            logs.rollback(inst)
 
-    def _checkpoint_due(self, inst: Actor) -> bytes | None:
+    def _checkpoint_due(self, inst: Actor) -> Snapshot | None:
         """The state to save if it changed and a checkpoint is due, else None."""
         data = inst.dump_state()
         if data != self.last_bytes:
             self.last_bytes = data
             self.dirty = True
+        logs = self.logs
+        if logs is None:
+            if not (self.dirty and self.since_checkpoint >= self.interval):
+                return None
+            self._counted_as_saved()
+            return data, None
+        items, pending = logs.changes(inst)
+        logs.see(inst)
+        if items:
+            self.dirty = True
         if not (self.dirty and self.since_checkpoint >= self.interval):
             return None
         self._counted_as_saved()
-        return data
+        logs.commit(pending)
+        return data, items or None
 
     def _counted_as_saved(self) -> None:
         """The bookkeeping of a checkpoint handed to the store: nothing unsaved, the interval restarts."""
@@ -391,25 +421,34 @@ class Cell:
         self.since_checkpoint = 0
         self.node.metrics.incr("checkpoints_total")
 
-    def _changed_state(self) -> bytes | None:
+    def _changed_state(self) -> Snapshot | None:
         """The instance's state if it differs from the last one saved (or is marked dirty), else None; the
-        returned bytes become the last saved ones."""
+        returned state becomes the last saved one."""
         inst = self.instance
         if inst is None or not inst._state_fields:
             return None
         data = inst.dump_state()
-        if data == self.last_bytes and not self.dirty:
+        logs = self.logs
+        if logs is None:
+            if data == self.last_bytes and not self.dirty:
+                return None
+            self.last_bytes = data
+            return data, None
+        items, pending = logs.changes(inst)
+        logs.see(inst)
+        if data == self.last_bytes and not self.dirty and not items:
             return None
         self.last_bytes = data
-        return data
+        logs.commit(pending)
+        return data, items or None
 
-    def _save_then(self, inst: Actor, data: bytes, reply: tuple[asyncio.Future[Any], Any] | None) -> None:
+    def _save_then(self, inst: Actor, snap: Snapshot, reply: tuple[asyncio.Future[Any], Any] | None) -> None:
         """Register a checkpoint; once durable, release ``reply`` (future, result). No future or extra loop
         pass of its own when the store offers ``save_callback`` (the hot path: one durable message)."""
         checkpoints = self.node.store.checkpoints
         save_callback = getattr(checkpoints, "save_callback", None)
         if save_callback is None:
-            fut = self._save_future(inst, data)
+            fut = self._save_future(inst, snap)
             if reply is not None:
                 fut.add_done_callback(functools.partial(_release, reply[0], reply[1], self.address))
             return
@@ -420,18 +459,23 @@ class Cell:
             if reply is not None:
                 _settle(reply[0], reply[1], self.address, error)
 
+        data, items = snap
+        extra: dict[str, Any] = {} if items is None else {"items": items}
+        if self.fence is not None:
+            extra["fence"] = self.fence
         try:
-            if self.fence is None:  # unfenced (one node): the call any store takes
-                save_callback(self.scope, self.address, inst.state_version, data, done)
-            else:
-                save_callback(self.scope, self.address, inst.state_version, data, done, fence=self.fence)
+            # unfenced (one node) and no append-only fields: the call any store takes
+            save_callback(self.scope, self.address, inst.state_version, data, done, **extra)
         except Exception as e:  # refused before it was queued (bad input): as a failed commit
             done(e)
 
-    def _save_future(self, inst: Actor, data: bytes) -> asyncio.Future[None]:
-        fenced = {} if self.fence is None else {"fence": self.fence}
+    def _save_future(self, inst: Actor, snap: Snapshot) -> asyncio.Future[None]:
+        data, items = snap
+        extra: dict[str, Any] = {} if items is None else {"items": items}
+        if self.fence is not None:
+            extra["fence"] = self.fence
         fut = self.node.store.checkpoints.save_nowait(
-            self.scope, self.address, inst.state_version, data, **fenced
+            self.scope, self.address, inst.state_version, data, **extra
         )
         self.saves_in_flight += 1
         fut.add_done_callback(self._save_done)
@@ -463,12 +507,12 @@ class Cell:
     def save_soon(self) -> None:
         """Register a checkpoint of the current state now (if it changed) without waiting for it; ordered
         before any later save of this cell. ``wait_saved`` (or the end of the message) waits for it."""
-        data = self._changed_state()
-        if data is None:
+        snap = self._changed_state()
+        if snap is None:
             return
         self._counted_as_saved()
         assert self.instance is not None
-        self._save_future(self.instance, data)
+        self._save_future(self.instance, snap)
 
     async def wait_saved(self) -> None:
         """Until every registered checkpoint of this cell is durable (or failed)."""
@@ -477,19 +521,22 @@ class Cell:
                 self._drained = asyncio.get_running_loop().create_future()
             await asyncio.shield(self._drained)
 
-    async def _save(self, data: bytes) -> None:
+    async def _save(self, snap: Snapshot) -> None:
         inst = self.instance
         assert inst is not None
-        fenced = {} if self.fence is None else {"fence": self.fence}
-        await self.node.store.checkpoints.save(self.scope, self.address, inst.state_version, data, **fenced)
+        data, items = snap
+        extra: dict[str, Any] = {} if items is None else {"items": items}
+        if self.fence is not None:
+            extra["fence"] = self.fence
+        await self.node.store.checkpoints.save(self.scope, self.address, inst.state_version, data, **extra)
         self._counted_as_saved()
 
     async def flush(self) -> None:
         """Save now if anything changed since the last checkpoint, and wait for saves in flight."""
         await self.wait_saved()
-        data = self._changed_state()
-        if data is not None:
-            await self._save(data)
+        snap = self._changed_state()
+        if snap is not None:
+            await self._save(snap)
 
 
 def _guarded(reader: Callable[[], Any] | None, address: str) -> Callable[[], Any] | None:

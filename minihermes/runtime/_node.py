@@ -751,6 +751,10 @@ class Node:
             data = json.loads(cp.data)
             if not isinstance(data, dict):
                 raise ValueError("checkpoint is not an object")
+            for name, array in cp.items.items():  # append-only fields, saved item by item
+                if name in cls._log_fields:
+                    data[name] = json.loads(array)
+            cell.stored_items = tuple(n for n in cp.items if n in cls._log_fields)
             if cp.state_version > cls.state_version:
                 raise ValueError(
                     f"saved by state_version {cp.state_version}, newer than this code's {cls.state_version}"

@@ -164,3 +164,84 @@ async def test_fence_bad_input(store: Store) -> None:
             await store.checkpoints.claim(A, "x", bad)  # type: ignore[arg-type]
         with pytest.raises(TypeError):
             await store.checkpoints.save(A, "x", 1, b"{}", fence=bad)  # type: ignore[arg-type]
+
+
+def _arrays(cp: Checkpoint | None) -> dict[str, list[object]]:
+    import json
+
+    assert cp is not None
+    return {name: json.loads(array) for name, array in cp.items.items()}
+
+
+async def test_checkpoint_items_are_appended_cut_and_replaced_with_the_checkpoint(store: Store) -> None:
+    cps = store.checkpoints
+    await cps.save(A, "agent/1", 1, b"{}", items=(("history", 0, (b'{"n":0}', b'{"n":1}')),))
+    await cps.save(A, "agent/1", 1, b"{}", items=(("history", 2, (b'{"n":2}',)), ("log", 0, (b"1",))))
+    assert _arrays(await cps.load(A, "agent/1")) == {"history": [{"n": 0}, {"n": 1}, {"n": 2}], "log": [1]}
+    # From position 1 on: the stored items are replaced (the last one changed, one appended).
+    await cps.save(A, "agent/1", 1, b"{}", items=(("history", 1, (b'{"n":10}', b'{"n":11}')),))
+    assert _arrays(await cps.load(A, "agent/1"))["history"] == [{"n": 0}, {"n": 10}, {"n": 11}]
+    # Replaced by a shorter list: nothing of the old one is left; a save without items keeps them.
+    await cps.save(A, "agent/1", 1, b"{}", items=(("history", 0, (b"7",)),))
+    await cps.save(A, "agent/1", 2, b'{"x":1}')
+    cp = await cps.load(A, "agent/1")
+    assert cp is not None and cp.data == b'{"x":1}' and _arrays(cp) == {"history": [7], "log": [1]}
+    await cps.save(A, "agent/1", 2, b"{}", items=(("log", 0, ()),))  # emptied
+    assert _arrays(await cps.load(A, "agent/1")) == {"history": [7]}
+    loaded, _ = await cps.load_with(A, "agent/1", lambda: None)
+    assert _arrays(loaded) == {"history": [7]}
+    # Another tenant's actor of the same name sees none of it; delete takes the items with the checkpoint.
+    await cps.save(B, "agent/1", 1, b"{}")
+    assert _arrays(await cps.load(B, "agent/1")) == {}
+    assert await cps.delete(A, "agent/1") is True
+    assert await cps.load(A, "agent/1") is None
+    await cps.save(A, "agent/1", 1, b"{}")
+    assert _arrays(await cps.load(A, "agent/1")) == {}
+
+
+async def test_saves_of_one_actor_collapsed_in_a_pass_keep_every_item_change(store: Store) -> None:
+    cps = store.checkpoints
+    await cps.save(A, "a", 1, b"{}", items=(("h", 0, (b"0", b"1")),))
+    # Three saves registered in one loop pass go out as one: their changes are merged in order.
+    futures = [
+        cps.save_nowait(A, "a", 1, b"{}", items=(("h", 2, (b"2", b"3")),)),
+        cps.save_nowait(A, "a", 1, b"{}", items=(("h", 3, (b"30", b"4")), ("g", 0, (b"9",)))),
+        cps.save_nowait(A, "a", 1, b'{"last":true}'),
+        cps.save_nowait(A, "a", 1, b'{"last":true}', items=(("h", 5, (b"5",)),)),
+    ]
+    await asyncio.gather(*futures)
+    cp = await cps.load(A, "a")
+    assert cp is not None and cp.data == b'{"last":true}'
+    assert _arrays(cp) == {"g": [9], "h": [0, 1, 2, 30, 4, 5]}
+    await asyncio.gather(
+        cps.save_nowait(A, "a", 1, b"{}", items=(("h", 6, (b"6",)),)),
+        cps.save_nowait(A, "a", 1, b"{}", items=(("h", 1, (b"1",)),)),  # a replacement after an append
+    )
+    assert _arrays(await cps.load(A, "a"))["h"] == [0, 1]
+
+
+async def test_a_refused_fenced_save_leaves_the_items_alone(store: Store) -> None:
+    cps = store.checkpoints
+    await cps.claim(A, "leased", 2)
+    await cps.save(A, "leased", 1, b"{}", fence=2, items=(("h", 0, (b"1",)),))
+    with pytest.raises(FencedOut):
+        await cps.save(A, "leased", 1, b"{}", fence=1, items=(("h", 0, (b"99",)),))
+    assert _arrays(await cps.claim(A, "leased", 3)) == {"h": [1]}
+
+
+@pytest.mark.parametrize(
+    ("items", "error"),
+    [
+        ("h", TypeError),
+        ((("h", 0),), TypeError),
+        ((("not a name", 0, ()),), ValueError),
+        ((("h", -1, ()),), ValueError),
+        ((("h", True, ()),), TypeError),
+        ((("h", 0, b"x"),), TypeError),
+        ((("h", 0, ("text",)),), TypeError),
+    ],
+)
+async def test_bad_checkpoint_items_are_refused(store: Store, items: object, error: type) -> None:
+    with pytest.raises(error):
+        await store.checkpoints.save(A, "a", 1, b"{}", items=items)  # type: ignore[arg-type]
+    assert await store.checkpoints.load(A, "a") is None

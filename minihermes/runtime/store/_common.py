@@ -13,10 +13,10 @@ import math
 import os
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .base import JSON, RetentionRule, Scalar, Scope
+from .base import JSON, ItemChange, Items, RetentionRule, Scalar, Scope
 
 MAX_NAME_LENGTH = 4096
 _SCALAR_TYPES = (str, int, float, bool, type(None))
@@ -142,6 +142,64 @@ def check_checkpoint(
         raise TypeError(f"state_version must be an int, got {type(state_version).__name__}")
     check_fence(fence)
     return tenant, ns, check_bytes("checkpoint data", data)
+
+
+def check_items(items: object) -> Items | None:
+    """A checkpoint's append-only field changes (``CheckpointStore.save``), checked: None or a tuple of
+    ``(field, start, items)`` with a field name (an identifier), a start >= 0 and the items as bytes."""
+    if items is None:
+        return None
+    if type(items) is tuple and all(map(_well_formed, items)):
+        return items  # what the runtime hands over (the usual case): checked without copying
+    if not isinstance(items, tuple | list):
+        raise TypeError(f"checkpoint items must be a tuple, got {type(items).__name__}")
+    out: list[ItemChange] = []
+    for change in items:
+        if not isinstance(change, tuple | list) or len(change) != 3:
+            raise TypeError("each checkpoint item change is (field, start, items)")
+        name, start, values = change
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"checkpoint item field must be an identifier, got {name!r}")
+        check_count("checkpoint item start", start)
+        if not isinstance(values, tuple | list):
+            raise TypeError(f"checkpoint items of {name!r} must be a tuple, got {type(values).__name__}")
+        out.append((name, start, tuple(check_bytes(f"checkpoint item of {name!r}", v) for v in values)))
+    return tuple(out)
+
+
+def _well_formed(change: object) -> bool:
+    return (
+        type(change) is tuple
+        and len(change) == 3
+        and type(change[0]) is str
+        and change[0].isidentifier()
+        and type(change[1]) is int
+        and change[1] >= 0
+        and type(change[2]) is tuple
+        and all(type(v) is bytes for v in change[2])
+    )
+
+
+def item_arrays(rows: Iterable[tuple[str, bytes]]) -> dict[str, bytes]:
+    """(field, item) rows in (field, position) order as one JSON array per field (``Checkpoint.items``)."""
+    grouped: dict[str, list[bytes]] = {}
+    for name, item in rows:
+        grouped.setdefault(name, []).append(bytes(item))
+    return {name: b"[" + b",".join(values) + b"]" for name, values in grouped.items()}
+
+
+def merge_items(first: Items | None, then: Items | None) -> Items | None:
+    """Two saves' item changes as one (a store collapsing one actor's saves made in the same pass)."""
+    if first is None or then is None:
+        return then if first is None else first
+    out = {name: (start, values) for name, start, values in first}
+    for name, start, values in then:
+        prev = out.get(name)
+        if prev is None or start <= prev[0]:
+            out[name] = (start, values)
+        else:  # ``then`` was made on top of ``first``: it starts within first's items or right after them
+            out[name] = (prev[0], prev[1][: start - prev[0]] + values)
+    return tuple((name, start, values) for name, (start, values) in out.items())
 
 
 class _IdSource:

@@ -15,11 +15,20 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar
 
-from ._common import check_checkpoint, check_fence, check_name, check_prefix, check_scope
+from ._common import (
+    check_checkpoint,
+    check_fence,
+    check_items,
+    check_name,
+    check_prefix,
+    check_scope,
+    item_arrays,
+    merge_items,
+)
 from ._errors import StoreClosedError, fenced_out
 from ._pg_common import Part, execute_many, prefix_clause
 from ._pg_engine import Conn, logger
-from .base import Checkpoint, Scope
+from .base import Checkpoint, Items, Scope
 
 T = TypeVar("T")
 
@@ -38,12 +47,21 @@ INSERT INTO fences (tenant, ns, actor_id, fence) VALUES (%s, %s, %s, %s)
 ON CONFLICT (tenant, ns, actor_id) DO UPDATE SET fence = GREATEST(fences.fence, excluded.fence)
 RETURNING fence"""
 
-_SELECT = (
-    "SELECT state_version, data, updated_at FROM checkpoints WHERE tenant = %s AND ns = %s AND actor_id = %s"
+_ITEMS_OF = "FROM checkpoint_items i WHERE i.tenant = c.tenant AND i.ns = c.ns AND i.actor_id = c.actor_id"
+_SELECT = f"""
+SELECT c.state_version, c.data, c.updated_at,
+    ARRAY(SELECT i.field {_ITEMS_OF} ORDER BY i.field, i.seq),
+    ARRAY(SELECT i.data {_ITEMS_OF} ORDER BY i.field, i.seq)
+FROM checkpoints c WHERE c.tenant = %s AND c.ns = %s AND c.actor_id = %s"""
+"""The checkpoint and its items (append-only fields, in order) in one round trip."""
+
+_ITEMS_CUT = "DELETE FROM checkpoint_items WHERE tenant = %s AND ns = %s AND actor_id = %s AND field = %s AND seq >= %s"
+_ITEMS_INSERT = (
+    "INSERT INTO checkpoint_items (tenant, ns, actor_id, field, seq, data) VALUES (%s, %s, %s, %s, %s, %s)"
 )
 
 _Key = tuple[str, str, str]
-_Row = tuple[str, str, str, int, bytes, float, int | None]
+_Row = tuple[str, str, str, int, bytes, float, int | None, Items | None]
 _Waiter = asyncio.Future[None] | Callable[[BaseException | None], None]
 
 
@@ -79,16 +97,28 @@ class PgCheckpoints(Part):
     _writer: asyncio.Task[None] | None = None
 
     async def save(
-        self, scope: Scope, actor_id: str, state_version: int, data: bytes, fence: int | None = None
+        self,
+        scope: Scope,
+        actor_id: str,
+        state_version: int,
+        data: bytes,
+        fence: int | None = None,
+        items: Items | None = None,
     ) -> None:
-        await self.save_nowait(scope, actor_id, state_version, data, fence)
+        await self.save_nowait(scope, actor_id, state_version, data, fence, items)
 
     def save_nowait(
-        self, scope: Scope, actor_id: str, state_version: int, data: bytes, fence: int | None = None
+        self,
+        scope: Scope,
+        actor_id: str,
+        state_version: int,
+        data: bytes,
+        fence: int | None = None,
+        items: Items | None = None,
     ) -> asyncio.Future[None]:
         # One future per saver: a cancelled saver must not cancel the others' shared commit.
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._register(scope, actor_id, state_version, data, fence, fut)
+        self._register(scope, actor_id, state_version, data, fence, fut, items)
         return fut
 
     def save_callback(
@@ -99,15 +129,24 @@ class PgCheckpoints(Part):
         data: bytes,
         callback: Callable[[BaseException | None], None],
         fence: int | None = None,
+        items: Items | None = None,
     ) -> None:
         """Like ``save_nowait``, but ``callback(error)`` is called when the batch commits (error None) or
         fails, with no future of its own: the runtime's per-message checkpoint path. It must not raise."""
-        self._register(scope, actor_id, state_version, data, fence, callback)
+        self._register(scope, actor_id, state_version, data, fence, callback, items)
 
     def _register(
-        self, scope: Scope, actor_id: str, state_version: int, data: bytes, fence: int | None, waiter: _Waiter
+        self,
+        scope: Scope,
+        actor_id: str,
+        state_version: int,
+        data: bytes,
+        fence: int | None,
+        waiter: _Waiter,
+        items: Items | None = None,
     ) -> None:
         tenant, ns, data = check_checkpoint(scope, actor_id, state_version, data, fence)
+        items = check_items(items)
         loop = asyncio.get_running_loop()
         if not self._db.is_open:
             loop.call_soon(_settle, [waiter], StoreClosedError("the store is not open"))
@@ -117,7 +156,10 @@ class PgCheckpoints(Part):
             if self._writer is None:
                 loop.call_soon(self._start_writer)
         key = (tenant, ns, actor_id)
-        self._pending[key] = (tenant, ns, actor_id, state_version, data, self._now(), fence)
+        earlier = self._pending.get(key)
+        if earlier is not None:  # collapsed into one save: their item changes too
+            items = merge_items(earlier[7], items)
+        self._pending[key] = (tenant, ns, actor_id, state_version, data, self._now(), fence, items)
         self._waiters.append((key, waiter))
 
     def _start_writer(self) -> None:
@@ -175,8 +217,8 @@ class PgCheckpoints(Part):
     async def delete(self, scope: Scope, actor_id: str) -> bool:
         tenant, ns = check_scope(scope)
         check_name("actor_id", actor_id)
-        sql = "DELETE FROM checkpoints WHERE tenant = %s AND ns = %s AND actor_id = %s"
-        return await self._db.rowcount(sql, (tenant, ns, actor_id)) > 0
+        deleted: bool = await self._db.transaction(partial(_delete, key=(tenant, ns, actor_id)))
+        return deleted
 
     async def list(self, scope: Scope, prefix: str = "") -> list[str]:
         tenant, ns = check_scope(scope)
@@ -189,12 +231,14 @@ class PgCheckpoints(Part):
 def _checkpoint(actor_id: str, row: Any) -> Checkpoint | None:
     if row is None:
         return None
-    state_version, data, updated_at = row
-    return Checkpoint(actor_id, int(state_version), bytes(data), float(updated_at))
+    state_version, data, updated_at, fields, values = row
+    items = item_arrays(zip(fields or (), values or (), strict=True))
+    return Checkpoint(actor_id, int(state_version), bytes(data), float(updated_at), items)
 
 
 async def _write(conn: Conn, *, rows: list[_Row]) -> set[_Key]:
-    """Unfenced rows pipelined in one executemany; fenced ones one by one, to see which were refused."""
+    """Unfenced rows pipelined in one executemany; fenced ones one by one, to see which were refused. Then
+    the item changes of every save not refused, pipelined too (cuts before inserts)."""
     await execute_many(conn, _UPSERT, [row[:6] for row in rows if row[6] is None])
     refused: set[_Key] = set()
     for row in rows:
@@ -207,7 +251,24 @@ async def _write(conn: Conn, *, rows: list[_Row]) -> set[_Key]:
             refused.add(key)
         else:
             await conn.execute(_UPSERT, row[:6])
+    cuts: list[tuple[Any, ...]] = []
+    inserts: list[tuple[Any, ...]] = []
+    for row in rows:
+        key = (row[0], row[1], row[2])
+        if not row[7] or key in refused:
+            continue
+        for name, start, values in row[7]:
+            cuts.append((*key, name, start))
+            inserts.extend((*key, name, start + i, v) for i, v in enumerate(values))
+    await execute_many(conn, _ITEMS_CUT, cuts)
+    await execute_many(conn, _ITEMS_INSERT, inserts)
     return refused
+
+
+async def _delete(conn: Conn, *, key: _Key) -> bool:
+    await conn.execute("DELETE FROM checkpoint_items WHERE tenant = %s AND ns = %s AND actor_id = %s", key)
+    cur = await conn.execute("DELETE FROM checkpoints WHERE tenant = %s AND ns = %s AND actor_id = %s", key)
+    return cur.rowcount > 0
 
 
 async def _claim(conn: Conn, *, key: _Key, fence: int) -> tuple[int, Any]:

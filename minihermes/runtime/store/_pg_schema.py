@@ -125,7 +125,18 @@ async def _v1_to_v2(conn: Conn) -> None:
     )
 
 
-MIGRATIONS: dict[int, Callable[[Conn], Awaitable[None]]] = {2: _v1_to_v2}
+async def _v2_to_v3(conn: Conn) -> None:
+    """v3: checkpoint items. An actor's append-only state fields (a session's history) are saved item by
+    item beside its checkpoint, so a checkpoint writes what was appended since the last one instead of the
+    whole list (``CheckpointStore.save(items=...)``)."""
+    await conn.execute(
+        f"""CREATE TABLE checkpoint_items (
+            tenant {K}, ns {K}, actor_id {K}, field {K}, seq BIGINT NOT NULL, data BYTEA NOT NULL,
+            PRIMARY KEY (tenant, ns, actor_id, field, seq))"""
+    )
+
+
+MIGRATIONS: dict[int, Callable[[Conn], Awaitable[None]]] = {2: _v1_to_v2, 3: _v2_to_v3}
 """target version -> step from the previous version; steps run inside the migration transaction."""
 
 LATEST_VERSION = max(MIGRATIONS, default=1)

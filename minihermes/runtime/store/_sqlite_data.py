@@ -13,6 +13,7 @@ from ._common import (
     check_checkpoint,
     check_count,
     check_fence,
+    check_items,
     check_limit,
     check_name,
     check_prefix,
@@ -20,11 +21,13 @@ from ._common import (
     check_text,
     check_ttl,
     dumps_json,
+    item_arrays,
     loads_json,
+    merge_items,
 )
 from ._errors import fenced_out
 from ._sqlite_common import Corrupt, Part, insert_quarantine, prefix_clause
-from .base import JSON, BlobInfo, Checkpoint, KVEntry, QuarantinedRecord, Scope
+from .base import JSON, BlobInfo, Checkpoint, Items, KVEntry, QuarantinedRecord, Scope
 
 log = logging.getLogger("minihermes.store")
 
@@ -222,6 +225,45 @@ _CKPT_SELECT = (
     "SELECT state_version, data, updated_at FROM checkpoints WHERE tenant = ? AND ns = ? AND actor_id = ?"
 )
 
+_ITEMS_SELECT = "SELECT field, data FROM checkpoint_items WHERE tenant = ? AND ns = ? AND actor_id = ? ORDER BY field, seq"
+_ITEMS_CUT = (
+    "DELETE FROM checkpoint_items WHERE tenant = ? AND ns = ? AND actor_id = ? AND field = ? AND seq >= ?"
+)
+_ITEMS_INSERT = (
+    "INSERT INTO checkpoint_items (tenant, ns, actor_id, field, seq, data) VALUES (?, ?, ?, ?, ?, ?)"
+)
+_ITEMS_DELETE = "DELETE FROM checkpoint_items WHERE tenant = ? AND ns = ? AND actor_id = ?"
+
+
+def _read_checkpoint(c: sqlite3.Connection, key: tuple[str, str, str]) -> Any:
+    """The checkpoint row and, when there is one, its items: ``(state_version, data, updated_at, items)``."""
+    row = c.execute(_CKPT_SELECT, key).fetchone()
+    if row is None:
+        return None
+    return (*row, item_arrays(c.execute(_ITEMS_SELECT, key)))
+
+
+def _write_items(c: sqlite3.Connection, key: tuple[str, str, str], items: Items) -> None:
+    """Replace each field's stored items from ``start`` on. Usually they are appended after the last stored
+    one: the insert alone does it. If an item is stored at one of their places (the newest changed, the
+    list replaced), the insert fails there (SQLite undoes just that statement) and the field is cut at
+    ``start`` first."""
+    for name, start, values in items:
+        if values:
+            rows = [(*key, name, start + i, v) for i, v in enumerate(values)]
+            try:
+                if len(rows) == 1:
+                    c.execute(_ITEMS_INSERT, rows[0])
+                else:
+                    c.executemany(_ITEMS_INSERT, rows)
+                continue
+            except sqlite3.IntegrityError:
+                pass
+        c.execute(_ITEMS_CUT, (*key, name, start))
+        if values:
+            c.executemany(_ITEMS_INSERT, rows)
+
+
 _Key = tuple[str, str, str]
 T = TypeVar("T")
 _Waiter = asyncio.Future[None] | Callable[[BaseException | None], None]
@@ -248,16 +290,19 @@ def _notify(w: _Waiter, error: BaseException | None, cancelled: bool) -> None:
 
 
 def _write_checkpoints(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> set[_Key]:
-    """Upsert each row; a fenced row (its last element not None) only where no higher fence is recorded.
-    Returns the keys whose fenced save was refused."""
+    """Upsert each row and apply its item changes; a fenced row (``fence`` not None) only where no higher
+    fence is recorded. Returns the keys whose fenced save was refused."""
     refused: set[_Key] = set()
-    for tenant, ns, actor_id, state_version, data, at, fence in rows:
+    for tenant, ns, actor_id, state_version, data, at, fence, items in rows:
         if fence is None:
             conn.execute(_CKPT_UPSERT, (tenant, ns, actor_id, state_version, data, at))
         elif not conn.execute(
             _CKPT_UPSERT_FENCED, (tenant, ns, actor_id, state_version, data, at, tenant, ns, actor_id, fence)
         ).rowcount:
             refused.add((tenant, ns, actor_id))
+            continue
+        if items:
+            _write_items(conn, (tenant, ns, actor_id), items)
     return refused
 
 
@@ -270,17 +315,29 @@ class SqliteCheckpoints(Part):
     _waiters: list[tuple[_Key, _Waiter]] | None = None
 
     async def save(
-        self, scope: Scope, actor_id: str, state_version: int, data: bytes, fence: int | None = None
+        self,
+        scope: Scope,
+        actor_id: str,
+        state_version: int,
+        data: bytes,
+        fence: int | None = None,
+        items: Items | None = None,
     ) -> None:
-        await self.save_nowait(scope, actor_id, state_version, data, fence)
+        await self.save_nowait(scope, actor_id, state_version, data, fence, items)
 
     def save_nowait(
-        self, scope: Scope, actor_id: str, state_version: int, data: bytes, fence: int | None = None
+        self,
+        scope: Scope,
+        actor_id: str,
+        state_version: int,
+        data: bytes,
+        fence: int | None = None,
+        items: Items | None = None,
     ) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
         # One future per saver: a cancelled saver must not cancel the others' shared commit.
         fut: asyncio.Future[None] = loop.create_future()
-        self._register(loop, scope, actor_id, state_version, data, fence, fut)
+        self._register(loop, scope, actor_id, state_version, data, fence, fut, items)
         return fut
 
     def save_callback(
@@ -291,11 +348,14 @@ class SqliteCheckpoints(Part):
         data: bytes,
         callback: Callable[[BaseException | None], None],
         fence: int | None = None,
+        items: Items | None = None,
     ) -> None:
         """Like ``save_nowait``, but ``callback(error)`` is called straight from the commit's completion (no
         future, no extra loop pass): the runtime's per-message checkpoint path. ``error`` is None once the
         save is durable. The callback must not raise."""
-        self._register(asyncio.get_running_loop(), scope, actor_id, state_version, data, fence, callback)
+        self._register(
+            asyncio.get_running_loop(), scope, actor_id, state_version, data, fence, callback, items
+        )
 
     def _register(
         self,
@@ -306,14 +366,20 @@ class SqliteCheckpoints(Part):
         data: bytes,
         fence: int | None,
         waiter: _Waiter,
+        items: Items | None = None,
     ) -> None:
         tenant, ns, data = check_checkpoint(scope, actor_id, state_version, data, fence)
+        items = check_items(items)
         if self._pending is None or self._waiters is None:
             self._pending = {}
             self._waiters = []
             loop.call_soon(self._flush)
         key = (tenant, ns, actor_id)
-        self._pending[key] = (tenant, ns, actor_id, state_version, data, self._now(), fence)
+        if items is not None and key in self._pending:  # collapsed into one save: their item changes too
+            items = merge_items(self._pending[key][7], items)
+        elif key in self._pending:
+            items = self._pending[key][7]
+        self._pending[key] = (tenant, ns, actor_id, state_version, data, self._now(), fence, items)
         self._waiters.append((key, waiter))
 
     def _flush(self) -> None:
@@ -343,7 +409,7 @@ class SqliteCheckpoints(Part):
     async def load(self, scope: Scope, actor_id: str) -> Checkpoint | None:
         tenant, ns = check_scope(scope)
         check_name("actor_id", actor_id)
-        row = await self._db.read(lambda c: c.execute(_CKPT_SELECT, (tenant, ns, actor_id)).fetchone())
+        row = await self._db.read(lambda c: _read_checkpoint(c, (tenant, ns, actor_id)))
         return await self._checkpoint(tenant, ns, actor_id, row)
 
     async def load_with(
@@ -353,7 +419,7 @@ class SqliteCheckpoints(Part):
         check_name("actor_id", actor_id)
 
         def op(c: sqlite3.Connection) -> tuple[Any, T]:  # one reader thread trip for both
-            return c.execute(_CKPT_SELECT, (tenant, ns, actor_id)).fetchone(), reader()
+            return _read_checkpoint(c, (tenant, ns, actor_id)), reader()
 
         row, extra = await self._db.read(op)
         return await self._checkpoint(tenant, ns, actor_id, row), extra
@@ -369,7 +435,7 @@ class SqliteCheckpoints(Part):
             (held,) = c.execute(
                 "SELECT fence FROM fences WHERE tenant = ? AND ns = ? AND actor_id = ?", key
             ).fetchone()
-            return held, c.execute(_CKPT_SELECT, key).fetchone() if held <= fence else None
+            return held, _read_checkpoint(c, key) if held <= fence else None
 
         held, row = await self._db.write(op)
         if held > fence:
@@ -379,9 +445,9 @@ class SqliteCheckpoints(Part):
     async def _checkpoint(self, tenant: str, ns: str, actor_id: str, row: Any) -> Checkpoint | None:
         if row is None:
             return None
-        state_version, data, updated_at = row
+        state_version, data, updated_at, items = row
         if type(state_version) is int and isinstance(data, bytes):
-            return Checkpoint(actor_id, state_version, data, updated_at)
+            return Checkpoint(actor_id, state_version, data, updated_at, items)
         reason = "stored checkpoint has a non-integer state_version or non-binary data"
         params = (tenant, ns, actor_id, state_version, data)
         await self._quarantine(
@@ -393,8 +459,13 @@ class SqliteCheckpoints(Part):
         tenant, ns = check_scope(scope)
         check_name("actor_id", actor_id)
         sql = "DELETE FROM checkpoints WHERE tenant = ? AND ns = ? AND actor_id = ?"
-        count: int = await self._db.write(lambda c: c.execute(sql, (tenant, ns, actor_id)).rowcount)
-        return count > 0
+
+        def op(c: sqlite3.Connection) -> int:
+            c.execute(_ITEMS_DELETE, (tenant, ns, actor_id))
+            count: int = c.execute(sql, (tenant, ns, actor_id)).rowcount
+            return count
+
+        return await self._db.write(op) > 0
 
     async def list(self, scope: Scope, prefix: str = "") -> list[str]:
         tenant, ns = check_scope(scope)

@@ -210,12 +210,25 @@ def _v5_to_v6(conn: sqlite3.Connection) -> None:
     )
 
 
+def _v6_to_v7(conn: sqlite3.Connection) -> None:
+    """v7: checkpoint items. An actor's append-only state fields (a session's history) are saved item by
+    item beside its checkpoint, so a checkpoint writes what was appended since the last one instead of the
+    whole list (``CheckpointStore.save(items=...)``)."""
+    conn.execute(
+        """CREATE TABLE checkpoint_items (
+            tenant TEXT NOT NULL, ns TEXT NOT NULL, actor_id TEXT NOT NULL, field TEXT NOT NULL,
+            seq INTEGER NOT NULL, data BLOB NOT NULL,
+            PRIMARY KEY (tenant, ns, actor_id, field, seq)) WITHOUT ROWID"""
+    )
+
+
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     2: _v1_to_v2,
     3: _v2_to_v3,
     4: _v3_to_v4,
     5: _v4_to_v5,
     6: _v5_to_v6,
+    7: _v6_to_v7,
 }
 """target version -> step from the previous version. Steps run inside the caller's transaction."""
 

@@ -103,12 +103,19 @@ class LockInfo:
     expires_at: float
 
 
+ItemChange = tuple[str, int, tuple[bytes, ...]]
+"""(field, start, items): an append-only state field's stored items from ``start`` on become ``items``."""
+Items = tuple[ItemChange, ...]
+
+
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
     actor_id: str
     state_version: int
     data: bytes
     updated_at: float
+    items: dict[str, bytes] = field(default_factory=dict)
+    """Append-only state fields saved item by item: field -> its items as one JSON array, in order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,13 +361,29 @@ class CheckpointStore(Protocol):
     state. Saves without a fence (one node) are never refused."""
 
     async def save(
-        self, scope: Scope, actor_id: str, state_version: int, data: bytes, fence: int | None = None
+        self,
+        scope: Scope,
+        actor_id: str,
+        state_version: int,
+        data: bytes,
+        fence: int | None = None,
+        items: Items | None = None,
     ) -> None:
-        """Durable when the coroutine returns. Backends may group-commit concurrent saves."""
+        """Durable when the coroutine returns. Backends may group-commit concurrent saves.
+
+        ``items``: changes to the actor's append-only state fields, in the same transaction: for each
+        ``(field, start, new_items)`` the field's stored items from position ``start`` on are replaced by
+        ``new_items`` (JSON each). ``load`` returns them in ``Checkpoint.items``; ``delete`` removes them."""
         ...
 
     def save_nowait(
-        self, scope: Scope, actor_id: str, state_version: int, data: bytes, fence: int | None = None
+        self,
+        scope: Scope,
+        actor_id: str,
+        state_version: int,
+        data: bytes,
+        fence: int | None = None,
+        items: Items | None = None,
     ) -> asyncio.Future[None]:
         """Register a save now (synchronously, keeping the order of saves) and return a future that resolves
         once it is durable. Lets an actor go on with its next message while its checkpoint commits."""

@@ -1,0 +1,101 @@
+"""Append-only state fields (``state(default_factory=list, append_only=True)``): saved by what changed.
+
+A list that only grows (a session's history) costs O(its length) to serialize and write at every checkpoint
+when it is part of the state's one JSON document, so a long session's every step slows down with it. An
+append-only field is kept out of that document: the store keeps its items as rows of their own, and a
+checkpoint carries, beside the rest of the state, the items appended since the previous one, in the same
+transaction. Replacing the list (``self.history = [...]``) rewrites its rows.
+
+What the runtime relies on: items are appended, or the whole list is replaced; an item is not changed once a
+later checkpoint has saved items after it. The newest saved item is serialized again at every checkpoint and
+rewritten if it changed (a step that fills in its newest message after saving it); older ones are not looked
+at again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from ._actor import _ENCODER, _json_default
+from .store.base import ItemChange, Items
+
+
+def dump_item(item: Any) -> bytes:
+    try:
+        return orjson.dumps(item, default=_json_default, option=orjson.OPT_NON_STR_KEYS)
+    except orjson.JSONEncodeError:  # integers beyond 64 bits: the stdlib encoder
+        return _ENCODER.encode(item).encode()
+
+
+_Saved = tuple[list[Any] | None, int, Any, bytes | None]
+"""What the store holds of one field: the list as of the last checkpoint (None: its rows are not known to
+match, rewrite them all), its length then, and its last item (the object, and as saved)."""
+
+
+class LogFields:
+    """A cell's bookkeeping of its actor's append-only fields: what the store holds (``saved``) and what
+    the last message left (``seen``, to roll back a failed message)."""
+
+    __slots__ = ("_saved", "_seen", "fields")
+
+    def __init__(self, fields: Sequence[str]) -> None:
+        self.fields = tuple(fields)
+        self._saved: dict[str, _Saved] = {f: (None, 0, None, None) for f in self.fields}
+        self._seen: dict[str, tuple[list[Any] | None, int]] = {f: (None, 0) for f in self.fields}
+
+    def reset(self, inst: Any, stored: Sequence[str]) -> None:
+        """After a restore: the fields named in ``stored`` are as their rows hold them; the others (none
+        saved yet, a state migrated or saved before the field was append-only) are rewritten at the next
+        checkpoint if they hold anything."""
+        for f in self.fields:
+            lst = getattr(inst, f)
+            if f in stored or not lst:
+                self._saved[f] = (lst, len(lst), lst[-1], dump_item(lst[-1])) if lst else (lst, 0, None, None)
+            else:
+                self._saved[f] = (None, 0, None, None)
+            self._seen[f] = (lst, len(lst))
+
+    def changes(self, inst: Any) -> tuple[Items, list[tuple[str, _Saved]]]:
+        """What changed since the last checkpoint, and the bookkeeping to ``commit`` once it is saved."""
+        changes: list[ItemChange] = []
+        pending: list[tuple[str, _Saved]] = []
+        for f in self.fields:
+            lst = getattr(inst, f)
+            if type(lst) is not list:
+                raise TypeError(f"append-only state field {f!r} must be a list, got {type(lst).__name__}")
+            obj, n, last, last_saved = self._saved[f]
+            size = len(lst)
+            if lst is not obj or size < n or (n and lst[n - 1] is not last):
+                start = 0  # replaced, shortened or refilled: rewrite it all
+            elif n and dump_item(last) != last_saved:
+                start = n - 1  # the newest saved item changed since
+            elif size == n:
+                continue
+            else:
+                start = n
+            new = tuple(map(dump_item, lst[start:]))
+            changes.append((f, start, new))
+            pending.append((f, (lst, size, lst[-1], new[-1]) if new else (lst, 0, None, None)))
+        return tuple(changes), pending
+
+    def commit(self, pending: list[tuple[str, _Saved]]) -> None:
+        for f, saved in pending:
+            self._saved[f] = saved
+
+    def see(self, inst: Any) -> None:
+        for f in self.fields:
+            lst = getattr(inst, f)
+            self._seen[f] = (lst, len(lst))
+
+    def rollback(self, inst: Any) -> None:
+        """Back to what the last message left: items appended since are dropped, a replaced list is put
+        back (changes made in place to older items are not undone)."""
+        for f in self.fields:
+            lst, n = self._seen[f]
+            if lst is None:
+                continue
+            del lst[n:]
+            setattr(inst, f, lst)

@@ -1,0 +1,222 @@
+"""Append-only state fields: saved item by item beside the checkpoint, restored whole."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from minihermes.runtime import ActorCrashed, ActorSpec, Conflict, GenServer, call, state
+
+from .conftest import tree
+
+SCOPE = ("system", "default")
+
+
+class Journal(GenServer):
+    entries: list[dict[str, Any]] = state(default_factory=list, append_only=True)
+    note: str = state(default="")
+
+    @call
+    def add(self, n: int, count: int = 1) -> int:
+        for i in range(count):
+            self.entries.append({"n": n + i})
+        return len(self.entries)
+
+    @call
+    def keep_last(self, keep: int) -> int:
+        self.entries = self.entries[-keep:] if keep else []
+        return len(self.entries)
+
+    @call
+    def mark_last(self, mark: str) -> None:
+        self.entries[-1]["mark"] = mark
+
+    @call
+    def set_note(self, note: str) -> None:
+        self.note = note
+
+    @call
+    def add_then_fail(self, n: int) -> None:
+        self.entries.append({"n": n})
+        raise Conflict("refused after appending")
+
+    @call
+    def replace_then_fail(self) -> None:
+        self.entries = [{"n": -1}]
+        raise Conflict("refused after replacing")
+
+    @call
+    def crash(self) -> None:
+        raise RuntimeError("boom")
+
+    @call
+    def get(self) -> dict[str, Any]:
+        return {"entries": self.entries, "note": self.note}
+
+
+def spy_saves(node: Any, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The ``items`` of every checkpoint save the node hands to its store."""
+    seen: list[Any] = []
+    checkpoints = node.store.checkpoints
+    for name in ("save_callback", "save_nowait", "save"):
+        real = getattr(checkpoints, name)
+
+        def spy(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            seen.append(kwargs.get("items"))
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(checkpoints, name, spy)
+    return seen
+
+
+async def stored(node: Any, actor: str = "j") -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    cp = await node.store.checkpoints.load(SCOPE, actor)
+    assert cp is not None
+    return json.loads(cp.data), {k: json.loads(v) for k, v in cp.items.items()}
+
+
+async def test_each_checkpoint_writes_only_what_was_appended(make_node, monkeypatch):
+    node = await make_node(tree(ActorSpec("j", Journal)))
+    await node.ask("j", "add", {"n": 0, "count": 3})
+    saves = spy_saves(node, monkeypatch)
+    for n in range(3, 50):
+        assert await node.ask("j", "add", {"n": n}) == n + 1
+    assert saves == [
+        (("entries", n, (json.dumps({"n": n}, separators=(",", ":")).encode(),)),) for n in range(3, 50)
+    ]
+    await node.ask("j", "set_note", {"note": "hello"})
+    assert saves[-1] is None  # nothing appended: the document alone
+    data, items = await stored(node)
+    assert data == {"note": "hello"}  # the list is not in the document
+    assert items == {"entries": [{"n": n} for n in range(50)]}
+
+
+async def test_the_list_comes_back_after_a_restart_and_after_a_crash(make_node):
+    node = await make_node(tree(ActorSpec("j", Journal)))
+    await node.ask("j", "add", {"n": 0, "count": 20})
+    await node.ask("j", "set_note", {"note": "n"})
+    with pytest.raises(ActorCrashed):
+        await node.ask("j", "crash")  # restarted from what the store holds
+    assert await node.ask("j", "get") == {"entries": [{"n": n} for n in range(20)], "note": "n"}
+    await node.ask("j", "add", {"n": 20})
+    await node.stop()
+    node2 = await make_node(tree(ActorSpec("j", Journal)))
+    assert (await node2.ask("j", "get"))["entries"] == [{"n": n} for n in range(21)]
+
+
+async def test_a_replaced_list_is_rewritten_and_nothing_of_the_old_one_stays(make_node, monkeypatch):
+    node = await make_node(tree(ActorSpec("j", Journal)))
+    await node.ask("j", "add", {"n": 0, "count": 10})
+    saves = spy_saves(node, monkeypatch)
+    assert await node.ask("j", "keep_last", {"keep": 2}) == 2
+    assert saves[-1] == (("entries", 0, (b'{"n":8}', b'{"n":9}')),)
+    await node.ask("j", "add", {"n": 10})
+    assert saves[-1] == (("entries", 2, (b'{"n":10}',)),)
+    await node.ask("j", "keep_last", {"keep": 0})
+    assert saves[-1] == (("entries", 0, ()),)
+    await node.ask("j", "add", {"n": 11})
+    assert (await stored(node))[1] == {"entries": [{"n": 11}]}
+
+
+async def test_a_change_to_the_newest_items_after_their_save_is_saved(make_node, monkeypatch):
+    node = await make_node(tree(ActorSpec("j", Journal)))
+    await node.ask("j", "add", {"n": 0, "count": 5})
+    saves = spy_saves(node, monkeypatch)
+    await node.ask("j", "mark_last", {"mark": "done"})
+    assert saves[-1] == (("entries", 4, (b'{"n":4,"mark":"done"}',)),)
+    await node.stop()
+    node2 = await make_node(tree(ActorSpec("j", Journal)))
+    assert (await node2.ask("j", "get"))["entries"][-1] == {"n": 4, "mark": "done"}
+
+
+async def test_a_failed_message_rolls_the_list_back(make_node):
+    node = await make_node(tree(ActorSpec("j", Journal)))
+    await node.ask("j", "add", {"n": 0, "count": 3})
+    with pytest.raises(Conflict):
+        await node.ask("j", "add_then_fail", {"n": 99})
+    with pytest.raises(Conflict):
+        await node.ask("j", "replace_then_fail")
+    expected = [{"n": 0}, {"n": 1}, {"n": 2}]
+    assert (await node.ask("j", "get"))["entries"] == expected
+    await node.ask("j", "add", {"n": 3})
+    assert (await stored(node))[1] == {"entries": [*expected, {"n": 3}]}
+
+
+async def test_with_a_checkpoint_interval_the_appends_between_saves_are_saved_together(make_node):
+    node = await make_node(tree(ActorSpec("j", Journal, checkpoint_interval=3)))
+    await node.ask("j", "get")
+    for n in range(7):
+        await node.ask("j", "add", {"n": n})
+    # get + 2 adds saved together, then 3 adds; the last 2 are not due yet
+    assert (await stored(node))[1] == {"entries": [{"n": n} for n in range(5)]}
+    with pytest.raises(ActorCrashed):
+        await node.ask("j", "crash")  # what was not saved is lost with the crash, as any state
+    assert (await node.ask("j", "get"))["entries"] == [{"n": n} for n in range(5)]
+
+
+async def test_a_list_saved_inside_the_document_before_is_moved_to_items(make_node, tmp_path):
+    """State saved when the field was not append-only yet: read from the document, then rewritten."""
+    first = await make_node(tree(ActorSpec("other", Journal)))
+    old = json.dumps({"entries": [{"n": 1}, {"n": 2}], "note": "old"}).encode()
+    await first.store.checkpoints.save(SCOPE, "j", 1, old)
+    await first.stop()
+    node = await make_node(tree(ActorSpec("j", Journal)))
+    assert await node.ask("j", "get") == {"entries": [{"n": 1}, {"n": 2}], "note": "old"}
+    await node.ask("j", "add", {"n": 3})
+    data, items = await stored(node)
+    assert data == {"note": "old"} and items == {"entries": [{"n": 1}, {"n": 2}, {"n": 3}]}
+
+
+async def test_corrupt_items_are_quarantined_with_the_checkpoint(make_node):
+    first = await make_node(tree(ActorSpec("other", Journal)))
+    await first.store.checkpoints.save(SCOPE, "j", 1, b'{"note":"x"}', items=(("entries", 0, (b"{bad",)),))
+    await first.stop()
+    node = await make_node(tree(ActorSpec("j", Journal)))
+    assert await node.ask("j", "get") == {"entries": [], "note": ""}
+    assert any(r.key == "j" for r in await node.store.quarantine.list())
+    await node.ask("j", "add", {"n": 1})
+    assert (await stored(node))[1] == {"entries": [{"n": 1}]}
+
+
+def test_an_append_only_field_is_declared_as_a_list():
+    with pytest.raises(TypeError, match="default_factory=list"):
+        state(default=None, append_only=True)
+    with pytest.raises(TypeError, match="default_factory=list"):
+        state(default_factory=dict, append_only=True)
+
+
+async def test_a_value_that_is_not_a_list_crashes_the_message_not_the_node(make_node):
+    class Broken(GenServer):
+        entries: list[Any] = state(default_factory=list, append_only=True)
+
+        @call
+        def spoil(self) -> None:
+            self.entries = "text"  # type: ignore[assignment]
+
+        @call
+        def get(self) -> list[Any]:
+            return self.entries
+
+    node = await make_node(tree(ActorSpec("b", Broken)))
+    with pytest.raises(ActorCrashed):
+        await node.ask("b", "spoil")
+    assert await node.ask("b", "get") == []
+
+
+async def test_a_list_cleared_and_refilled_in_place_is_rewritten(make_node, monkeypatch):
+    class Refill(GenServer):
+        entries: list[int] = state(default_factory=list, append_only=True)
+
+        @call
+        def fill(self, values: list[int]) -> None:
+            self.entries.clear()
+            self.entries.extend(values)
+
+    node = await make_node(tree(ActorSpec("r", Refill)))
+    await node.ask("r", "fill", {"values": [1, 2, 3]})
+    saves = spy_saves(node, monkeypatch)
+    await node.ask("r", "fill", {"values": [7, 8, 9, 10]})
+    assert saves[-1] == (("entries", 0, (b"7", b"8", b"9", b"10")),)
+    assert (await stored(node, "r"))[1] == {"entries": [7, 8, 9, 10]}
