@@ -155,6 +155,21 @@ def messages_tokens(messages: Iterable[dict[str, Any]], counter: TokenCounter | 
     return sum(message_tokens(m, counter) for m in messages)
 
 
+_TOOL_MEMO: dict[str, ViewMemo[int]] = {}
+"""Per counter: token counts of read-only tool specs (``ToolView``: the agent's tool list), counted once."""
+
+
 def tools_tokens(tools: Iterable[dict[str, Any]], counter: TokenCounter | None = None) -> int:
+    """Tokens of tool specs as JSON. A read-only ``ToolView`` is counted once."""
     c = counter or default_counter()
-    return sum(_count(c, json.dumps(t, sort_keys=True)) for t in tools)
+    memo = _TOOL_MEMO.get(c.name)
+    if memo is None:
+        memo = _TOOL_MEMO[c.name] = ViewMemo()
+    total = 0
+    for t in tools:
+        n = memo.get(t)
+        if n is None:
+            n = _count(c, json.dumps(t, sort_keys=True))
+            memo.put(t, n)  # kept only on a read-only spec
+        total += n
+    return total

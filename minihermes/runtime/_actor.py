@@ -439,9 +439,12 @@ class Actor:
 
     # -- state (de)serialization -------------------------------------------------------------------------
 
-    def dump_state(self) -> bytes:
-        """The state as one JSON document, append-only fields left out (they are saved item by item)."""
+    def dump_state(self, append_only: tuple[str, ...] = ()) -> bytes:
+        """The state as one JSON document: the append-only fields only where named (the cell keeps short
+        ones in the document, long ones in rows of their own)."""
         data = {n: getattr(self, n) for n in self._plain_fields}
+        for n in append_only:
+            data[n] = getattr(self, n)
         try:
             # orjson: this runs after every message (change detection), and is ~10-25x faster than json.
             return orjson.dumps(data, default=_json_default, option=orjson.OPT_NON_STR_KEYS)

@@ -201,9 +201,11 @@ class Cell:
             await self.wait_saved()  # a previous instance's last checkpoints land before we read them back
             self.stored_items = ()
             migrated, inst.preloaded = await self.node._restore(self, inst, reader)
-            self.last_bytes = inst.dump_state()
             if self.logs is not None:
                 self.logs.reset(inst, () if migrated else self.stored_items)
+                self.last_bytes = inst.dump_state(self.logs.document(inst))
+            else:
+                self.last_bytes = inst.dump_state()
         elif reader is not None:
             inst.preloaded = await asyncio.to_thread(reader)
         self.instance = inst
@@ -395,17 +397,22 @@ class Cell:
 
     def _checkpoint_due(self, inst: Actor) -> Snapshot | None:
         """The state to save if it changed and a checkpoint is due, else None."""
-        data = inst.dump_state()
-        if data != self.last_bytes:
-            self.last_bytes = data
-            self.dirty = True
         logs = self.logs
         if logs is None:
+            data = inst.dump_state()
+            if data != self.last_bytes:
+                self.last_bytes = data
+                self.dirty = True
             if not (self.dirty and self.since_checkpoint >= self.interval):
                 return None
             self._counted_as_saved()
             return data, None
-        items, pending = logs.changes(inst)
+        document = logs.document(inst)
+        data = inst.dump_state(document)
+        if data != self.last_bytes:
+            self.last_bytes = data
+            self.dirty = True
+        items, pending = logs.changes(inst, document)
         logs.see(inst)
         if items:
             self.dirty = True
@@ -427,14 +434,16 @@ class Cell:
         inst = self.instance
         if inst is None or not inst._state_fields:
             return None
-        data = inst.dump_state()
         logs = self.logs
         if logs is None:
+            data = inst.dump_state()
             if data == self.last_bytes and not self.dirty:
                 return None
             self.last_bytes = data
             return data, None
-        items, pending = logs.changes(inst)
+        document = logs.document(inst)
+        data = inst.dump_state(document)
+        items, pending = logs.changes(inst, document)
         logs.see(inst)
         if data == self.last_bytes and not self.dirty and not items:
             return None

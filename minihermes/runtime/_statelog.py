@@ -2,9 +2,10 @@
 
 A list that only grows (a session's history) costs O(its length) to serialize and write at every checkpoint
 when it is part of the state's one JSON document, so a long session's every step slows down with it. An
-append-only field is kept out of that document: the store keeps its items as rows of their own, and a
-checkpoint carries, beside the rest of the state, the items appended since the previous one, in the same
-transaction. Replacing the list (``self.history = [...]``) rewrites its rows.
+append-only field longer than ``INLINE_MAX`` is kept out of that document: the store keeps its items as
+rows of their own, and a checkpoint carries, beside the rest of the state, the items appended since the
+previous one, in the same transaction. Replacing the list (``self.history = [...]``) rewrites its rows (or
+puts it back in the document if it is short).
 
 What the runtime relies on: items are appended, or the whole list is replaced; an item is not changed once a
 later checkpoint has saved items after it. The newest saved item is serialized again at every checkpoint and
@@ -31,45 +32,71 @@ def dump_item(item: Any) -> bytes:
 
 
 _Saved = tuple[list[Any] | None, int, Any, bytes | None]
-"""What the store holds of one field: the list as of the last checkpoint (None: its rows are not known to
-match, rewrite them all), its length then, and its last item (the object, and as saved)."""
+"""What the store holds of one field kept in rows: the list as of the last checkpoint (None: its rows are not
+known to match, rewrite them all), its length then, and its last item (the object, and as saved)."""
+
+_NOTHING: _Saved = (None, 0, None, None)
+
+INLINE_MAX = 32
+"""A list this short stays in the state document: one document write is cheaper than a document and a row
+(a fresh session's history). It moves to rows when it grows past this, and back when replaced by a short one."""
 
 
 class LogFields:
-    """A cell's bookkeeping of its actor's append-only fields: what the store holds (``saved``) and what
-    the last message left (``seen``, to roll back a failed message)."""
+    """A cell's bookkeeping of its actor's append-only fields: whether each is kept in rows or (short) in
+    the document, what the store holds of it (``saved``), and what the last message left (``seen``, to
+    roll back a failed message)."""
 
-    __slots__ = ("_saved", "_seen", "fields")
+    __slots__ = ("_rows", "_saved", "_seen", "fields")
 
     def __init__(self, fields: Sequence[str]) -> None:
         self.fields = tuple(fields)
-        self._saved: dict[str, _Saved] = {f: (None, 0, None, None) for f in self.fields}
+        self._rows = dict.fromkeys(self.fields, False)
+        self._saved: dict[str, _Saved] = dict.fromkeys(self.fields, _NOTHING)
         self._seen: dict[str, tuple[list[Any] | None, int]] = {f: (None, 0) for f in self.fields}
 
     def reset(self, inst: Any, stored: Sequence[str]) -> None:
-        """After a restore: the fields named in ``stored`` are as their rows hold them; the others (none
-        saved yet, a state migrated or saved before the field was append-only) are rewritten at the next
-        checkpoint if they hold anything."""
+        """After a restore: the fields named in ``stored`` are as their rows hold them; the others came from
+        the document (or are new): a short one stays there, a long one (a state migrated or saved before the
+        field was append-only) is written to rows at the next checkpoint."""
         for f in self.fields:
             lst = getattr(inst, f)
-            if f in stored or not lst:
+            if f in stored:
+                self._rows[f] = True
                 self._saved[f] = (lst, len(lst), lst[-1], dump_item(lst[-1])) if lst else (lst, 0, None, None)
             else:
-                self._saved[f] = (None, 0, None, None)
+                self._rows[f] = False
+                self._saved[f] = _NOTHING
             self._seen[f] = (lst, len(lst))
 
-    def changes(self, inst: Any) -> tuple[Items, list[tuple[str, _Saved]]]:
-        """What changed since the last checkpoint, and the bookkeeping to ``commit`` once it is saved."""
-        changes: list[ItemChange] = []
-        pending: list[tuple[str, _Saved]] = []
+    def document(self, inst: Any) -> tuple[str, ...]:
+        """The fields that go in the state document this time: the short ones (once in rows, a list stays
+        there until it is replaced by a short one)."""
+        out: list[str] = []
         for f in self.fields:
             lst = getattr(inst, f)
             if type(lst) is not list:
                 raise TypeError(f"append-only state field {f!r} must be a list, got {type(lst).__name__}")
+            if len(lst) <= INLINE_MAX and (not self._rows[f] or lst is not self._saved[f][0]):
+                out.append(f)
+        return tuple(out)
+
+    def changes(self, inst: Any, document: tuple[str, ...]) -> tuple[Items, list[tuple[str, bool, _Saved]]]:
+        """What changed in rows since the last checkpoint (``document``: the fields in the document this
+        time), and the bookkeeping to ``commit`` once it is saved."""
+        changes: list[ItemChange] = []
+        pending: list[tuple[str, bool, _Saved]] = []
+        for f in self.fields:
+            if f in document:
+                if self._rows[f]:  # back to the document: its rows go
+                    changes.append((f, 0, ()))
+                    pending.append((f, False, _NOTHING))
+                continue
+            lst: list[Any] = getattr(inst, f)
             obj, n, last, last_saved = self._saved[f]
             size = len(lst)
-            if lst is not obj or size < n or (n and lst[n - 1] is not last):
-                start = 0  # replaced, shortened or refilled: rewrite it all
+            if not self._rows[f] or lst is not obj or size < n or (n and lst[n - 1] is not last):
+                start = 0  # new in rows, replaced, shortened or refilled: rewrite it all
             elif n and dump_item(last) != last_saved:
                 start = n - 1  # the newest saved item changed since
             elif size == n:
@@ -78,11 +105,12 @@ class LogFields:
                 start = n
             new = tuple(map(dump_item, lst[start:]))
             changes.append((f, start, new))
-            pending.append((f, (lst, size, lst[-1], new[-1]) if new else (lst, 0, None, None)))
+            pending.append((f, True, (lst, size, lst[-1], new[-1]) if new else (lst, 0, None, None)))
         return tuple(changes), pending
 
-    def commit(self, pending: list[tuple[str, _Saved]]) -> None:
-        for f, saved in pending:
+    def commit(self, pending: list[tuple[str, bool, _Saved]]) -> None:
+        for f, rows, saved in pending:
+            self._rows[f] = rows
             self._saved[f] = saved
 
     def see(self, inst: Any) -> None:

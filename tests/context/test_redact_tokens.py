@@ -124,3 +124,25 @@ def test_counts_are_remembered_without_changing_them():
     plain = {"role": "tool", "content": text, "tool_calls": [{"name": "calc", "input": {"x": 1}}]}
     view = MessageView(plain)
     assert tokens.message_tokens(view) == tokens.message_tokens(view) == tokens.message_tokens(plain)
+
+
+def test_tool_spec_counts_are_remembered_on_read_only_specs_only():
+    import json
+
+    from minihermes.context import tokens
+    from minihermes.llm import ToolView
+
+    spec = {"name": "calc", "description": "adds numbers " * 10, "input_schema": {"type": "object"}}
+    view = ToolView(spec)
+    expected = tokens.count_tokens(json.dumps(spec, sort_keys=True))
+    assert tokens.tools_tokens([view, spec]) == tokens.tools_tokens([view, spec]) == 2 * expected
+
+    class Chars:
+        name = "chars"
+
+        def count(self, text: str) -> int:
+            return len(text)
+
+    assert tokens.tools_tokens([view], Chars()) == len(json.dumps(spec, sort_keys=True))  # per counter
+    spec["description"] = "changed"  # a plain dict is counted afresh every time
+    assert tokens.tools_tokens([spec]) == tokens.count_tokens(json.dumps(spec, sort_keys=True)) != expected

@@ -7,11 +7,18 @@ from typing import Any
 
 import pytest
 
-from minihermes.runtime import ActorCrashed, ActorSpec, Conflict, GenServer, call, state
+from minihermes.runtime import ActorCrashed, ActorSpec, Conflict, GenServer, _statelog, call, state
 
 from .conftest import tree
 
 SCOPE = ("system", "default")
+
+
+@pytest.fixture
+def rows_always(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every non-empty list in rows (short ones normally stay in the document): the row mechanics at small
+    sizes."""
+    monkeypatch.setattr(_statelog, "INLINE_MAX", 0)
 
 
 class Journal(GenServer):
@@ -77,6 +84,7 @@ async def stored(node: Any, actor: str = "j") -> tuple[dict[str, Any], dict[str,
     return json.loads(cp.data), {k: json.loads(v) for k, v in cp.items.items()}
 
 
+@pytest.mark.usefixtures("rows_always")
 async def test_each_checkpoint_writes_only_what_was_appended(make_node, monkeypatch):
     node = await make_node(tree(ActorSpec("j", Journal)))
     await node.ask("j", "add", {"n": 0, "count": 3})
@@ -93,6 +101,7 @@ async def test_each_checkpoint_writes_only_what_was_appended(make_node, monkeypa
     assert items == {"entries": [{"n": n} for n in range(50)]}
 
 
+@pytest.mark.usefixtures("rows_always")
 async def test_the_list_comes_back_after_a_restart_and_after_a_crash(make_node):
     node = await make_node(tree(ActorSpec("j", Journal)))
     await node.ask("j", "add", {"n": 0, "count": 20})
@@ -106,6 +115,7 @@ async def test_the_list_comes_back_after_a_restart_and_after_a_crash(make_node):
     assert (await node2.ask("j", "get"))["entries"] == [{"n": n} for n in range(21)]
 
 
+@pytest.mark.usefixtures("rows_always")
 async def test_a_replaced_list_is_rewritten_and_nothing_of_the_old_one_stays(make_node, monkeypatch):
     node = await make_node(tree(ActorSpec("j", Journal)))
     await node.ask("j", "add", {"n": 0, "count": 10})
@@ -120,6 +130,7 @@ async def test_a_replaced_list_is_rewritten_and_nothing_of_the_old_one_stays(mak
     assert (await stored(node))[1] == {"entries": [{"n": 11}]}
 
 
+@pytest.mark.usefixtures("rows_always")
 async def test_a_change_to_the_newest_items_after_their_save_is_saved(make_node, monkeypatch):
     node = await make_node(tree(ActorSpec("j", Journal)))
     await node.ask("j", "add", {"n": 0, "count": 5})
@@ -131,6 +142,7 @@ async def test_a_change_to_the_newest_items_after_their_save_is_saved(make_node,
     assert (await node2.ask("j", "get"))["entries"][-1] == {"n": 4, "mark": "done"}
 
 
+@pytest.mark.usefixtures("rows_always")
 async def test_a_failed_message_rolls_the_list_back(make_node):
     node = await make_node(tree(ActorSpec("j", Journal)))
     await node.ask("j", "add", {"n": 0, "count": 3})
@@ -144,6 +156,7 @@ async def test_a_failed_message_rolls_the_list_back(make_node):
     assert (await stored(node))[1] == {"entries": [*expected, {"n": 3}]}
 
 
+@pytest.mark.usefixtures("rows_always")
 async def test_with_a_checkpoint_interval_the_appends_between_saves_are_saved_together(make_node):
     node = await make_node(tree(ActorSpec("j", Journal, checkpoint_interval=3)))
     await node.ask("j", "get")
@@ -156,6 +169,7 @@ async def test_with_a_checkpoint_interval_the_appends_between_saves_are_saved_to
     assert (await node.ask("j", "get"))["entries"] == [{"n": n} for n in range(5)]
 
 
+@pytest.mark.usefixtures("rows_always")
 async def test_a_list_saved_inside_the_document_before_is_moved_to_items(make_node, tmp_path):
     """State saved when the field was not append-only yet: read from the document, then rewritten."""
     first = await make_node(tree(ActorSpec("other", Journal)))
@@ -169,6 +183,7 @@ async def test_a_list_saved_inside_the_document_before_is_moved_to_items(make_no
     assert data == {"note": "old"} and items == {"entries": [{"n": 1}, {"n": 2}, {"n": 3}]}
 
 
+@pytest.mark.usefixtures("rows_always")
 async def test_corrupt_items_are_quarantined_with_the_checkpoint(make_node):
     first = await make_node(tree(ActorSpec("other", Journal)))
     await first.store.checkpoints.save(SCOPE, "j", 1, b'{"note":"x"}', items=(("entries", 0, (b"{bad",)),))
@@ -205,6 +220,7 @@ async def test_a_value_that_is_not_a_list_crashes_the_message_not_the_node(make_
     assert await node.ask("b", "get") == []
 
 
+@pytest.mark.usefixtures("rows_always")
 async def test_a_list_cleared_and_refilled_in_place_is_rewritten(make_node, monkeypatch):
     class Refill(GenServer):
         entries: list[int] = state(default_factory=list, append_only=True)
@@ -220,3 +236,32 @@ async def test_a_list_cleared_and_refilled_in_place_is_rewritten(make_node, monk
     await node.ask("r", "fill", {"values": [7, 8, 9, 10]})
     assert saves[-1] == (("entries", 0, (b"7", b"8", b"9", b"10")),)
     assert (await stored(node, "r"))[1] == {"entries": [7, 8, 9, 10]}
+
+
+async def test_a_short_list_stays_in_the_document_and_moves_to_rows_as_it_grows(make_node, monkeypatch):
+    limit = _statelog.INLINE_MAX
+    node = await make_node(tree(ActorSpec("j", Journal)))
+    saves = spy_saves(node, monkeypatch)
+    await node.ask("j", "add", {"n": 0, "count": limit})
+    assert saves == [None]  # one document write, no rows
+    data, items = await stored(node)
+    assert data["entries"] == [{"n": n} for n in range(limit)] and items == {}
+    await node.ask("j", "add", {"n": limit})  # past the limit: all of it to rows, out of the document
+    assert saves[-1] is not None and saves[-1][0][:2] == ("entries", 0) and len(saves[-1][0][2]) == limit + 1
+    await node.ask("j", "add", {"n": limit + 1})
+    assert saves[-1] == (("entries", limit + 1, (json.dumps({"n": limit + 1}).replace(" ", "").encode(),)),)
+    data, items = await stored(node)
+    assert "entries" not in data and items == {"entries": [{"n": n} for n in range(limit + 2)]}
+    await node.stop()
+    node = await make_node(tree(ActorSpec("j", Journal)))
+    assert (await node.ask("j", "get"))["entries"] == [{"n": n} for n in range(limit + 2)]
+    saves = spy_saves(node, monkeypatch)
+    await node.ask("j", "add", {"n": limit + 2})  # restored from rows, appended to them
+    assert saves[-1] is not None and saves[-1][0][1] == limit + 2
+    await node.ask("j", "keep_last", {"keep": 3})  # replaced by a short list: back in the document
+    assert saves[-1] == (("entries", 0, ()),)
+    data, items = await stored(node)
+    assert data["entries"] == [{"n": n} for n in range(limit, limit + 3)] and items == {}
+    await node.stop()
+    node = await make_node(tree(ActorSpec("j", Journal)))
+    assert (await node.ask("j", "get"))["entries"] == [{"n": n} for n in range(limit, limit + 3)]
