@@ -97,6 +97,8 @@ class Cell:
         """The append-only state fields' bookkeeping (None without any)."""
         self.stored_items: tuple[str, ...] = ()
         """The append-only fields whose items the restored checkpoint held as rows (``Node._load_into``)."""
+        self.drop_items: Items = ()
+        """Item rows of fields that are not append-only (any more): deleted with the next checkpoint."""
         self.since_checkpoint = 0
         self.dirty = False
         self.last_active = node.clock.monotonic()
@@ -199,7 +201,7 @@ class Cell:
         migrated = False
         if cls._state_fields:
             await self.wait_saved()  # a previous instance's last checkpoints land before we read them back
-            self.stored_items = ()
+            self.stored_items = self.drop_items = ()
             migrated, inst.preloaded = await self.node._restore(self, inst, reader)
             if self.logs is not None:
                 self.logs.reset(inst, () if migrated else self.stored_items)
@@ -210,7 +212,9 @@ class Cell:
             inst.preloaded = await asyncio.to_thread(reader)
         self.instance = inst
         self.since_checkpoint = 0
-        self.dirty = migrated  # a migrated state is saved in its new shape right away
+        self.dirty = migrated or bool(
+            self.drop_items
+        )  # a migrated state is saved in its new shape right away
         await inst.on_init(self.address, dict(spec.args))
         await self.flush()  # what on_init (or a migration) changed is durable before the first message
         self.node._arm_idle(self)
@@ -440,7 +444,7 @@ class Cell:
             if data == self.last_bytes and not self.dirty:
                 return None
             self.last_bytes = data
-            return data, None
+            return data, self._take_drops(())
         document = logs.document(inst)
         data = inst.dump_state(document)
         items, pending = logs.changes(inst, document)
@@ -449,7 +453,13 @@ class Cell:
             return None
         self.last_bytes = data
         logs.commit(pending)
-        return data, items or None
+        return data, self._take_drops(items)
+
+    def _take_drops(self, items: Items) -> Items | None:
+        """``items`` with the pending drops of stale item rows (once), or None if there is nothing."""
+        if self.drop_items:
+            items, self.drop_items = self.drop_items + items, ()
+        return items or None
 
     def _save_then(self, inst: Actor, snap: Snapshot, reply: tuple[asyncio.Future[Any], Any] | None) -> None:
         """Register a checkpoint; once durable, release ``reply`` (future, result). No future or extra loop

@@ -752,9 +752,12 @@ class Node:
             if not isinstance(data, dict):
                 raise ValueError("checkpoint is not an object")
             for name, array in cp.items.items():  # append-only fields, saved item by item
-                if name in cls._log_fields:
+                if name in cls._state_fields:  # also one no longer append-only: its items are its value
                     data[name] = json.loads(array)
             cell.stored_items = tuple(n for n in cp.items if n in cls._log_fields)
+            # Rows of a field that is no longer append-only (now in the document) or gone: dropped with the
+            # next checkpoint, so that they can never come back in place of the document's value.
+            cell.drop_items = tuple((n, 0, ()) for n in cp.items if n not in cls._log_fields)
             if cp.state_version > cls.state_version:
                 raise ValueError(
                     f"saved by state_version {cp.state_version}, newer than this code's {cls.state_version}"

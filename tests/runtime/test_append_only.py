@@ -265,3 +265,42 @@ async def test_a_short_list_stays_in_the_document_and_moves_to_rows_as_it_grows(
     await node.stop()
     node = await make_node(tree(ActorSpec("j", Journal)))
     assert (await node.ask("j", "get"))["entries"] == [{"n": n} for n in range(limit, limit + 3)]
+
+
+class JournalPlain(GenServer):
+    """Journal's state after its list stopped being append-only."""
+
+    entries: list[dict[str, Any]] = state(default_factory=list)
+    note: str = state(default="")
+
+    @call
+    def get(self) -> dict[str, Any]:
+        return {"entries": self.entries, "note": self.note}
+
+
+class JournalGone(GenServer):
+    """Journal's state after its list was removed."""
+
+    note: str = state(default="")
+
+    @call
+    def get(self) -> str:
+        return self.note
+
+
+@pytest.mark.usefixtures("rows_always")
+@pytest.mark.parametrize("later", [JournalPlain, JournalGone])
+async def test_rows_of_a_field_no_longer_append_only_are_read_then_dropped(make_node, later):
+    node = await make_node(tree(ActorSpec("j", Journal)))
+    await node.ask("j", "add", {"n": 0, "count": 3})
+    await node.ask("j", "set_note", {"note": "kept"})
+    await node.stop()
+    node = await make_node(tree(ActorSpec("j", later)))
+    got = await node.ask("j", "get")
+    data, items = await stored(node)
+    assert items == {}  # dropped with the activation's checkpoint
+    if later is JournalPlain:  # its value came from the rows, and now lives in the document
+        assert got == {"entries": [{"n": 0}, {"n": 1}, {"n": 2}], "note": "kept"}
+        assert data == got
+    else:
+        assert got == "kept" and data == {"note": "kept"}
