@@ -638,16 +638,16 @@ async def profile_turns(n: int, shape: str) -> dict[str, Any]:
             handled[f"{self.spec.name}.{env.op} (inline)"] += 1
             orig_inline(self, h, env)
 
-        def dump(self: Any) -> bytes:
-            data = orig_dump(self)
+        def dump(self: Any, *args: Any) -> bytes:
+            data = orig_dump(self, *args)
             dumps[type(self).__name__] += 1
             dump_bytes[type(self).__name__] += len(data)
             return data
 
         def counted(fn: Callable[..., Any]) -> Callable[..., Any]:
-            def save(scope: Any, address: str, *rest: Any) -> Any:
+            def save(scope: Any, address: str, *rest: Any, **kw: Any) -> Any:
                 saves[address.split("/")[0]] += 1
-                return fn(scope, address, *rest)
+                return fn(scope, address, *rest, **kw)
 
             return save
 
