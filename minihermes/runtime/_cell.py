@@ -204,7 +204,7 @@ class Cell:
             self.stored_items = self.drop_items = ()
             migrated, inst.preloaded = await self.node._restore(self, inst, reader)
             if self.logs is not None:
-                self.logs.reset(inst, () if migrated else self.stored_items)
+                self.logs.reset(inst, self.stored_items, migrated)
                 self.last_bytes = inst.dump_state(self.logs.document(inst))
             else:
                 self.last_bytes = inst.dump_state()

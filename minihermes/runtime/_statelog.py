@@ -55,17 +55,17 @@ class LogFields:
         self._saved: dict[str, _Saved] = dict.fromkeys(self.fields, _NOTHING)
         self._seen: dict[str, tuple[list[Any] | None, int]] = {f: (None, 0) for f in self.fields}
 
-    def reset(self, inst: Any, stored: Sequence[str]) -> None:
-        """After a restore: the fields named in ``stored`` are as their rows hold them; the others came from
-        the document (or are new): a short one stays there, a long one (a state migrated or saved before the
-        field was append-only) is written to rows at the next checkpoint."""
+    def reset(self, inst: Any, stored: Sequence[str], migrated: bool = False) -> None:
+        """After a restore: the fields named in ``stored`` had rows, which hold what the field was loaded with
+        (unless the state was ``migrated``: then the rows are rewritten, or deleted if the list now goes in
+        the document); the others came from the document (or are new): a short one stays there, a long one
+        (saved before the field was append-only) is written to rows at the next checkpoint."""
         for f in self.fields:
             lst = getattr(inst, f)
-            if f in stored:
-                self._rows[f] = True
+            self._rows[f] = f in stored
+            if f in stored and not migrated:
                 self._saved[f] = (lst, len(lst), lst[-1], dump_item(lst[-1])) if lst else (lst, 0, None, None)
             else:
-                self._rows[f] = False
                 self._saved[f] = _NOTHING
             self._seen[f] = (lst, len(lst))
 

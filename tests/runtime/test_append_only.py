@@ -304,3 +304,41 @@ async def test_rows_of_a_field_no_longer_append_only_are_read_then_dropped(make_
         assert data == got
     else:
         assert got == "kept" and data == {"note": "kept"}
+
+
+class JournalV2(GenServer):
+    """Journal after a state migration that reshapes the list."""
+
+    state_version = 2
+    entries: list[dict[str, Any]] = state(default_factory=list, append_only=True)
+    note: str = state(default="")
+
+    @classmethod
+    def migrate_state(cls, from_version: int, data: dict[str, Any]) -> dict[str, Any]:
+        keep = int(data.get("note") or 0)
+        return {**data, "entries": [{**e, "v": 2} for e in data.get("entries", [])][-keep:]}
+
+    @call
+    def get(self) -> dict[str, Any]:
+        return {"entries": self.entries, "note": self.note}
+
+
+@pytest.mark.parametrize("keep", [2, 40])
+async def test_a_migrated_list_replaces_its_rows(make_node, keep):
+    """Rows saved by the old version are rewritten (a long list) or deleted (a short one, now in the
+    document): either way nothing of the old shape can come back on the next load."""
+    node = await make_node(tree(ActorSpec("j", Journal)))
+    await node.ask("j", "add", {"n": 0, "count": 50})
+    await node.ask("j", "set_note", {"note": str(keep)})
+    assert (await stored(node))[1]["entries"][-1] == {"n": 49}
+    await node.stop()
+    node = await make_node(tree(ActorSpec("j", JournalV2)))
+    expected = [{"n": n, "v": 2} for n in range(50 - keep, 50)]
+    assert (await node.ask("j", "get"))["entries"] == expected
+    data, items = await stored(node)
+    assert (data.get("entries"), items.get("entries")) == (
+        (expected, None) if keep <= 32 else (None, expected)
+    )
+    await node.stop()
+    node = await make_node(tree(ActorSpec("j", JournalV2)))
+    assert (await node.ask("j", "get"))["entries"] == expected
