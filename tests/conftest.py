@@ -9,6 +9,13 @@ from pathlib import Path
 
 import pytest
 
+# Every append-only state field in the suite is checked against its contract at each checkpoint (an older
+# item changed in place would be lost on restore); the servers tests start inherit it.
+os.environ["MINIHERMES_CHECK_APPEND_ONLY"] = "1"
+from minihermes.runtime import _statelog  # noqa: E402
+
+_statelog.CHECK = True
+
 
 def _children(pid: int) -> list[int]:
     out = []

@@ -15,6 +15,7 @@ at again.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,6 +38,10 @@ known to match, rewrite them all), its length then, and its last item (the objec
 
 _NOTHING: _Saved = (None, 0, None, None)
 
+CHECK = os.environ.get("MINIHERMES_CHECK_APPEND_ONLY", "") == "1"
+"""Check the contract at every checkpoint: every item saved before must serialize as it was saved (O(list) per
+checkpoint: for tests and debugging; the test suite turns it on). A broken contract crashes the actor."""
+
 INLINE_MAX = 32
 """A list this short stays in the state document: one document write is cheaper than a document and a row
 (a fresh session's history). It moves to rows when it grows past this, and back when replaced by a short one."""
@@ -47,13 +52,15 @@ class LogFields:
     the document, what the store holds of it (``saved``), and what the last message left (``seen``, to
     roll back a failed message)."""
 
-    __slots__ = ("_rows", "_saved", "_seen", "fields")
+    __slots__ = ("_as_saved", "_rows", "_saved", "_seen", "fields")
 
     def __init__(self, fields: Sequence[str]) -> None:
         self.fields = tuple(fields)
         self._rows = dict.fromkeys(self.fields, False)
         self._saved: dict[str, _Saved] = dict.fromkeys(self.fields, _NOTHING)
         self._seen: dict[str, tuple[list[Any] | None, int]] = {f: (None, 0) for f in self.fields}
+        self._as_saved: dict[str, list[bytes]] = {f: [] for f in self.fields}
+        """With ``CHECK``: every item of each field in rows, as saved."""
 
     def reset(self, inst: Any, stored: Sequence[str], migrated: bool = False) -> None:
         """After a restore: the fields named in ``stored`` had rows, which hold what the field was loaded with
@@ -68,6 +75,8 @@ class LogFields:
             else:
                 self._saved[f] = _NOTHING
             self._seen[f] = (lst, len(lst))
+            if CHECK:
+                self._as_saved[f] = [dump_item(x) for x in lst] if f in stored and not migrated else []
 
     def document(self, inst: Any) -> tuple[str, ...]:
         """The fields that go in the state document this time: the short ones (once in rows, a list stays
@@ -104,6 +113,8 @@ class LogFields:
             else:
                 start = n
             new = tuple(map(dump_item, lst[start:]))
+            if CHECK and start:
+                self._check(f, lst, start)
             changes.append((f, start, new))
             pending.append((f, True, (lst, size, lst[-1], new[-1]) if new else (lst, 0, None, None)))
         return tuple(changes), pending
@@ -112,6 +123,19 @@ class LogFields:
         for f, rows, saved in pending:
             self._rows[f] = rows
             self._saved[f] = saved
+            if CHECK:
+                lst = saved[0]
+                self._as_saved[f] = [dump_item(x) for x in lst] if rows and lst is not None else []
+
+    def _check(self, f: str, lst: list[Any], start: int) -> None:
+        """``CHECK``: the items before ``start`` are kept as stored; they must not have changed."""
+        saved = self._as_saved[f]
+        for i in range(min(start, len(saved))):
+            if dump_item(lst[i]) != saved[i]:
+                raise RuntimeError(
+                    f"append-only state field {f!r}: item {i} changed after a later item was saved "
+                    "(append to the list or replace it; see runtime._statelog)"
+                )
 
     def see(self, inst: Any) -> None:
         for f in self.fields:

@@ -342,3 +342,25 @@ async def test_a_migrated_list_replaces_its_rows(make_node, keep):
     await node.stop()
     node = await make_node(tree(ActorSpec("j", JournalV2)))
     assert (await node.ask("j", "get"))["entries"] == expected
+
+
+async def test_the_contract_check_crashes_an_actor_that_changes_an_older_item(make_node):
+    """The suite runs with MINIHERMES_CHECK_APPEND_ONLY=1 (tests/conftest.py)."""
+    assert _statelog.CHECK
+
+    class Sneaky(GenServer):
+        entries: list[dict[str, Any]] = state(default_factory=list, append_only=True)
+
+        @call
+        def add(self, count: int) -> None:
+            self.entries.extend({"n": i} for i in range(count))
+
+        @call
+        def rewrite_first_and_add(self) -> None:
+            self.entries[0]["n"] = -1  # against the contract: saved, and items were saved after it
+            self.entries.append({"n": 99})
+
+    node = await make_node(tree(ActorSpec("s", Sneaky)))
+    await node.ask("s", "add", {"count": _statelog.INLINE_MAX + 5})
+    with pytest.raises(ActorCrashed):
+        await node.ask("s", "rewrite_first_and_add")
