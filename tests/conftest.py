@@ -12,7 +12,7 @@ import pytest
 # Every append-only state field in the suite is checked against its contract at each checkpoint (an older
 # item changed in place would be lost on restore); the servers tests start inherit it.
 os.environ["MINIHERMES_CHECK_APPEND_ONLY"] = "1"
-from minihermes.runtime import _statelog  # noqa: E402
+from minihermes.runtime import _statelog
 
 _statelog.CHECK = True
 
