@@ -769,7 +769,15 @@ class Node:
         except (ValueError, TypeError) as e:
             reason = f"corrupt checkpoint: {e}"
             log.error("actor %s: %s; starting from empty state (row quarantined)", cell.address, reason)
-            await self.store.quarantine.put("checkpoint", cell.scope, cell.address, reason, cp.data)
+            kept = cp.data
+            if cp.items:  # the item rows go with the checkpoint: keep them too, as text beside the document
+                kept = json.dumps(
+                    {
+                        "document": cp.data.decode("utf-8", "replace"),
+                        "items": {name: array.decode("utf-8", "replace") for name, array in cp.items.items()},
+                    }
+                ).encode()
+            await self.store.quarantine.put("checkpoint", cell.scope, cell.address, reason, kept)
             await self.store.checkpoints.delete(cell.scope, cell.address)
             await self.store.events.append(
                 RUNTIME_SCOPE,
