@@ -212,9 +212,8 @@ class Cell:
             inst.preloaded = await asyncio.to_thread(reader)
         self.instance = inst
         self.since_checkpoint = 0
-        self.dirty = migrated or bool(
-            self.drop_items
-        )  # a migrated state is saved in its new shape right away
+        # A migrated state is saved in its new shape right away, stale item rows are dropped at once.
+        self.dirty = migrated or bool(self.drop_items)
         await inst.on_init(self.address, dict(spec.args))
         await self.flush()  # what on_init (or a migration) changed is durable before the first message
         self.node._arm_idle(self)
@@ -399,31 +398,35 @@ class Cell:
             inst.load_state({**json.loads(self.last_bytes), **kept})
             logs.rollback(inst)
 
-    def _checkpoint_due(self, inst: Actor) -> Snapshot | None:
-        """The state to save if it changed and a checkpoint is due, else None."""
+    def _dump(self, inst: Actor) -> tuple[bytes, Items, list[Any]]:
+        """The state document, the append-only fields' changes since their last save, and the bookkeeping
+        to ``LogFields.commit`` once those are handed to the store (empty without append-only fields)."""
         logs = self.logs
         if logs is None:
-            data = inst.dump_state()
-            if data != self.last_bytes:
-                self.last_bytes = data
-                self.dirty = True
-            if not (self.dirty and self.since_checkpoint >= self.interval):
-                return None
-            self._counted_as_saved()
-            return data, None
+            return inst.dump_state(), (), []
         document = logs.document(inst)
         data = inst.dump_state(document)
+        items, pending = logs.changes(inst, document)
+        logs.see(inst)
+        return data, items, pending
+
+    def _commit_items(self, pending: list[Any]) -> None:
+        if pending:
+            assert self.logs is not None
+            self.logs.commit(pending)
+
+    def _checkpoint_due(self, inst: Actor) -> Snapshot | None:
+        """The state to save if it changed and a checkpoint is due, else None."""
+        data, items, pending = self._dump(inst)
         if data != self.last_bytes:
             self.last_bytes = data
             self.dirty = True
-        items, pending = logs.changes(inst, document)
-        logs.see(inst)
         if items:
             self.dirty = True
         if not (self.dirty and self.since_checkpoint >= self.interval):
             return None
         self._counted_as_saved()
-        logs.commit(pending)
+        self._commit_items(pending)
         return data, items or None
 
     def _counted_as_saved(self) -> None:
@@ -438,21 +441,11 @@ class Cell:
         inst = self.instance
         if inst is None or not inst._state_fields:
             return None
-        logs = self.logs
-        if logs is None:
-            data = inst.dump_state()
-            if data == self.last_bytes and not self.dirty:
-                return None
-            self.last_bytes = data
-            return data, self._take_drops(())
-        document = logs.document(inst)
-        data = inst.dump_state(document)
-        items, pending = logs.changes(inst, document)
-        logs.see(inst)
+        data, items, pending = self._dump(inst)
         if data == self.last_bytes and not self.dirty and not items:
             return None
         self.last_bytes = data
-        logs.commit(pending)
+        self._commit_items(pending)
         return data, self._take_drops(items)
 
     def _take_drops(self, items: Items) -> Items | None:
@@ -478,21 +471,23 @@ class Cell:
             if reply is not None:
                 _settle(reply[0], reply[1], self.address, error)
 
-        data, items = snap
-        extra: dict[str, Any] = {} if items is None else {"items": items}
-        if self.fence is not None:
-            extra["fence"] = self.fence
+        data, extra = self._store_args(snap)
         try:
-            # unfenced (one node) and no append-only fields: the call any store takes
             save_callback(self.scope, self.address, inst.state_version, data, done, **extra)
         except Exception as e:  # refused before it was queued (bad input): as a failed commit
             done(e)
 
-    def _save_future(self, inst: Actor, snap: Snapshot) -> asyncio.Future[None]:
+    def _store_args(self, snap: Snapshot) -> tuple[bytes, dict[str, Any]]:
+        """The state document and the save's keyword arguments: the fence and the item changes, each only
+        when there is one (unfenced and without items, the call any store takes)."""
         data, items = snap
         extra: dict[str, Any] = {} if items is None else {"items": items}
         if self.fence is not None:
             extra["fence"] = self.fence
+        return data, extra
+
+    def _save_future(self, inst: Actor, snap: Snapshot) -> asyncio.Future[None]:
+        data, extra = self._store_args(snap)
         fut = self.node.store.checkpoints.save_nowait(
             self.scope, self.address, inst.state_version, data, **extra
         )
@@ -543,10 +538,7 @@ class Cell:
     async def _save(self, snap: Snapshot) -> None:
         inst = self.instance
         assert inst is not None
-        data, items = snap
-        extra: dict[str, Any] = {} if items is None else {"items": items}
-        if self.fence is not None:
-            extra["fence"] = self.fence
+        data, extra = self._store_args(snap)
         await self.node.store.checkpoints.save(self.scope, self.address, inst.state_version, data, **extra)
         self._counted_as_saved()
 

@@ -375,10 +375,9 @@ class SqliteCheckpoints(Part):
             self._waiters = []
             loop.call_soon(self._flush)
         key = (tenant, ns, actor_id)
-        if items is not None and key in self._pending:  # collapsed into one save: their item changes too
-            items = merge_items(self._pending[key][7], items)
-        elif key in self._pending:
-            items = self._pending[key][7]
+        earlier = self._pending.get(key)
+        if earlier is not None:  # collapsed into one save: their item changes too
+            items = merge_items(earlier[7], items)
         self._pending[key] = (tenant, ns, actor_id, state_version, data, self._now(), fence, items)
         self._waiters.append((key, waiter))
 
