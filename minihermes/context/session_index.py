@@ -192,16 +192,19 @@ async def index_turn(
 
 
 async def index_docs(host: Host, turn: TurnDocs) -> int:
-    """``index_turn`` for an analysed turn. Writes run concurrently: the store commits them in one group."""
-    writes: list[Awaitable[Any]] = []
+    """``index_turn`` for an analysed turn: one batch per index and one for the forgetting tuples, written
+    concurrently so that the store commits them in one group."""
+    if not turn.docs:
+        return 0
     session_id, user_id = turn.session_id, turn.user_id
     dates = date_terms(turn.at)
-    for i, did, meta in turn.docs:
-        fields = {"terms": window_terms(turn.own, i, dates)}
-        writes.append(host.text.upsert(INDEX, did, fields, meta))
-        if user_id:
-            writes.append(host.text.upsert(user_index(user_id), did, fields, meta))
-        writes.append(host.tuples.write(["transcript_doc", session_id, user_id, did]))
+    docs = [(did, {"terms": window_terms(turn.own, i, dates)}, meta) for i, did, meta in turn.docs]
+    writes: list[Awaitable[Any]] = [host.text.upsert_many(INDEX, docs)]
+    if user_id:
+        writes.append(host.text.upsert_many(user_index(user_id), docs))
+    writes.append(
+        host.tuples.write_many([["transcript_doc", session_id, user_id, did] for _, did, _ in turn.docs])
+    )
     await asyncio.gather(*writes)
     return len(turn.docs)
 

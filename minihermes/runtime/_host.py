@@ -77,6 +77,10 @@ class HostTuples(_Scoped):
     async def write(self, tup: Sequence[Scalar]) -> None:
         await self._store.tuples.write(self._scope_fn(), tup)
 
+    async def write_many(self, tuples: Sequence[Sequence[Scalar]]) -> int:
+        """Several tuples in one transaction; returns how many."""
+        return await self._store.tuples.write_many(self._scope_fn(), tuples)
+
     async def write_unless(self, tup: Sequence[Scalar], pattern: Sequence[Scalar]) -> bool:
         """Write ``tup`` unless a tuple matching ``pattern`` exists (atomically); True if written."""
         return await self._store.tuples.write_unless(self._scope_fn(), tup, pattern)
@@ -237,6 +241,10 @@ class HostLocks(_Scoped):
 class HostText(_Scoped):
     async def upsert(self, index: str, doc_id: str, fields: dict[str, str], meta: JSON = None) -> None:
         await self._store.text.upsert(_scope(), index, doc_id, fields, meta)
+
+    async def upsert_many(self, index: str, docs: Sequence[tuple[str, dict[str, str], JSON]]) -> int:
+        """Several ``(doc_id, fields, meta)`` in one transaction; returns how many."""
+        return await self._store.text.upsert_many(_scope(), index, docs)
 
     async def remove(self, index: str, doc_id: str) -> bool:
         return await self._store.text.remove(_scope(), index, doc_id)

@@ -115,3 +115,29 @@ async def test_ranking_depends_only_on_the_index_own_documents(store: Store) -> 
         await store.text.upsert(A, "other", f"o{i}", {"body": "design invoice design"})
     after = [(h.doc_id, round(h.score, 9)) for h in await store.text.search(A, "notes", "invoice design")]
     assert after == before
+
+
+async def test_upsert_many_writes_all_or_none(store: Store) -> None:
+    docs = [(doc_id, fields, {"id": doc_id}) for doc_id, fields in DOCS.items()]
+    assert await store.text.upsert_many(A, "skills", docs) == 3
+    hits = await store.text.search(A, "skills", "cluster node")
+    assert [h.doc_id for h in hits] == ["cluster", "deploy"]  # the same ranking as one upsert at a time
+    assert hits[0].meta == {"id": "cluster"}
+    # An existing document is replaced, a new one added, in one call.
+    changed = [("cluster", {"title": "Retired"}, None), ("new", {"title": "cluster of nodes"}, {"n": 1})]
+    assert await store.text.upsert_many(A, "skills", changed) == 2
+    assert [h.doc_id for h in await store.text.search(A, "skills", "cluster")] == ["new", "deploy"]
+    assert await store.text.upsert_many(A, "skills", []) == 0
+    assert await store.text.search(B, "skills", "cluster") == []  # nothing in the other scope
+    # Bad input is refused before anything is written: no document of the batch is stored.
+    with pytest.raises(ValueError, match="twice"):
+        await store.text.upsert_many(A, "other", [("x", {"t": "alpha"}, None), ("x", {"t": "beta"}, None)])
+    with pytest.raises(TypeError):
+        await store.text.upsert_many(A, "other", [("y", {"t": "alpha"}, None), ("z", {"t": 5}, None)])  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        await store.text.upsert_many(A, "other", [("y", {"t": "alpha"})])  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        await store.text.upsert_many(A, "other", "not a list")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        await store.text.upsert_many(A, "other", [("y", {"t": "alpha"}, {"bad": float("nan")})])
+    assert await store.text.search(A, "other", "alpha") == []

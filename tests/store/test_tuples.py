@@ -149,3 +149,23 @@ async def test_bad_tuples_and_patterns(store: Store) -> None:
         await store.tuples.write(A, ["x", float("nan")])
     with pytest.raises(ValueError, match="limit"):
         await store.tuples.read_all(A, [None], limit=-1)
+
+
+async def test_write_many(store: Store) -> None:
+    assert await store.tuples.write_many(A, [["doc", "s1", 1], ["doc", "s1", 2], ["doc", "s2", 3]]) == 3
+    assert await store.tuples.read_all(A, ["doc", "s1", None]) == [("doc", "s1", 1), ("doc", "s1", 2)]
+    assert await store.tuples.read_all(A, ["doc", None, None]) == [
+        ("doc", "s1", 1),
+        ("doc", "s1", 2),
+        ("doc", "s2", 3),
+    ]
+    assert await store.tuples.read_all(B, ["doc", None, None]) == []
+    assert await store.tuples.write_many(A, []) == 0
+    # One bad tuple refuses the batch before anything is written.
+    with pytest.raises(TypeError):
+        await store.tuples.write_many(A, [["ok", 1], ["bad", object()]])  # type: ignore[list-item]
+    with pytest.raises(ValueError):
+        await store.tuples.write_many(A, [["ok", 1], []])
+    with pytest.raises(TypeError):
+        await store.tuples.write_many(A, "ok")  # type: ignore[arg-type]
+    assert await store.tuples.read_all(A, ["ok", None]) == []

@@ -289,6 +289,38 @@ def check_tuple(tup: object, *, pattern: bool = False) -> tuple[Scalar, ...]:
     return tuple(tup)
 
 
+def check_tuples(tuples: object) -> list[tuple[Scalar, ...]]:
+    """Validate the argument of ``write_many``: a sequence (not a str) of tuples, each as ``check_tuple``."""
+    if isinstance(tuples, str | bytes) or not isinstance(tuples, Sequence):
+        raise TypeError(f"tuples must be a sequence of tuples, got {type(tuples).__name__}")
+    return [check_tuple(tup) for tup in tuples]
+
+
+def check_documents(docs: object) -> list[tuple[str, dict[str, str], JSON]]:
+    """Validate the argument of ``TextIndex.upsert_many``: a sequence of ``(doc_id, fields, meta)``, each
+    doc id a name, ``fields`` a dict of field name to text. A doc id given twice is refused (which of the
+    two would be kept is not obvious)."""
+    if isinstance(docs, str | bytes) or not isinstance(docs, Sequence):
+        raise TypeError(f"docs must be a sequence of (doc_id, fields, meta), got {type(docs).__name__}")
+    checked: list[tuple[str, dict[str, str], JSON]] = []
+    seen: set[str] = set()
+    for i, doc in enumerate(docs):
+        if not isinstance(doc, tuple | list) or len(doc) != 3:
+            raise TypeError(f"docs[{i}] must be a (doc_id, fields, meta) tuple")
+        doc_id, fields, meta = doc
+        check_name("doc_id", doc_id)
+        if doc_id in seen:
+            raise ValueError(f"doc_id {doc_id!r} is given twice")
+        seen.add(doc_id)
+        if not isinstance(fields, dict):
+            raise TypeError(f"fields must be a dict of str to str, got {type(fields).__name__}")
+        for field_name, value in fields.items():
+            check_name("field name", field_name)
+            check_text(f"field {field_name!r}", value)
+        checked.append((doc_id, fields, meta))
+    return checked
+
+
 def encode_element(element: Scalar) -> str:
     """Typed text form of one element, used for the indexed first column: 1 -> '1', 1.0 -> '1.0',
     True -> 'true', "1" -> '"1"', None -> 'null'. Distinct types never share an encoding."""

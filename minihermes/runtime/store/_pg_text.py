@@ -14,10 +14,20 @@ shift another's scores. Queries are user text: only words reach ``to_tsquery``, 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
-from ._common import check_count, check_name, check_scope, check_text, dumps_json, loads_json, search_terms
+from ._common import (
+    check_count,
+    check_documents,
+    check_name,
+    check_scope,
+    check_text,
+    dumps_json,
+    loads_json,
+    search_terms,
+)
 from ._pg_common import Part
-from ._pg_engine import logger
+from ._pg_engine import Conn, logger
 from .base import JSON, Scope, SearchHit
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -74,15 +84,34 @@ class PgText(Part):
     ) -> None:
         tenant, ns = check_scope(scope)
         check_name("index", index)
-        check_name("doc_id", doc_id)
-        if not isinstance(fields, dict):
-            raise TypeError(f"fields must be a dict of str to str, got {type(fields).__name__}")
-        for field_name, value in fields.items():
-            check_name("field name", field_name)
-            check_text(f"field {field_name!r}", value)
+        [doc] = check_documents([(doc_id, fields, meta)])
+        await self._db.rowcount(_UPSERT, self._params(tenant, ns, index, doc, self._now()))
+
+    async def upsert_many(
+        self, scope: Scope, index: str, docs: Sequence[tuple[str, dict[str, str], JSON]]
+    ) -> int:
+        tenant, ns = check_scope(scope)
+        check_name("index", index)
+        now = self._now()
+        rows = [self._params(tenant, ns, index, doc, now) for doc in check_documents(docs)]
+        if not rows:
+            return 0
+
+        async def op(conn: Conn) -> int:
+            async with conn.cursor() as cur:
+                await cur.executemany(_UPSERT, rows)  # pipelined: one round trip for the batch
+            return len(rows)
+
+        return await self._db.transaction(op)
+
+    @staticmethod
+    def _params(
+        tenant: str, ns: str, index: str, doc: tuple[str, dict[str, str], JSON], now: float
+    ) -> dict[str, object]:
+        doc_id, fields, meta = doc
         # NUL cannot be stored in PostgreSQL text; it is no word character, so a space is equivalent.
         body = "\n".join(fields[name] for name in sorted(fields)).replace("\x00", " ")
-        params = {
+        return {
             "tenant": tenant,
             "ns": ns,
             "idx": index,
@@ -90,9 +119,8 @@ class PgText(Part):
             "body": body,
             "words": words_of(body),
             "meta": dumps_json("document meta", meta),
-            "now": self._now(),
+            "now": now,
         }
-        await self._db.rowcount(_UPSERT, params)
 
     async def remove(self, scope: Scope, index: str, doc_id: str) -> bool:
         tenant, ns = check_scope(scope)

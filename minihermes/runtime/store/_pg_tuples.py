@@ -15,6 +15,7 @@ from ._common import (
     check_limit,
     check_scope,
     check_tuple,
+    check_tuples,
     decode_tuple,
     encode_element,
     encode_tuple,
@@ -58,6 +59,19 @@ class PgTuples(Part):
     async def write(self, scope: Scope, tup: Sequence[Scalar]) -> None:
         tenant, ns = check_scope(scope)
         await self._db.rowcount(_INSERT, self._row(tenant, ns, check_tuple(tup)))
+
+    async def write_many(self, scope: Scope, tuples: Sequence[Sequence[Scalar]]) -> int:
+        tenant, ns = check_scope(scope)
+        rows = [self._row(tenant, ns, tup) for tup in check_tuples(tuples)]
+        if not rows:
+            return 0
+
+        async def op(conn: Conn) -> int:
+            async with conn.cursor() as cur:
+                await cur.executemany(_INSERT, rows)  # pipelined: one round trip for the batch
+            return len(rows)
+
+        return await self._db.transaction(op)
 
     async def write_unless(self, scope: Scope, tup: Sequence[Scalar], pattern: Sequence[Scalar]) -> bool:
         tenant, ns = check_scope(scope)

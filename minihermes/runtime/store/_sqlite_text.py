@@ -10,8 +10,18 @@ operators, column filters and stray quotes in the input are never parsed as synt
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 
-from ._common import check_count, check_name, check_scope, check_text, dumps_json, loads_json, search_terms
+from ._common import (
+    check_count,
+    check_documents,
+    check_name,
+    check_scope,
+    check_text,
+    dumps_json,
+    loads_json,
+    search_terms,
+)
 from ._sqlite_common import Part, logger
 from ._sqlite_schema import create_fts_table, fts_table
 from .base import JSON, Scope, SearchHit
@@ -45,6 +55,12 @@ def _table(conn: sqlite3.Connection, tenant: str, ns: str, index: str, *, create
     return create_fts_table(conn, index_id)
 
 
+def _document(doc: tuple[str, dict[str, str], JSON]) -> tuple[str, str, str]:
+    """A checked document's row values: doc id, body (fields in name order), meta as JSON text."""
+    doc_id, fields, meta = doc
+    return doc_id, "\n".join(fields[name] for name in sorted(fields)), dumps_json("document meta", meta)
+
+
 def match_expression(terms: list[str]) -> str:
     """Any of the words (ranked by bm25, so documents with more and rarer words come first)."""
     return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
@@ -56,38 +72,42 @@ class SqliteText(Part):
     async def upsert(
         self, scope: Scope, index: str, doc_id: str, fields: dict[str, str], meta: JSON = None
     ) -> None:
+        await self.upsert_many(scope, index, [(doc_id, fields, meta)])
+
+    async def upsert_many(
+        self, scope: Scope, index: str, docs: Sequence[tuple[str, dict[str, str], JSON]]
+    ) -> int:
         tenant, ns = check_scope(scope)
         check_name("index", index)
-        check_name("doc_id", doc_id)
-        if not isinstance(fields, dict):
-            raise TypeError(f"fields must be a dict of str to str, got {type(fields).__name__}")
-        for field_name, value in fields.items():
-            check_name("field name", field_name)
-            check_text(f"field {field_name!r}", value)
-        body = "\n".join(fields[name] for name in sorted(fields))
-        meta_text = dumps_json("document meta", meta)
+        rows = [_document(doc) for doc in check_documents(docs)]
+        if not rows:
+            return 0
         now = self._now()
-        key = (tenant, ns, index, doc_id)
 
-        def op(conn: sqlite3.Connection) -> None:
+        def op(conn: sqlite3.Connection) -> int:
             table = _table(conn, tenant, ns, index, create=True)
-            row = conn.execute(
-                "SELECT id FROM text_docs WHERE tenant = ? AND ns = ? AND idx = ? AND doc_id = ?", key
-            ).fetchone()
-            if row is None:
-                doc_row = conn.execute(
-                    "INSERT INTO text_docs (tenant, ns, idx, doc_id, meta, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
-                    (*key, meta_text, now),
-                ).lastrowid
-            else:
-                doc_row = row[0]
-                conn.execute(
-                    "UPDATE text_docs SET meta = ?, updated_at = ? WHERE id = ?", (meta_text, now, doc_row)
-                )
-                conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (doc_row,))
-            conn.execute(f"INSERT INTO {table} (rowid, body) VALUES (?, ?)", (doc_row, body))
+            for doc_id, body, meta_text in rows:
+                key = (tenant, ns, index, doc_id)
+                row = conn.execute(
+                    "SELECT id FROM text_docs WHERE tenant = ? AND ns = ? AND idx = ? AND doc_id = ?", key
+                ).fetchone()
+                if row is None:
+                    doc_row = conn.execute(
+                        "INSERT INTO text_docs (tenant, ns, idx, doc_id, meta, updated_at)"
+                        " VALUES (?, ?, ?, ?, ?, ?)",
+                        (*key, meta_text, now),
+                    ).lastrowid
+                else:
+                    doc_row = row[0]
+                    conn.execute(
+                        "UPDATE text_docs SET meta = ?, updated_at = ? WHERE id = ?",
+                        (meta_text, now, doc_row),
+                    )
+                    conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (doc_row,))
+                conn.execute(f"INSERT INTO {table} (rowid, body) VALUES (?, ?)", (doc_row, body))
+            return len(rows)
 
-        await self._db.write(op)
+        return await self._db.write(op)
 
     async def remove(self, scope: Scope, index: str, doc_id: str) -> bool:
         tenant, ns = check_scope(scope)

@@ -16,6 +16,7 @@ from ._common import (
     check_limit,
     check_scope,
     check_tuple,
+    check_tuples,
     decode_tuple,
     encode_element,
     encode_tuple,
@@ -86,6 +87,14 @@ class SqliteTuples(Part):
         tenant, ns = check_scope(scope)
         params = _row(tenant, ns, check_tuple(tup), self._now())
         await self._db.write(lambda c: c.execute(_INSERT, params))
+
+    async def write_many(self, scope: Scope, tuples: Sequence[Sequence[Scalar]]) -> int:
+        tenant, ns = check_scope(scope)
+        now = self._now()
+        rows = [_row(tenant, ns, tup, now) for tup in check_tuples(tuples)]
+        if rows:
+            await self._db.write(lambda c: c.executemany(_INSERT, rows))
+        return len(rows)
 
     async def write_unless(self, scope: Scope, tup: Sequence[Scalar], pattern: Sequence[Scalar]) -> bool:
         tenant, ns = check_scope(scope)

@@ -213,6 +213,10 @@ class TupleSpace(Protocol):
     Results are in insertion order."""
 
     async def write(self, scope: Scope, tup: Sequence[Scalar]) -> None: ...
+    async def write_many(self, scope: Scope, tuples: Sequence[Sequence[Scalar]]) -> int:
+        """Write several tuples in one transaction (all or none), in order; returns how many."""
+        ...
+
     async def write_unless(self, scope: Scope, tup: Sequence[Scalar], pattern: Sequence[Scalar]) -> bool:
         """Write ``tup`` unless a tuple matching ``pattern`` exists; True if it wrote. Atomic among the
         ``write_unless`` calls writing tuples with the same first element: of two concurrent ones whose
@@ -431,6 +435,13 @@ class TextIndex(Protocol):
     async def upsert(
         self, scope: Scope, index: str, doc_id: str, fields: dict[str, str], meta: JSON = None
     ) -> None: ...
+    async def upsert_many(
+        self, scope: Scope, index: str, docs: Sequence[tuple[str, dict[str, str], JSON]]
+    ) -> int:
+        """``upsert`` of several ``(doc_id, fields, meta)`` of one index in one transaction (all or none;
+        a doc id given twice is a ValueError); returns how many."""
+        ...
+
     async def remove(self, scope: Scope, index: str, doc_id: str) -> bool: ...
     async def search(self, scope: Scope, index: str, query: str, limit: int = 10) -> list[SearchHit]:
         """Free text query (user input: never a syntax error; punctuation is ignored); best first."""
