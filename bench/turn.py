@@ -527,7 +527,8 @@ async def concurrency_child(
             peak_rss = peak_rss_kb()
             peak_sampled = max(peak_sampled, rss_now_kb())
             refused = node.metrics.counter("overloaded_total") - overloaded0
-            # The audit trail is written behind the turns (casts): how far behind it was when they ended.
+            # Senders write the audit trail themselves; audit_event then forwards each event to its subscribers
+            # (a cast per event): how far behind those notifications were when the turns ended.
             cells = list(getattr(node, "_cells", {}).values())
             audit_cells = [c for c in cells if c.spec.name == "audit_event"]
             audit_backlog = sum(len(c.mailbox) for c in audit_cells)
@@ -574,7 +575,7 @@ async def concurrency_child(
 
 def crash_summary(stderr: str) -> tuple[int, str, int]:
     """From the child's log: background tasks that crashed (the runtime logs each), the first one's
-    exception, and audit events dropped by their senders (audit_event's mailbox full)."""
+    exception, and audit events their senders could not queue (a closed store)."""
     lines = stderr.splitlines()
     dropped = sum(1 for line in lines if re.search(r"audit event \S+ dropped", line))
     count = sum(1 for line in lines if line.strip() == "background task failed")
@@ -869,10 +870,10 @@ def render(
             if d.get("crashes"):
                 found.append(f"crashed background tasks: {d['crashes']:,} (first: {d['first_crash']})")
             if d.get("audit_dropped"):
-                found.append(f"audit events dropped (audit_event mailbox full): {d['audit_dropped']:,}")
+                found.append(f"audit events not written (store closed): {d['audit_dropped']:,}")
             if d.get("audit_backlog"):
                 found.append(
-                    f"audit_event backlog when the last turn ended: {d['audit_backlog']:,} events "
+                    f"audit_event backlog when the last turn ended: {d['audit_backlog']:,} forward notifications "
                     f"(drained {d['audit_drain_s']:.1f} s later)"
                 )
             if found:

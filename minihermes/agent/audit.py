@@ -1,9 +1,16 @@
 """``audit_event``: the tenant's append-only, hash-chained audit trail (seed 000 "Audit Trail").
 
-Senders never wait: ``log_event`` is a cast, and actors fire it with :func:`fire_audit`. Every event is
-appended to the ``audit`` stream of the tenant's EventLog, whose hash chain makes any later edit or deletion
-detectable (``verify``). Values that look like credentials are scrubbed before they are written: callers must
-not put secrets in events, and this is the second line of defence.
+Every event is appended to the ``audit`` stream of the tenant's EventLog, whose hash chain makes any later
+edit or deletion detectable (``verify``). Values that look like credentials are scrubbed before they are
+written: callers must not put secrets in events, and this is the second line of defence.
+
+Senders never wait. Actors audit what they do with :func:`fire_audit`, which appends the event itself, from
+the sender's node, before the sender goes on: the append is queued on the store ahead of anything the sender
+saves afterwards, so on SQLite (one writer, commits in queue order) an action's checkpoint is never durable
+without its event, and a SIGKILL can lose both or neither. (On PostgreSQL the two commit on their own
+connections at about the same time.) Once the event is committed, ``audit_event`` is told (``forward_event``,
+a cast) so that its subscribers get it; an overloaded or distant ``audit_event`` costs only that. Clients log
+events of their own with the ``log_event`` cast, which the actor appends.
 
 Users (role ``user`` without ``admin``) read only the events they caused; admins and viewers read the
 tenant's whole trail.
@@ -94,21 +101,80 @@ def fire_audit(
     session_id: str = "",
     data: dict[str, Any] | None = None,
 ) -> bool:
-    """Send one audit event without waiting (``host.send``). Returns False, logging why, when it could not
-    be queued: no ``audit_event`` actor in this node's tree, or it is overloaded or shutting down. An audit
+    """Append one audit event to the tenant's trail without waiting (see the module docstring: queued on
+    the store before anything the caller saves next). Returns False, logging why, when nothing was queued:
+    no ``audit_event`` actor in this node's tree, data that cannot be stored, a closed store. An audit
     failure never fails the operation being audited."""
-    payload: dict[str, Any] = {"event_type": event_type, "detail": detail, "session_id": session_id}
-    if data:
-        payload["data"] = data
+    if not host.has_actor("audit_event"):
+        return False
+    record = audit_record(event_type, detail, session_id, data, host.now())
     try:
-        host.send("audit_event", "log_event", payload)
-    except ActorNotFound:
+        written = host.events.append_nowait(STREAM, record)
+    except (TypeError, ValueError) as e:  # not storable JSON (a NaN in the data): dropped, counted
+        _not_written(host, record, e)
         return False
-    except (Overloaded, ShuttingDown) as e:
+    except Exception as e:  # a closed store (the node is stopping): nothing to write to
         host.incr_counter("audit_dropped_total")
-        log.warning("audit event %s dropped: %s", event_type, e.message)
+        log.warning("audit event %s dropped: %r", record["event_type"], e)
         return False
+    written.add_done_callback(functools.partial(_fired, host, record))
     return True
+
+
+def audit_record(
+    event_type: str,
+    detail: str,
+    session_id: str,
+    data: dict[str, Any] | None,
+    now: float,
+    timestamp: float = 0,
+) -> dict[str, Any]:
+    """The stored form of an event in the current request context: type, scrubbed and bounded detail and
+    data, session, principal, the node's time (``ts``), the request id, and ``reported_ts`` when the sender
+    gave a ``timestamp`` (seconds or ms)."""
+    ctx = current_context()
+    clean_type = _EVENT_TYPE.sub("_", event_type)[:64] or "unspecified"
+    text = scrub_secrets(detail)
+    if len(text) > MAX_DETAIL_CHARS:
+        text = text[:MAX_DETAIL_CHARS] + "...[truncated]"
+    body = scrub_secrets(data or {})
+    size = len(json.dumps(body, default=str))
+    if size > MAX_DATA_BYTES:
+        body = {"truncated": True, "size": size}
+    record: dict[str, Any] = {
+        "event_type": clean_type,
+        "detail": text,
+        "session_id": session_id[:200],
+        "data": body,
+        "principal": ctx.principal,
+        "ts": now,
+    }
+    if ctx.request_id:
+        record["request_id"] = ctx.request_id
+    if timestamp > 0:
+        record["reported_ts"] = _seconds(timestamp)
+    return record
+
+
+def _fired(host: Host, record: dict[str, Any], written: asyncio.Future[Any]) -> None:
+    """A fired event is committed (or failed): counted, and ``audit_event`` told for its subscribers. Runs in
+    the sender's context (the future's callback), so the cast goes to the sender's tenant."""
+    error = asyncio.CancelledError() if written.cancelled() else written.exception()
+    if error is not None:
+        _not_written(host, record, error)
+        return
+    host.incr_counter("audit_events_total", event_type=record["event_type"])
+    try:
+        host.send("audit_event", "forward_event", {"seq": written.result().seq})
+    except (ActorNotFound, InvalidArgument, Overloaded, ShuttingDown) as e:
+        # Written all the same: only live subscribers miss it (poll_events still has it).
+        host.incr_counter("audit_forward_dropped_total")
+        log.debug("audit event %s not forwarded: %s", record["event_type"], e.message)
+
+
+def _not_written(host: Host, record: dict[str, Any], error: BaseException) -> None:
+    log.error("audit event %s not written: %r", record["event_type"], error)
+    host.incr_counter("audit_write_failed_total")
 
 
 class AuditEvent(GenEvent):
@@ -138,53 +204,41 @@ class AuditEvent(GenEvent):
     ) -> None:
         """Append one event (never blocks the sender). ``timestamp`` (optional, seconds or ms) is what the
         sender reports; the trail's own ``ts`` is always the node's clock."""
-        ctx = current_context()
-        clean_type = _EVENT_TYPE.sub("_", event_type)[:64] or "unspecified"
-        text = scrub_secrets(detail)
-        if len(text) > MAX_DETAIL_CHARS:
-            text = text[:MAX_DETAIL_CHARS] + "...[truncated]"
-        body = scrub_secrets(data or {})
-        size = len(json.dumps(body, default=str))
-        if size > MAX_DATA_BYTES:
-            body = {"truncated": True, "size": size}
-        record: dict[str, Any] = {
-            "event_type": clean_type,
-            "detail": text,
-            "session_id": session_id[:200],
-            "data": body,
-            "principal": ctx.principal,
-            "ts": self.host.now(),
-        }
-        if ctx.request_id:
-            record["request_id"] = ctx.request_id
-        if timestamp > 0:
-            record["reported_ts"] = _seconds(timestamp)
+        record = audit_record(event_type, detail, session_id, data, self.host.now(), timestamp)
         # Queued on the store at once, no task per event: the store chains appends in call order and writes
         # those of one loop pass (or, on PostgreSQL, those that arrive while a batch commits) together.
         try:
             written = self.host.events.append_nowait(STREAM, record)
         except (TypeError, ValueError) as e:  # not storable JSON (a NaN in the data): dropped, counted
-            self._not_written(record, e)
+            _not_written(self.host, record, e)
             return
         written.add_done_callback(functools.partial(self._written, record))
         self._last = written
 
+    @cast
+    async def forward_event(self, seq: int) -> None:
+        """Give subscribers the event ``fire_audit`` wrote as ``seq`` (read back from the trail: only what
+        was written is forwarded). Nothing to do without subscribers."""
+        if not self.subscribers:
+            return
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+            raise InvalidArgument("seq must be a positive integer", field="seq")
+        for rec in await self.host.events.read(STREAM, after_seq=seq - 1, limit=1):
+            if rec.seq == seq and isinstance(rec.data, dict):
+                self._forward(rec.data)
+
     def _written(self, record: dict[str, Any], written: asyncio.Future[Any]) -> None:
         error = asyncio.CancelledError() if written.cancelled() else written.exception()
         if error is not None:
-            self._not_written(record, error)
+            _not_written(self.host, record, error)
             return
         self.host.incr_counter("audit_events_total", event_type=record["event_type"])
         self._forward(record)
 
-    def _not_written(self, record: dict[str, Any], error: BaseException) -> None:
-        log.error("audit event %s not written: %r", record["event_type"], error)
-        self.host.incr_counter("audit_write_failed_total")
-
     def _forward(self, record: dict[str, Any]) -> None:
         for target, op in list(self.subscribers):  # forward_events=False: subscribers get the scrubbed record
             try:
-                self.host.send(target, op or "log_event", {k: record[k] for k in _FORWARDED})
+                self.host.send(target, op or "log_event", {k: record.get(k, "") for k in _FORWARDED})
             except (ActorNotFound, InvalidArgument, Overloaded, ShuttingDown) as e:
                 log.warning("audit subscriber %s not reached: %s", target, e.message)
 

@@ -42,8 +42,6 @@ from minihermes.llm import (
     create_provider,
 )
 from minihermes.runtime import (
-    ActorError,
-    ActorNotFound,
     Clock,
     ConfigError,
     Deferred,
@@ -59,6 +57,7 @@ from minihermes.runtime import (
 
 from . import _llm_policy as policy
 from ._llm_policy import BudgetExceeded, Caller, Failure, LLMInternalError, LLMUnavailable
+from .audit import fire_audit
 from .credentials import CredentialVault, check_api_key, check_phantom_token
 
 __all__ = ["BudgetExceeded", "LLMGateway", "LLMInternalError", "LLMUnavailable"]
@@ -388,14 +387,8 @@ class LLMGateway(GenServer):
         )
 
     def _audit(self, event_type: str, detail: str, data: dict[str, Any], session_id: str = "") -> None:
-        payload = {"event_type": event_type, "detail": detail, "session_id": session_id, "data": data}
-        try:
-            self.host.send("audit_event", "log_event", payload)
-        except ActorNotFound:
-            pass  # an app without an audit trail (a minimal embedded node)
-        except ActorError as error:
-            # Best effort on this side: a full audit mailbox must not fail an LLM call or an admin op.
-            self.host.log.warning("llm_gateway: audit event %s dropped (%s)", event_type, error.code)
+        # Best effort: an app without an audit trail has none, and an audit failure never fails an LLM call.
+        fire_audit(self.host, event_type, detail, session_id=session_id, data=data)
 
     # -- provider clients -------------------------------------------------------------------------------
 

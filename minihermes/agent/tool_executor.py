@@ -48,6 +48,7 @@ from ._tools_handlers import (
     to_json_result,
     workspace_path,
 )
+from .audit import fire_audit
 
 __all__ = ["ToolExecutor", "workspace_path"]
 
@@ -414,11 +415,4 @@ class ToolExecutor(GenServer):
         """Fire-and-forget; a node without the audit actor simply has no trail."""
         if not self._audit_on:
             return
-        try:
-            self.host.send(
-                "audit_event",
-                "log_event",
-                {"event_type": event_type, "detail": detail, "session_id": session_id, "data": data or {}},
-            )
-        except ActorError as e:
-            self.host.log.debug("audit %s not delivered: %s", event_type, e.message)
+        fire_audit(self.host, event_type, detail, session_id=session_id, data=data)

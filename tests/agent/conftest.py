@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from minihermes.agent.audit import STREAM as AUDIT_STREAM
 from minihermes.runtime import ActorSpec, ManualClock, Node, NodeOptions, RequestContext, SupervisorSpec
 from minihermes.runtime.store._pg_testing import open_test_store
 
@@ -19,6 +20,18 @@ ACME = RequestContext(tenant="acme", principal="alice", roles=frozenset({"admin"
 ACME_USER = RequestContext(tenant="acme", principal="bob", roles=frozenset({"user"}))
 ACME_VIEWER = RequestContext(tenant="acme", principal="vic", roles=frozenset({"viewer"}))
 GLOBEX = RequestContext(tenant="globex", principal="gary", roles=frozenset({"admin"}))
+
+
+async def audit_trail(node: Node, *contexts: RequestContext) -> list[dict[str, Any]]:
+    """What ``fire_audit`` wrote to the audit trails of the contexts' tenants (ACME's when none is given),
+    read from the store: oldest first per tenant, each event's stored record plus its ``tenant``. The store
+    answers once every append queued before the read is committed, so nothing fired earlier is missed."""
+    events: list[dict[str, Any]] = []
+    for ctx in contexts or (ACME,):
+        for record in await node.store.events.read(ctx.scope, AUDIT_STREAM, limit=100_000):
+            assert isinstance(record.data, dict)
+            events.append({**record.data, "tenant": ctx.tenant})
+    return events
 
 
 @pytest.fixture

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import sqlite3
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from minihermes.agent.audit import STREAM, AuditEvent, scrub_secrets
-from minihermes.runtime import ActorSpec, GenServer, InvalidArgument, cast, state
+from minihermes.agent.audit import STREAM, AuditEvent, fire_audit, scrub_secrets
+from minihermes.runtime import ActorSpec, GenServer, InvalidArgument, call, cast, state
 from minihermes.runtime.store._pg_testing import test_store_backend as backend_under_test
 
-from .conftest import ACME, ACME_USER, ACME_VIEWER, GLOBEX
+from .conftest import ACME, ACME_USER, ACME_VIEWER, GLOBEX, audit_trail
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SQLITE_FILE = pytest.mark.skipif(
     backend_under_test() != "sqlite", reason="reads or writes the SQLite file itself"
@@ -25,6 +31,10 @@ class Sink(GenServer):
     @cast
     def on_audit(self, event_type: str, detail: str = "", session_id: str = "", data: Any = None) -> None:
         self.got.append(event_type)
+
+    @call
+    def fire(self, event_type: str) -> bool:
+        return fire_audit(self.host, event_type)
 
 
 def specs() -> list[ActorSpec]:
@@ -215,3 +225,59 @@ async def test_subscribers_get_every_event(make_node):
             break
         await asyncio.sleep(0.01)
     assert cell.instance.got == ["one", "two", "flush"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    backend_under_test() != "sqlite",
+    reason="on PostgreSQL an event and the checkpoint after it commit on connections of their own",
+)
+async def test_a_fired_event_is_durable_with_the_checkpoint_after_it(make_node, tmp_path):
+    """SIGKILL: every action acknowledged (its checkpoint durable) has its audit event in the trail, although
+    the ``audit_event`` actor was held busy the whole time: ``fire_audit`` writes the event from the sender,
+    queued ahead of the sender's checkpoint, not through the audit actor's mailbox."""
+    from .auditproc import ACTIONS, Actor, HeldAudit
+
+    data = tmp_path / "d"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.agent.auditproc",
+        str(data),
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert proc.stdout is not None
+    done = []
+    for _ in range(ACTIONS):
+        line = await asyncio.wait_for(proc.stdout.readline(), 60)
+        assert line, "child exited early"
+        done.append(int(line.split()[1]))
+    os.kill(proc.pid, signal.SIGKILL)
+    await proc.wait()
+
+    node = await make_node(
+        [ActorSpec("audit_event", HeldAudit, per_tenant=True), ActorSpec("actor", Actor, per_tenant=True)],
+        data_dir=data,
+    )
+    trail = await audit_trail(node)
+    assert (
+        [e["data"]["i"] for e in trail if e["event_type"] == "tool_executed"] == done == list(range(ACTIONS))
+    )
+    assert (await node.ask("audit_event", "verify", {}, ctx=ACME))["ok"] is True
+
+
+async def test_fired_events_reach_subscribers_once_written(make_node):
+    """Subscribers of ``audit_event`` get what ``fire_audit`` wrote, read back from the trail."""
+    node = await make_node(specs())
+    await node.ask("audit_event", "subscribe", {"target": "sink", "op": "on_audit"}, ctx=ACME)
+    await node.ask("sink", "fire", {"event_type": "one"}, ctx=ACME)
+    await node.ask("sink", "fire", {"event_type": "two"}, ctx=ACME)
+    for _ in range(100):
+        cell = next(c for c in node.cells("sink"))
+        if cell.instance is not None and cell.instance.got == ["one", "two"]:
+            break
+        await asyncio.sleep(0.01)
+    assert cell.instance.got == ["one", "two"]
+    assert [e["event_type"] for e in await audit_trail(node)] == ["one", "two"]

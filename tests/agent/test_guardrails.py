@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
+from minihermes.agent.audit import AuditEvent
 from minihermes.agent.guardrails import Guardrails
 from minihermes.agent.tool_executor import ToolExecutor
 from minihermes.runtime import (
     ActorSpec,
     Conflict,
-    GenEvent,
     GenServer,
     InvalidArgument,
     InvalidTransition,
@@ -24,13 +24,11 @@ from minihermes.runtime import (
     PermissionDenied,
     RequestContext,
     call,
-    cast,
     current_context,
 )
 
-from .conftest import ACME, ACME_USER, ACME_VIEWER, GLOBEX
+from .conftest import ACME, ACME_USER, ACME_VIEWER, GLOBEX, audit_trail
 
-AUDIT: list[dict[str, Any]] = []
 RESUMED: list[dict[str, Any]] = []
 CAROL = RequestContext(tenant="acme", principal="carol", roles=frozenset({"admin"}))
 POST_TOOL = {
@@ -45,20 +43,6 @@ GET_TOOL = {
     "name": "weather",
     "handler_config": {"link_name": "w", "path": "/w", "method": "GET"},
 }
-
-
-class AuditSink(GenEvent):
-    @cast
-    def log_event(
-        self, event_type: str, detail: str = "", session_id: str = "", data: dict[str, Any] | None = None
-    ) -> None:
-        AUDIT.append(
-            {"event_type": event_type, "detail": detail, "session_id": session_id, "data": data or {}}
-        )
-
-    @call
-    def barrier(self) -> int:
-        return len(AUDIT)
 
 
 class StubAgent(GenServer):
@@ -83,7 +67,6 @@ class StubAgent(GenServer):
 
 @pytest.fixture(autouse=True)
 def _clean():
-    AUDIT.clear()
     RESUMED.clear()
 
 
@@ -96,7 +79,7 @@ def root() -> Iterator[Path]:
 
 def specs(agent: bool = True, **args: Any) -> list[ActorSpec]:
     out = [
-        ActorSpec("audit_event", AuditSink, per_tenant=True),
+        ActorSpec("audit_event", AuditEvent, per_tenant=True),
         ActorSpec("tool_executor", ToolExecutor, per_tenant=True),
         ActorSpec("guardrails", Guardrails, per_tenant=True, args=args),
     ]
@@ -114,8 +97,7 @@ async def check(node, tool: str, input: Any = None, ctx=ACME, **kw: Any) -> dict
 
 
 async def audit_types(node) -> list[str]:
-    await node.ask("audit_event", "barrier", {}, ctx=ACME)
-    return [e["event_type"] for e in AUDIT]
+    return [e["event_type"] for e in await audit_trail(node)]
 
 
 # ------------------------------------------------------------------------------------------------ defaults

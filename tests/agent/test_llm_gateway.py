@@ -17,11 +17,11 @@ from minihermes.llm import AuthError, BadRequestError, RateLimitedError, Unavail
 from minihermes.runtime import ActorError, ConfigError, ManualClock, Node, RequestContext
 
 from . import test_llm_gateway_support as support
+from .conftest import audit_trail
 from .test_llm_gateway_support import (
     ACME,
     ACME_USER,
     ACME_VIEWER,
-    AUDIT,
     GLOBEX,
     HANG,
     Behavior,
@@ -36,7 +36,6 @@ from .test_llm_gateway_support import (
 )
 
 # The support module's fixtures (autouse guards, the recording clock), made visible to this module.
-_fresh_audit = support._fresh_audit
 _key_never_logged = support._key_never_logged
 _loopback_only = support._loopback_only
 clock = support.clock
@@ -397,7 +396,8 @@ async def test_the_breaker_opens_after_consecutive_failures(make_node: Any, cloc
     assert reply["attempts"] == [{"provider": "primary", "error": "circuit_open"}]
     assert len(primary.calls) == 3  # the open circuit kept the call away
     assert node.metrics.gauge("llm_circuit_open", tenant="acme", provider="primary") == 1.0
-    changes = [e for e in AUDIT if e["event_type"] == "circuit_changed"]
+    trail = await audit_trail(node, ACME, GLOBEX)
+    changes = [e for e in trail if e["event_type"] == "circuit_changed"]
     assert [(e["tenant"], e["data"]["provider"], e["data"]["state"]) for e in changes] == [
         ("acme", "primary", "open")
     ]
@@ -435,7 +435,8 @@ async def test_the_breaker_recovers_gradually_on_timer_ticks(make_node: Any, clo
     assert (reply["provider"], reply["response"]["content"]) == ("primary", "recovered")
     state = await circuit(node, "primary")
     assert (state["state"], state["samples"]) == ("closed", 0)
-    assert [e["data"]["state"] for e in AUDIT if e["event_type"] == "circuit_changed"] == [
+    trail = await audit_trail(node, ACME, GLOBEX)
+    assert [e["data"]["state"] for e in trail if e["event_type"] == "circuit_changed"] == [
         "open",
         "half_open",
         "closed",
@@ -620,7 +621,8 @@ async def test_a_session_override_applies_to_that_session_only(make_node: Any, c
     assert (
         await error_of(node, "switch_provider", ctx=ACME_VIEWER, provider="backup", session_id="s1")
     ).code == ("permission_denied")
-    switches = [e for e in AUDIT if e["event_type"] == "provider_switched" and e["session_id"] == "s1"]
+    trail = await audit_trail(node, ACME, GLOBEX)
+    switches = [e for e in trail if e["event_type"] == "provider_switched" and e["session_id"] == "s1"]
     assert [e["data"]["to"]["provider"] for e in switches] == ["backup", "primary"]
 
 
@@ -654,7 +656,8 @@ async def test_tenants_do_not_share_providers_circuits_usage_or_credentials(
     assert error.code == "not_found" and error.details["field"] == "credential"
     stats = await ask(node, "get_stats", ctx=GLOBEX)
     assert "primary" not in stats["circuits"] and stats["usage"]["calls"] == 1
-    assert {e["tenant"] for e in AUDIT} == {"acme", "globex"} - {"globex"}  # GLOBEX changed nothing
+    trail = await audit_trail(node, ACME, GLOBEX)
+    assert {e["tenant"] for e in trail} == {"acme", "globex"} - {"globex"}  # GLOBEX changed nothing
 
 
 async def test_provider_clients_are_cached_rebuilt_on_change_and_closed_when_retired(
@@ -696,7 +699,8 @@ async def test_only_admins_change_providers_credentials_chains_and_budgets(
         assert (error.code, error.http_status) == ("permission_denied", 403), op
     assert (await ask(node, "completion", ctx=ctx, messages=user("hi")))["status"] == "ok"
     assert (await ask(node, "get_stats", ctx=ctx))["status"] == "ok"
-    assert [e for e in AUDIT if e["event_type"] != "circuit_changed"] == []
+    trail = await audit_trail(node, ACME, GLOBEX)
+    assert [e for e in trail if e["event_type"] != "circuit_changed"] == []
 
 
 @pytest.mark.parametrize(

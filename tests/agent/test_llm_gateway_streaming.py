@@ -28,7 +28,6 @@ from .test_llm_gateway_support import ACME, GLOBEX, ask, tree, user
 
 _key_never_logged = support._key_never_logged
 _loopback_only = support._loopback_only
-_fresh_audit = support._fresh_audit
 clock = support.clock
 
 TOPIC = "session:s1"

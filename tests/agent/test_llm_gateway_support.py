@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from minihermes.agent.audit import AuditEvent
 from minihermes.agent.llm_gateway import LLMGateway
 from minihermes.llm import (
     Completion,
@@ -37,15 +38,12 @@ from minihermes.llm import (
 )
 from minihermes.runtime import (
     ActorSpec,
-    GenServer,
     ManualClock,
     Node,
     NodeOptions,
     RequestContext,
     SupervisorSpec,
     SystemClock,
-    cast,
-    current_context,
 )
 from minihermes.runtime.store._pg_testing import open_test_store
 
@@ -176,27 +174,6 @@ class RecordingClock(ManualClock):
             await asyncio.wait_for(self._slept.wait_for(lambda: len(self.sleeps) >= count), timeout=10)
 
 
-AUDIT: list[dict[str, Any]] = []
-
-
-class AuditSink(GenServer):
-    """Stands in for ``audit_event``: keeps every event with the tenant it arrived in."""
-
-    @cast
-    def log_event(
-        self, event_type: str, detail: str = "", session_id: str = "", data: dict[str, Any] | None = None
-    ) -> None:
-        AUDIT.append(
-            {
-                "tenant": current_context().tenant,
-                "event_type": event_type,
-                "detail": detail,
-                "session_id": session_id,
-                "data": data or {},
-            }
-        )
-
-
 def tree(audit: bool = True, **args: Any) -> SupervisorSpec:
     # Usage per user/session is written after every call unless a test asks for the delayed flush, whose
     # sleeps would otherwise mix with the backoff sleeps the tests watch.
@@ -205,7 +182,7 @@ def tree(audit: bool = True, **args: Any) -> SupervisorSpec:
         ActorSpec("llm_gateway", LLMGateway, per_tenant=True, args={"credential_key": KEY_MATERIAL, **args})
     ]
     if audit:
-        children.append(ActorSpec("audit_event", AuditSink, per_tenant=True))
+        children.append(ActorSpec("audit_event", AuditEvent, per_tenant=True))
     return SupervisorSpec(name="root", children=children)
 
 
@@ -279,13 +256,6 @@ def _loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
         "OLLAMA_HOST",
     ):
         monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_audit() -> Iterator[None]:
-    AUDIT.clear()
-    yield
-    AUDIT.clear()
 
 
 @pytest.fixture

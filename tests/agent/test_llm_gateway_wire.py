@@ -20,8 +20,10 @@ from minihermes.runtime import ActorError, ConfigError, Node, SystemClock
 
 from ..llm.support import FAKE_KEY, Reply
 from . import test_llm_gateway_support as support
+from .conftest import audit_trail
 from .test_llm_gateway_support import (
-    AUDIT,
+    ACME,
+    GLOBEX,
     RecordingClock,
     StampedStub,
     all_text,
@@ -33,7 +35,6 @@ from .test_llm_gateway_support import (
 )
 
 # The support module's fixtures (autouse guards, the recording clock), made visible to this module.
-_fresh_audit = support._fresh_audit
 _key_never_logged = support._key_never_logged
 _loopback_only = support._loopback_only
 clock = support.clock
@@ -347,10 +348,11 @@ async def test_the_api_key_never_leaks(make_node: Any, servers: Any, tmp_path: P
         await ask(node, "get_circuit"),
     ]
     assert replies[0] == {"status": "ok", "phantom_token": "spare", "replaced": False}
-    texts = all_text(error, error.to_dict(), "".join(traceback.format_exception(error)), replies, AUDIT)
+    trail = await audit_trail(node, ACME, GLOBEX)
+    texts = all_text(error, error.to_dict(), "".join(traceback.format_exception(error)), replies, trail)
     texts += json.dumps(node.metrics.snapshot())
     assert FAKE_KEY not in texts
-    assert {e["event_type"] for e in AUDIT} >= {
+    assert {e["event_type"] for e in trail} >= {
         "credential_registered",
         "provider_registered",
         "failover_set",

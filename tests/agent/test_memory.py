@@ -6,36 +6,16 @@ from typing import Any
 
 import pytest
 
+from minihermes.agent.audit import AuditEvent
 from minihermes.agent.memory import Memory
-from minihermes.runtime import ActorSpec, Conflict, GenEvent, InvalidArgument, PermissionDenied, call, cast
+from minihermes.runtime import ActorSpec, Conflict, InvalidArgument, PermissionDenied
 
-from .conftest import ACME, ACME_USER, ACME_VIEWER, GLOBEX
-
-AUDIT: list[dict[str, Any]] = []
-
-
-class AuditSink(GenEvent):
-    @cast
-    def log_event(
-        self, event_type: str, detail: str = "", session_id: str = "", data: dict[str, Any] | None = None
-    ) -> None:
-        AUDIT.append(
-            {"event_type": event_type, "detail": detail, "session_id": session_id, "data": data or {}}
-        )
-
-    @call
-    def barrier(self) -> int:
-        return len(AUDIT)
-
-
-@pytest.fixture(autouse=True)
-def _clean():
-    AUDIT.clear()
+from .conftest import ACME, ACME_USER, ACME_VIEWER, GLOBEX, audit_trail
 
 
 def specs(**args: Any) -> list[ActorSpec]:
     return [
-        ActorSpec("audit_event", AuditSink, per_tenant=True),
+        ActorSpec("audit_event", AuditEvent, per_tenant=True),
         ActorSpec("memory", Memory, per_tenant=True, args=args),
     ]
 
@@ -75,9 +55,9 @@ async def test_store_recall_overwrite_delete(make_node):
     }
     assert (await mem(node, "search_memories", query="navy"))["memories"] == []
     assert (await mem(node, "list_memories"))["count"] == 1
-    await node.ask("audit_event", "barrier", {}, ctx=ACME)
-    assert [e["event_type"] for e in AUDIT] == ["memory_stored"] * 3 + ["memory_deleted"]
-    assert "navy" not in str(AUDIT)  # values stay out of the audit trail
+    trail = await audit_trail(node)
+    assert [e["event_type"] for e in trail] == ["memory_stored"] * 3 + ["memory_deleted"]
+    assert "navy" not in str(trail)  # values stay out of the audit trail
 
 
 async def test_bad_input_is_a_structured_error_naming_the_field(make_node):

@@ -10,20 +10,18 @@ from typing import Any
 import pytest
 
 from minihermes.agent import local_tools
+from minihermes.agent.audit import AuditEvent
 from minihermes.agent.memory import Memory
 from minihermes.agent.tool_executor import ToolExecutor
 from minihermes.runtime import (
     ActorSpec,
     Conflict,
-    GenEvent,
     InvalidArgument,
     NotFound,
     PermissionDenied,
-    call,
-    cast,
 )
 
-from .conftest import ACME, ACME_USER, ACME_VIEWER, GLOBEX
+from .conftest import ACME, ACME_USER, ACME_VIEWER, GLOBEX, audit_trail
 from .doubles import WEATHER
 
 BUILTIN = [
@@ -37,35 +35,15 @@ BUILTIN = [
     "terminal",
     "write_file",
 ]
-AUDIT: list[dict[str, Any]] = []
 LOCAL: list[str] = []
 
 
-class AuditSink(GenEvent):
-    """Collects audit events (the real audit actor is tested elsewhere)."""
-
-    @cast
-    def log_event(
-        self, event_type: str, detail: str = "", session_id: str = "", data: dict[str, Any] | None = None
-    ) -> None:
-        AUDIT.append(
-            {"event_type": event_type, "detail": detail, "session_id": session_id, "data": data or {}}
-        )
-
-    @call
-    def barrier(self) -> int:
-        """Casts are handled in order: once this answers, every earlier event is in AUDIT."""
-        return len(AUDIT)
-
-
 async def audit_events(node, ctx=ACME) -> list[dict[str, Any]]:
-    await node.ask("audit_event", "barrier", {}, ctx=ctx)
-    return AUDIT
+    return await audit_trail(node, ctx)
 
 
 @pytest.fixture(autouse=True)
 def _clean():
-    AUDIT.clear()
     yield
     while LOCAL:
         local_tools.unregister_local_tool(LOCAL.pop())
@@ -73,7 +51,7 @@ def _clean():
 
 def specs(**tool_args: Any) -> list[ActorSpec]:
     return [
-        ActorSpec("audit_event", AuditSink, per_tenant=True),
+        ActorSpec("audit_event", AuditEvent, per_tenant=True),
         ActorSpec("memory", Memory, per_tenant=True),
         ActorSpec("tool_executor", ToolExecutor, per_tenant=True, args=tool_args),
     ]

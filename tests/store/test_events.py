@@ -108,3 +108,21 @@ async def test_event_bad_input(store: Store) -> None:
     with pytest.raises(ValueError, match="after_seq"):
         await store.events.read(A, "s", after_seq=-1)
     assert await store.events.last_seq(A, "s") == 0
+
+
+async def test_reads_see_the_appends_asked_for_before_them(store: Store) -> None:
+    """One actor queues appends without waiting, another reads at once: the read waits for them (whoever
+    asked), so an action's audit event is never missing from a query that follows it."""
+    queued = [store.events.append_nowait(A, "audit", {"n": i}) for i in range(3)]
+    assert [r.data for r in await store.events.read(A, "audit")] == [{"n": 0}, {"n": 1}, {"n": 2}]
+    assert all(f.done() for f in queued)
+    store.events.append_nowait(A, "audit", {"n": 3})
+    assert await store.events.last_seq(A, "audit") == 4
+    store.events.append_nowait(A, "audit", {"n": 4})
+    check = await store.events.verify(A, "audit")
+    assert check.ok and check.checked == 5
+    # Another stream's reads do not wait for this one; a failed append is waited for, not raised.
+    assert await store.events.read(A, "other") == []
+    with pytest.raises(ValueError):
+        store.events.append_nowait(A, "audit", {"bad": float("nan")})
+    assert await store.events.last_seq(A, "audit") == 5

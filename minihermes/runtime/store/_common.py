@@ -7,6 +7,7 @@ on what a stored value means.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import math
@@ -15,6 +16,8 @@ import random
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 from .base import JSON, ItemChange, Items, RetentionRule, Scalar, Scope
 
@@ -287,6 +290,33 @@ def check_tuple(tup: object, *, pattern: bool = False) -> tuple[Scalar, ...]:
         if isinstance(element, str):
             _check_utf8(f"{what} element {i}", element)
     return tuple(tup)
+
+
+class AppendMarks:
+    """The newest append an event log was asked for, per stream, until it is committed, so that a read
+    can wait for it: a read (``read``, ``last_seq``, ``verify``) sees every append the same store object
+    was asked for before it, whoever asked (one actor appends, another reads). Appends chain and commit
+    in call order, so once the newest is settled so is every one before it. Appends by other processes
+    are seen once they commit."""
+
+    __slots__ = ("_newest",)
+
+    def __init__(self) -> None:
+        self._newest: dict[tuple[str, str, str], asyncio.Future[Any]] = {}
+
+    def note(self, key: tuple[str, str, str], future: asyncio.Future[Any]) -> None:
+        self._newest[key] = future
+        future.add_done_callback(partial(self._settled, key))
+
+    def _settled(self, key: tuple[str, str, str], future: asyncio.Future[Any]) -> None:
+        if self._newest.get(key) is future:
+            del self._newest[key]
+
+    async def caught_up(self, key: tuple[str, str, str]) -> None:
+        """Until the newest append of the stream asked for so far is committed (or failed)."""
+        future = self._newest.get(key)
+        if future is not None and not future.done():
+            await asyncio.wait({future})
 
 
 def check_tuples(tuples: object) -> list[tuple[Scalar, ...]]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from ._chain import ZERO_HASH, StreamHead, chain_hash, verify_rows
-from ._common import check_count, check_name, check_scope, loads_json
+from ._common import AppendMarks, check_count, check_name, check_scope, loads_json
 from ._pg_common import Part, execute_many
 from ._pg_engine import Conn, logger
 from .base import JSON, ChainCheck, EventRecord, Scope
@@ -79,6 +79,7 @@ class PgEvents(Part):
 
     _queues: dict[_Key, list[_Pending]] | None = None
     _writers: dict[_Key, asyncio.Task[None]] | None = None
+    _marks: AppendMarks | None = None
 
     async def append(self, scope: Scope, stream: str, data: JSON) -> EventRecord:
         # Shielded: a cancelled caller must not cancel the batch its entry is in (it may be written anyway,
@@ -98,7 +99,15 @@ class PgEvents(Part):
         self._queues.setdefault(key, []).append(pending)
         if key not in self._writers:
             self._writers[key] = loop.create_task(self._write_stream(key))
+        if self._marks is None:
+            self._marks = AppendMarks()
+        self._marks.note(key, pending.future)
         return pending.future
+
+    async def _caught_up(self, tenant: str, ns: str, stream: str) -> None:
+        """Reads see the appends this store was asked for before them (``AppendMarks``)."""
+        if self._marks is not None:
+            await self._marks.caught_up((tenant, ns, stream))
 
     async def _write_stream(self, key: _Key) -> None:
         queues, writers = self._queues, self._writers
@@ -137,6 +146,7 @@ class PgEvents(Part):
         check_name("stream", stream)
         check_count("after_seq", after_seq)
         check_count("limit", limit)
+        await self._caught_up(tenant, ns, stream)
         sql = (
             "SELECT seq, ts, data, prev_hash, hash FROM events"
             " WHERE tenant = %s AND ns = %s AND stream = %s AND seq > %s ORDER BY seq LIMIT %s"
@@ -155,6 +165,7 @@ class PgEvents(Part):
     async def last_seq(self, scope: Scope, stream: str) -> int:
         tenant, ns = check_scope(scope)
         check_name("stream", stream)
+        await self._caught_up(tenant, ns, stream)
         sql = "SELECT last_seq FROM event_streams WHERE tenant = %s AND ns = %s AND stream = %s"
         row = await self._db.fetchone(sql, (tenant, ns, stream))
         return 0 if row is None else int(row[0])
@@ -163,6 +174,7 @@ class PgEvents(Part):
         tenant, ns = check_scope(scope)
         check_name("stream", stream)
         key = (tenant, ns, stream)
+        await self._caught_up(tenant, ns, stream)
 
         async def check(conn: Conn) -> ChainCheck:
             cur = await conn.execute(

@@ -9,7 +9,7 @@ import sqlite3
 from functools import partial
 
 from ._chain import ZERO_HASH, StreamHead, chain_hash, verify_rows
-from ._common import check_count, check_name, check_scope, loads_json
+from ._common import AppendMarks, check_count, check_name, check_scope, loads_json
 from ._sqlite_common import Part, logger
 from ._sqlite_engine import snapshot
 from .base import JSON, ChainCheck, EventRecord, Scope
@@ -84,6 +84,7 @@ class SqliteEvents(Part):
     write transaction, never cached, so appends from several processes extend one chain."""
 
     _pending: dict[tuple[str, str, str], list[_Pending]] | None = None
+    _marks: AppendMarks | None = None
 
     async def append(self, scope: Scope, stream: str, data: JSON) -> EventRecord:
         return await self.append_nowait(scope, stream, data)
@@ -100,8 +101,17 @@ class SqliteEvents(Part):
         if self._pending is None:
             self._pending = {}
             loop.call_soon(self._flush)
-        self._pending.setdefault((tenant, ns, stream), []).append((self._now(), text, stored, fut))
+        key = (tenant, ns, stream)
+        self._pending.setdefault(key, []).append((self._now(), text, stored, fut))
+        if self._marks is None:
+            self._marks = AppendMarks()
+        self._marks.note(key, fut)
         return fut
+
+    async def _caught_up(self, tenant: str, ns: str, stream: str) -> None:
+        """Reads see the appends this store was asked for before them (``AppendMarks``)."""
+        if self._marks is not None:
+            await self._marks.caught_up((tenant, ns, stream))
 
     def _flush(self) -> None:
         pending, self._pending = self._pending or {}, None
@@ -122,6 +132,7 @@ class SqliteEvents(Part):
         check_name("stream", stream)
         check_count("after_seq", after_seq)
         check_count("limit", limit)
+        await self._caught_up(tenant, ns, stream)
         sql = (
             "SELECT seq, ts, data, prev_hash, hash FROM events"
             " WHERE tenant = ? AND ns = ? AND stream = ? AND seq > ? ORDER BY seq LIMIT ?"
@@ -142,6 +153,7 @@ class SqliteEvents(Part):
     async def last_seq(self, scope: Scope, stream: str) -> int:
         tenant, ns = check_scope(scope)
         check_name("stream", stream)
+        await self._caught_up(tenant, ns, stream)
         sql = "SELECT last_seq FROM event_streams WHERE tenant = ? AND ns = ? AND stream = ?"
         row = await self._db.read(lambda c: c.execute(sql, (tenant, ns, stream)).fetchone())
         return 0 if row is None else int(row[0])
@@ -150,6 +162,7 @@ class SqliteEvents(Part):
         tenant, ns = check_scope(scope)
         check_name("stream", stream)
         key = (tenant, ns, stream)
+        await self._caught_up(tenant, ns, stream)
 
         def check(conn: sqlite3.Connection) -> ChainCheck:
             with snapshot(conn):  # head and rows from the same commit

@@ -249,7 +249,9 @@ class BlobStore(Protocol):
 @runtime_checkable
 class EventLog(Protocol):
     """Append-only, hash-chained streams. There is no delete; only retention trims the oldest entries, and
-    verification continues across the trim from the retained anchor hash."""
+    verification continues across the trim from the retained anchor hash. ``read``, ``last_seq`` and
+    ``verify`` see every append the same store object was asked for before them (committed or failed
+    first), whoever asked; other processes' appends once they are committed."""
 
     async def append(self, scope: Scope, stream: str, data: JSON) -> EventRecord: ...
     def append_nowait(self, scope: Scope, stream: str, data: JSON) -> asyncio.Future[EventRecord]:
