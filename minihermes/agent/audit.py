@@ -7,9 +7,10 @@ written: callers must not put secrets in events, and this is the second line of 
 Senders never wait. Actors audit what they do with :func:`fire_audit`, which appends the event itself, from
 the sender's node, before the sender goes on: the append is queued on the store ahead of anything the sender
 saves afterwards, so on SQLite (one writer, commits in queue order) an action's checkpoint is never durable
-without its event, and a SIGKILL can lose both or neither. (On PostgreSQL the two commit on their own
-connections at about the same time.) Once the event is committed, ``audit_event`` is told (``forward_event``,
-a cast) so that its subscribers get it; an overloaded or distant ``audit_event`` costs only that. Clients log
+without its event, and a SIGKILL can lose both or neither. On PostgreSQL, where the two commit on connections
+of their own, the reply to the message being handled (and ``wait_saved``) waits for the event's commit too
+(``host.hold``), so nothing a reply acknowledged is missing from the trail. Once the event is committed,
+``audit_event`` is told (``forward_event``, a cast) so that its subscribers get it; an overloaded or distant ``audit_event`` costs only that. Clients log
 events of their own with the ``log_event`` cast, which the actor appends.
 
 Users (role ``user`` without ``admin``) read only the events they caused; admins and viewers read the
@@ -102,7 +103,8 @@ def fire_audit(
     data: dict[str, Any] | None = None,
 ) -> bool:
     """Append one audit event to the tenant's trail without waiting (see the module docstring: queued on
-    the store before anything the caller saves next). Returns False, logging why, when nothing was queued:
+    the store before anything the caller saves next; on a store that may commit it later, the reply to the
+    current message waits for it). Returns False, logging why, when nothing was queued:
     no ``audit_event`` actor in this node's tree, data that cannot be stored, a closed store. An audit
     failure never fails the operation being audited."""
     if not host.has_actor("audit_event"):
@@ -118,6 +120,8 @@ def fire_audit(
         log.warning("audit event %s dropped: %r", record["event_type"], e)
         return False
     written.add_done_callback(functools.partial(_fired, host, record))
+    if not host.commits_in_order:
+        host.hold(written)  # PostgreSQL: the reply to what is audited waits for the event's commit too
     return True
 
 

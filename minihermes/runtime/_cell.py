@@ -108,6 +108,8 @@ class Cell:
         self.removed = False
         self.tracks_idle = bool(spec.virtual and spec.idle_timeout)
         self.saves_in_flight = 0
+        self.held = 0
+        """Of ``saves_in_flight``: writes besides the checkpoint that the reply waits for (``hold``)."""
         """Checkpoints registered with the store and not yet durable (or failed)."""
         self._drained: asyncio.Future[None] | None = None
         self.save_failed = False
@@ -300,10 +302,15 @@ class Cell:
         if type(result) is Deferred:
             after = None if snap is None else self._save_future(inst, snap)
             self.node._spawn_reply(self, result, reply, after=after)
-        elif snap is not None:
+        elif snap is not None and not self.held:
             # Pipelined: the actor goes on with its next message; this reply leaves once the commit holding
             # its state is durable (or fails with the crash if the commit fails).
             self._save_then(inst, snap, None if reply is None else (reply, result))
+        elif snap is not None:
+            # Held writes may commit after the checkpoint (``hold``): the reply waits for both.
+            self._save_future(inst, snap)
+            if reply is not None and not reply.done():
+                self.node.spawn(self._reply_when_saved(reply, result))
         elif reply is not None and not reply.done():
             if self.saves_in_flight:
                 # The handler started a save (``save_soon``) that is not durable yet: the reply waits for it.
@@ -517,6 +524,20 @@ class Cell:
         log.error("actor %s: checkpoint failed: %r", self.address, error)
         if self.task is not None and not self.task.done():
             self.node.spawn(self.kill(f"checkpoint failed: {error}", abnormal=True))
+
+    def hold(self, write: asyncio.Future[Any]) -> None:
+        """Count ``write`` (something this actor wrote besides its state, on a store that may commit it after
+        a later checkpoint) as a save in flight: ``wait_saved`` and the reply to the current message wait
+        for it. Its failure is the writer's to report; it does not crash the actor."""
+        if write.done():
+            return
+        self.saves_in_flight += 1
+        self.held += 1
+        write.add_done_callback(self._held_done)
+
+    def _held_done(self, write: asyncio.Future[Any]) -> None:
+        self.held -= 1
+        self._save_finished(None)
 
     def save_soon(self) -> None:
         """Register a checkpoint of the current state now (if it changed) without waiting for it; ordered

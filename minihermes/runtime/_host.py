@@ -389,6 +389,19 @@ class Host:
         after it (the caller saving what it got back) commits with or after it."""
         self._cell.save_soon()
 
+    def hold(self, write: asyncio.Future[Any]) -> None:
+        """Have the reply to the current message (and ``wait_saved``) wait for ``write`` too: a write this
+        actor queued besides its checkpoint that must be durable when what the reply acknowledges is (an
+        audit event). Needed only where the store may commit it after a later checkpoint
+        (``commits_in_order`` false); a failed write does not crash the actor."""
+        self._cell.hold(write)
+
+    @property
+    def commits_in_order(self) -> bool:
+        """Whether the store commits every write in the order it was queued (SQLite's single writer): then
+        a write queued before a checkpoint is durable no later than the checkpoint."""
+        return bool(getattr(self._node.store, "commits_in_order", False))
+
     async def wait_saved(self) -> None:
         """Until every save this actor started is durable. A failed save raises ``ActorCrashed`` here (the
         actor is being restarted from its last durable checkpoint), so no side effect follows it."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from minihermes.runtime import (
@@ -10,11 +12,13 @@ from minihermes.runtime import (
     Conflict,
     GenEvent,
     GenFSM,
+    GenServer,
     InvalidArgument,
     InvalidTransition,
     ManualClock,
     UnknownOp,
     call,
+    state,
 )
 
 from .actors import EVENTS, Audit, Counter, Door, Echo, Recorder, Sink
@@ -225,3 +229,51 @@ def test_a_list_of_objects_is_checked_item_by_item_and_names_the_bad_one():
         assert ei.value.to_dict()["error"]["field"] == where
     with pytest.raises(InvalidArgument):
         check("op", "items", {"a": {}})
+
+
+class Holder(GenServer):
+    """Writes besides its state that its replies must wait for (``host.hold``)."""
+
+    n: int = state(default=0)
+
+    @call
+    def act(self, change: bool = True) -> int:
+        write: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        HELD.append(write)
+        self.host.hold(write)
+        ACTED[0].set()
+        if change:
+            self.n += 1
+        return self.n
+
+    @call
+    async def flush(self) -> int:
+        await self.host.wait_saved()
+        return self.n
+
+
+HELD: list[asyncio.Future[None]] = []
+ACTED: list[asyncio.Event] = []  # made per test: an Event belongs to the loop that first waits on it
+
+
+@pytest.mark.parametrize("change", [True, False])
+async def test_a_reply_waits_for_the_writes_its_handler_held(make_node, change):
+    """With a checkpoint (``change``) or without, the reply leaves once the held write is done; a failed held
+    write does not crash the actor."""
+    HELD.clear()
+    node = await make_node(tree(ActorSpec("holder", Holder)))
+    for k, outcome in enumerate([None, OSError("the write failed")], start=1):
+        ACTED[:] = [asyncio.Event()]
+        reply = asyncio.ensure_future(node.ask("holder", "act", {"change": change}))
+        await ACTED[0].wait()
+        # A store write queued now commits after the act's checkpoint (on SQLite, in order): the reply
+        # still waits.
+        await node.store.kv.put(("default", "default"), "barrier", k)
+        assert not reply.done()
+        held = HELD.pop()
+        if outcome is None:
+            held.set_result(None)
+        else:
+            held.set_exception(outcome)
+        assert await reply == (k if change else 0)
+    assert await node.ask("holder", "flush") == (2 if change else 0)  # not crashed, nothing left in flight

@@ -79,6 +79,9 @@ class PostgresStore:
     """
 
     backend = "postgres"
+    commits_in_order = False
+    """Checkpoints, event appends and other writes commit on pooled connections of their own, concurrently:
+    a write queued first may commit after one queued later."""
 
     def __init__(
         self,

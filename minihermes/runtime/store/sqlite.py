@@ -62,6 +62,9 @@ class SqliteStore:
     """
 
     backend = "sqlite"
+    commits_in_order = True
+    """Every write (checkpoint, event, kv, ...) commits in the order it was queued: one writer thread, one
+    FIFO queue. A write queued before another is durable no later than it."""
 
     def __init__(
         self,
