@@ -99,3 +99,16 @@ async def execute_many(conn: Conn, sql: str, rows: Sequence[Sequence[Any]]) -> i
     async with conn.cursor() as cur:
         await cur.executemany(sql, rows)
         return cur.rowcount
+
+
+async def write_rows(db: PgEngine, sql: str, rows: Sequence[Any]) -> int:
+    """``sql`` for each of ``rows`` in one transaction (pipelined): all or none. Returns ``len(rows)``."""
+    if not rows:
+        return 0
+
+    async def op(conn: Conn) -> int:
+        async with conn.cursor() as cur:
+            await cur.executemany(sql, rows)
+        return len(rows)
+
+    return await db.transaction(op)

@@ -26,8 +26,8 @@ from ._common import (
     loads_json,
     search_terms,
 )
-from ._pg_common import Part
-from ._pg_engine import Conn, logger
+from ._pg_common import Part, write_rows
+from ._pg_engine import logger
 from .base import JSON, Scope, SearchHit
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -94,15 +94,7 @@ class PgText(Part):
         check_name("index", index)
         now = self._now()
         rows = [self._params(tenant, ns, index, doc, now) for doc in check_documents(docs)]
-        if not rows:
-            return 0
-
-        async def op(conn: Conn) -> int:
-            async with conn.cursor() as cur:
-                await cur.executemany(_UPSERT, rows)  # pipelined: one round trip for the batch
-            return len(rows)
-
-        return await self._db.transaction(op)
+        return await write_rows(self._db, _UPSERT, rows)
 
     @staticmethod
     def _params(

@@ -20,7 +20,7 @@ from ._common import (
     encode_element,
     encode_tuple,
 )
-from ._pg_common import Corrupt, Part, insert_quarantine
+from ._pg_common import Corrupt, Part, insert_quarantine, write_rows
 from ._pg_engine import Conn
 from .base import Scalar, Scope
 
@@ -63,15 +63,7 @@ class PgTuples(Part):
     async def write_many(self, scope: Scope, tuples: Sequence[Sequence[Scalar]]) -> int:
         tenant, ns = check_scope(scope)
         rows = [self._row(tenant, ns, tup) for tup in check_tuples(tuples)]
-        if not rows:
-            return 0
-
-        async def op(conn: Conn) -> int:
-            async with conn.cursor() as cur:
-                await cur.executemany(_INSERT, rows)  # pipelined: one round trip for the batch
-            return len(rows)
-
-        return await self._db.transaction(op)
+        return await write_rows(self._db, _INSERT, rows)
 
     async def write_unless(self, scope: Scope, tup: Sequence[Scalar], pattern: Sequence[Scalar]) -> bool:
         tenant, ns = check_scope(scope)
