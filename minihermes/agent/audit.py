@@ -10,8 +10,9 @@ saves afterwards, so on SQLite (one writer, commits in queue order) an action's 
 without its event, and a SIGKILL can lose both or neither. On PostgreSQL, where the two commit on connections
 of their own, the reply to the message being handled (and ``wait_saved``) waits for the event's commit too
 (``host.hold``), so nothing a reply acknowledged is missing from the trail. Once the event is committed,
-``audit_event`` is told (``forward_event``, a cast) so that its subscribers get it; an overloaded or distant ``audit_event`` costs only that. Clients log
-events of their own with the ``log_event`` cast, which the actor appends.
+``audit_event`` is told (``forward_event``, a cast) so that its subscribers get it; an overloaded or distant
+``audit_event`` costs only that. Clients log events of their own with the ``log_event`` cast, which the
+actor appends.
 
 Users (role ``user`` without ``admin``) read only the events they caused; admins and viewers read the
 tenant's whole trail.

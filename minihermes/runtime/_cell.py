@@ -108,9 +108,9 @@ class Cell:
         self.removed = False
         self.tracks_idle = bool(spec.virtual and spec.idle_timeout)
         self.saves_in_flight = 0
+        """Checkpoints registered with the store and not yet durable (or failed)."""
         self.held = 0
         """Of ``saves_in_flight``: writes besides the checkpoint that the reply waits for (``hold``)."""
-        """Checkpoints registered with the store and not yet durable (or failed)."""
         self._drained: asyncio.Future[None] | None = None
         self.save_failed = False
         """A checkpoint failed: the instance is being killed; nothing it replies or does may go on."""
