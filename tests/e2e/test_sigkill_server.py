@@ -63,6 +63,8 @@ async def test_everything_is_back_after_sigkill(server_factory, tmp_path):
         circuit = await call(c, "llm_gateway", "get_circuit", {"provider": "broken"})
         assert circuit["state"] == "open"
         await call(c, "llm_gateway", "switch_provider", {"provider": "simulated", "model": "sim-2"})
+        # Read right after the last acknowledged action: every event of an acknowledged action is in it.
+        trail = (await call(c, "audit_event", "query_events", {"limit": 1000}))["events"]
 
     await srv.kill()  # SIGKILL: no flush, no goodbye
     srv2 = await server_factory(data)
@@ -79,6 +81,20 @@ async def test_everything_is_back_after_sigkill(server_factory, tmp_path):
         providers = await call(c, "llm_gateway", "list_providers", {})
         assert providers["active"]["provider"] == "simulated" and providers["active"]["model"] == "sim-2"
         assert (await call(c, "llm_gateway", "get_circuit", {"provider": "broken"}))["state"] == "open"
+        # The audit trail: what was read before the kill is all there, unchanged and still chained, with an
+        # event for each kind of action acknowledged above.
+        after = (await call(c, "audit_event", "query_events", {"limit": 1000}))["events"]
+        assert [(e["seq"], e["hash"]) for e in after[: len(trail)]] == [(e["seq"], e["hash"]) for e in trail]
+        kinds = {e["event_type"] for e in after}
+        assert {
+            "tool_executed",
+            "tool_registered",
+            "policy_set",
+            "provider_switched",
+            "circuit_changed",
+        } <= kinds
+        assert sum(1 for e in after if e["event_type"] == "policy_set") == 2
+        assert (await call(c, "audit_event", "verify", {}))["ok"] is True
         # the paused turn can still be approved after the restart, and finishes
         done = await call(c, "guardrails", "approve", {"approval_id": paused["approval_id"]})
         assert "6" in done["turn"]["response"]
