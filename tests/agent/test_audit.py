@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import sqlite3
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,9 +12,8 @@ from minihermes.agent.audit import STREAM, AuditEvent, fire_audit, scrub_secrets
 from minihermes.runtime import ActorSpec, GenServer, InvalidArgument, call, cast, state
 from minihermes.runtime.store._pg_testing import test_store_backend as backend_under_test
 
+from .._proc import kill_hard, read_line, spawn_module
 from .conftest import ACME, ACME_USER, ACME_VIEWER, GLOBEX, audit_trail
-
-ROOT = Path(__file__).resolve().parents[2]
 
 SQLITE_FILE = pytest.mark.skipif(
     backend_under_test() != "sqlite", reason="reads or writes the SQLite file itself"
@@ -236,23 +231,9 @@ async def test_a_fired_event_is_durable_with_the_checkpoint_after_it(make_node, 
     from .auditproc import ACTIONS, Actor, HeldAudit
 
     data = tmp_path / "d"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.agent.auditproc",
-        str(data),
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    assert proc.stdout is not None
-    done = []
-    for _ in range(ACTIONS):
-        line = await asyncio.wait_for(proc.stdout.readline(), 60)
-        assert line, "child exited early"
-        done.append(int(line.split()[1]))
-    os.kill(proc.pid, signal.SIGKILL)
-    await proc.wait()
+    proc = await spawn_module("tests.agent.auditproc", str(data))
+    done = [int((await read_line(proc)).split()[1]) for _ in range(ACTIONS)]
+    await kill_hard(proc)
 
     node = await make_node(
         [ActorSpec("audit_event", HeldAudit, per_tenant=True), ActorSpec("actor", Actor, per_tenant=True)],

@@ -4,50 +4,31 @@ tool call that had completed."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-async def _spawn(data: Path) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.e2e.turnproc",
-        str(data),
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
+from .._proc import kill_hard, read_line, spawn_module
 
 
 async def _until(proc: asyncio.subprocess.Process, marker: str) -> str:
-    assert proc.stdout is not None
     while True:
-        line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
-        assert line, f"child exited before {marker}"
+        line = await read_line(proc)
         if line.startswith(marker):
-            return line.strip()
+            return line
 
 
 @pytest.mark.slow
 async def test_sigkill_between_tool_calls_resumes_without_rerunning(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
-    proc = await _spawn(data)
+    proc = await spawn_module("tests.e2e.turnproc", str(data))
     await _until(proc, "RECORDED")
     await _until(proc, "BLOCKING")  # record's result is checkpointed before block starts
-    os.kill(proc.pid, signal.SIGKILL)
-    await proc.wait()
+    await kill_hard(proc)
     assert (data / "effects.log").read_text() == "record alpha\nblock beta\n"
 
     (data / "release").write_text("go")
-    proc2 = await _spawn(data)
+    proc2 = await spawn_module("tests.e2e.turnproc", str(data))
     finished = await _until(proc2, "FINISHED")
     assert finished == "FINISHED both steps done"
     await asyncio.wait_for(proc2.wait(), 60)

@@ -2,27 +2,23 @@
 
 from __future__ import annotations
 
-import os
-import signal
-
 import pytest
 
 from minihermes.runtime import ActorSpec, SystemClock
 
+from .._proc import kill_hard, read_line, spawn_module
 from .conftest import tree
 from .nodeproc import Worker
-from .test_workflow import _line, _spawn
 
 
 @pytest.mark.slow
 async def test_acknowledged_writes_survive_and_unacked_messages_are_redelivered(make_node, tmp_path):
     data = tmp_path / "d"
-    proc = await _spawn("writes", data)
-    puts = [await _line(proc) for _ in range(50)]
-    sent = (await _line(proc)).split()[1:]
-    taken = (await _line(proc)).split()[1:]
-    os.kill(proc.pid, signal.SIGKILL)
-    await proc.wait()
+    proc = await spawn_module("tests.runtime.nodeproc", "writes", str(data))
+    puts = [await read_line(proc) for _ in range(50)]
+    sent = (await read_line(proc)).split()[1:]
+    taken = (await read_line(proc)).split()[1:]
+    await kill_hard(proc)
     assert len(sent) == 5 and len(taken) == 3
 
     node = await make_node(

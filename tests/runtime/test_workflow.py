@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import sys
-from pathlib import Path
 
 import pytest
 
 from minihermes.runtime import ActorSpec, Conflict, WorkflowCancelled
 
+from .._proc import kill_hard, read_line, spawn_module
 from .actors import WF_CALLS, Steps
 from .conftest import tree, until
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -97,33 +92,12 @@ async def test_resumes_after_the_actor_task_is_cancelled(make_node):
     assert WF_CALLS == ["a", "b"]
 
 
-async def _spawn(scenario: str, data_dir: Path) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.runtime.nodeproc",
-        scenario,
-        str(data_dir),
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-
-
-async def _line(proc: asyncio.subprocess.Process) -> str:
-    assert proc.stdout is not None
-    line = await asyncio.wait_for(proc.stdout.readline(), 60)
-    assert line, "child exited early"
-    return line.decode().strip()
-
-
 @pytest.mark.slow
 async def test_workflow_resumes_at_the_next_step_after_sigkill(make_node, tmp_path):
     data = tmp_path / "wfdata"
-    proc = await _spawn("workflow", data)
-    assert await _line(proc) == "A_DONE"
-    os.kill(proc.pid, signal.SIGKILL)
-    await proc.wait()
+    proc = await spawn_module("tests.runtime.nodeproc", "workflow", str(data))
+    assert await read_line(proc) == "A_DONE"
+    await kill_hard(proc)
     assert (data / "effects.log").read_text() == "a\n"
 
     from minihermes.runtime import SystemClock

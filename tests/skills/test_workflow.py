@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,11 +11,10 @@ from minihermes.runtime import ActorError, ActorSpec, SystemClock
 from minihermes.skills import SkillStore, SkillWorkflow
 from minihermes.skills._store_io import workflow_key
 
+from .._proc import kill_hard, read_line, spawn_module
 from .conftest import ACME, ACME_USER, skills_tree
 from .doubles import SUMS, HistoryAgent, SimGateway, sums_history
 from .learnproc import NODE_ID, tree
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _tree(
@@ -191,22 +186,11 @@ async def test_an_llm_answer_true_to_the_turn_is_used(make_node):
 async def test_sigkill_mid_extraction_resumes_at_the_next_step(make_node, tmp_path):
     data = tmp_path / "learn"
     data.mkdir()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.skills.learnproc",
-        str(data),
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
+    proc = await spawn_module("tests.skills.learnproc", str(data))
     try:
-        assert proc.stdout is not None
-        line = await asyncio.wait_for(proc.stdout.readline(), 60)
-        assert line.decode().strip() == "HANGING procedure"
+        assert await read_line(proc) == "HANGING procedure"
     finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        await proc.wait()
+        await kill_hard(proc)
     assert (data / "parts.log").read_text().split() == ["name", "procedure"]
 
     node = await make_node(tree({}).children, data_dir=data, use_clock=SystemClock(), node_id=NODE_ID)
