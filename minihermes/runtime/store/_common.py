@@ -293,28 +293,28 @@ def check_tuple(tup: object, *, pattern: bool = False) -> tuple[Scalar, ...]:
 
 
 class AppendMarks:
-    """The newest append an event log was asked for, per stream, until it is committed, so that a read
-    can wait for it: a read (``read``, ``last_seq``, ``verify``) sees every append the same store object
-    was asked for before it, whoever asked (one actor appends, another reads). Appends chain and commit
-    in call order, so once the newest is settled so is every one before it. Appends by other processes
-    are seen once they commit."""
+    """Mixin of the event logs: the newest append asked for per stream, until it is committed, so that a
+    read can wait for it. A read (``read``, ``last_seq``, ``verify``) sees every append the same store object
+    was asked for before it, whoever asked (one actor appends, another reads). Appends chain and commit in
+    call order, so once the newest is settled so is every one before it. Appends by other processes are
+    seen once they commit."""
 
-    __slots__ = ("_newest",)
+    _newest: dict[tuple[str, str, str], asyncio.Future[Any]] | None = None
 
-    def __init__(self) -> None:
-        self._newest: dict[tuple[str, str, str], asyncio.Future[Any]] = {}
-
-    def note(self, key: tuple[str, str, str], future: asyncio.Future[Any]) -> None:
+    def _mark(self, key: tuple[str, str, str], future: asyncio.Future[Any]) -> None:
+        """``future`` is the newest append of stream ``key`` (tenant, ns, stream)."""
+        if self._newest is None:
+            self._newest = {}
         self._newest[key] = future
         future.add_done_callback(partial(self._settled, key))
 
     def _settled(self, key: tuple[str, str, str], future: asyncio.Future[Any]) -> None:
-        if self._newest.get(key) is future:
+        if self._newest is not None and self._newest.get(key) is future:
             del self._newest[key]
 
-    async def caught_up(self, key: tuple[str, str, str]) -> None:
+    async def _caught_up(self, tenant: str, ns: str, stream: str) -> None:
         """Until the newest append of the stream asked for so far is committed (or failed)."""
-        future = self._newest.get(key)
+        future = None if self._newest is None else self._newest.get((tenant, ns, stream))
         if future is not None and not future.done():
             await asyncio.wait({future})
 

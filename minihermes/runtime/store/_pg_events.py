@@ -74,12 +74,11 @@ async def _write(conn: Conn, *, key: _Key, batch: list[_Pending]) -> list[EventR
     return records
 
 
-class PgEvents(Part):
+class PgEvents(Part, AppendMarks):
     """Per-(scope, stream) hash chains; the head row is read under its row lock, never cached."""
 
     _queues: dict[_Key, list[_Pending]] | None = None
     _writers: dict[_Key, asyncio.Task[None]] | None = None
-    _marks: AppendMarks | None = None
 
     async def append(self, scope: Scope, stream: str, data: JSON) -> EventRecord:
         # Shielded: a cancelled caller must not cancel the batch its entry is in (it may be written anyway,
@@ -99,15 +98,8 @@ class PgEvents(Part):
         self._queues.setdefault(key, []).append(pending)
         if key not in self._writers:
             self._writers[key] = loop.create_task(self._write_stream(key))
-        if self._marks is None:
-            self._marks = AppendMarks()
-        self._marks.note(key, pending.future)
+        self._mark(key, pending.future)
         return pending.future
-
-    async def _caught_up(self, tenant: str, ns: str, stream: str) -> None:
-        """Reads see the appends this store was asked for before them (``AppendMarks``)."""
-        if self._marks is not None:
-            await self._marks.caught_up((tenant, ns, stream))
 
     async def _write_stream(self, key: _Key) -> None:
         queues, writers = self._queues, self._writers

@@ -79,12 +79,11 @@ def _settle(batch: list[_Pending], done: asyncio.Future[list[EventRecord]]) -> N
             fut.set_result(records[i])
 
 
-class SqliteEvents(Part):
+class SqliteEvents(Part, AppendMarks):
     """Per-(scope, stream) hash chains. The head row (last seq/hash, retention anchor) is read inside the
     write transaction, never cached, so appends from several processes extend one chain."""
 
     _pending: dict[tuple[str, str, str], list[_Pending]] | None = None
-    _marks: AppendMarks | None = None
 
     async def append(self, scope: Scope, stream: str, data: JSON) -> EventRecord:
         return await self.append_nowait(scope, stream, data)
@@ -103,15 +102,8 @@ class SqliteEvents(Part):
             loop.call_soon(self._flush)
         key = (tenant, ns, stream)
         self._pending.setdefault(key, []).append((self._now(), text, stored, fut))
-        if self._marks is None:
-            self._marks = AppendMarks()
-        self._marks.note(key, fut)
+        self._mark(key, fut)
         return fut
-
-    async def _caught_up(self, tenant: str, ns: str, stream: str) -> None:
-        """Reads see the appends this store was asked for before them (``AppendMarks``)."""
-        if self._marks is not None:
-            await self._marks.caught_up((tenant, ns, stream))
 
     def _flush(self) -> None:
         pending, self._pending = self._pending or {}, None
