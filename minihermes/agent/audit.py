@@ -116,7 +116,7 @@ def fire_audit(
     except (TypeError, ValueError) as e:  # not storable JSON (a NaN in the data): dropped, counted
         _not_written(host, record, e)
         return False
-    except Exception as e:  # a closed store (the node is stopping): nothing to write to
+    except Exception as e:  # anything else the store refuses at once: the audited operation goes on
         host.incr_counter("audit_dropped_total")
         log.warning("audit event %s dropped: %r", record["event_type"], e)
         return False
@@ -164,17 +164,24 @@ def audit_record(
 def _fired(host: Host, record: dict[str, Any], written: asyncio.Future[Any]) -> None:
     """A fired event is committed (or failed): counted, and ``audit_event`` told for its subscribers. Runs in
     the sender's context (the future's callback), so the cast goes to the sender's tenant."""
-    error = asyncio.CancelledError() if written.cancelled() else written.exception()
-    if error is not None:
-        _not_written(host, record, error)
+    if not _committed(host, record, written):
         return
-    host.incr_counter("audit_events_total", event_type=record["event_type"])
     try:
         host.send("audit_event", "forward_event", {"seq": written.result().seq})
     except (ActorNotFound, InvalidArgument, Overloaded, ShuttingDown) as e:
         # Written all the same: only live subscribers miss it (poll_events still has it).
         host.incr_counter("audit_forward_dropped_total")
         log.debug("audit event %s not forwarded: %s", record["event_type"], e.message)
+
+
+def _committed(host: Host, record: dict[str, Any], written: asyncio.Future[Any]) -> bool:
+    """Whether an append of ``record`` was written: counted if so, logged and counted as failed if not."""
+    error = asyncio.CancelledError() if written.cancelled() else written.exception()
+    if error is not None:
+        _not_written(host, record, error)
+        return False
+    host.incr_counter("audit_events_total", event_type=record["event_type"])
+    return True
 
 
 def _not_written(host: Host, record: dict[str, Any], error: BaseException) -> None:
@@ -233,12 +240,8 @@ class AuditEvent(GenEvent):
                 self._forward(rec.data)
 
     def _written(self, record: dict[str, Any], written: asyncio.Future[Any]) -> None:
-        error = asyncio.CancelledError() if written.cancelled() else written.exception()
-        if error is not None:
-            _not_written(self.host, record, error)
-            return
-        self.host.incr_counter("audit_events_total", event_type=record["event_type"])
-        self._forward(record)
+        if _committed(self.host, record, written):
+            self._forward(record)
 
     def _forward(self, record: dict[str, Any]) -> None:
         for target, op in list(self.subscribers):  # forward_events=False: subscribers get the scrubbed record
@@ -248,8 +251,9 @@ class AuditEvent(GenEvent):
                 log.warning("audit subscriber %s not reached: %s", target, e.message)
 
     async def _settled(self) -> None:
-        """Reads see every event logged before them: appends commit in call order, so once the newest is
-        done (written or failed) so are all before it."""
+        """Until the newest event this actor appended is done (written or failed), before it stops: appends
+        commit in call order, so then so are all before it. Reads need no wait of their own: the store's
+        event-log reads wait for the appends it was asked for before them (``AppendMarks``)."""
         last = self._last
         if last is not None and not last.done():
             await asyncio.wait({last})
@@ -260,7 +264,6 @@ class AuditEvent(GenEvent):
     ) -> dict[str, Any]:
         """The newest ``limit`` events matching the filters, oldest first. ``since`` is epoch seconds (or
         milliseconds, as the seed's clients send)."""
-        await self._settled()
         limit = _check_limit(limit)
         if since < 0:
             raise InvalidArgument("since must be >= 0", field="since")
@@ -297,7 +300,6 @@ class AuditEvent(GenEvent):
         """Events after this consumer's durable cursor, oldest first. The cursor (one per caller and
         ``consumer_id``) moves past what is returned, unless ``commit`` is false: then the consumer confirms
         with ``commit_cursor`` once it has processed them (at-least-once)."""
-        await self._settled()
         limit = _check_limit(limit)
         key = _cursor_key(consumer_id)
         ctx = current_context()
@@ -330,7 +332,6 @@ class AuditEvent(GenEvent):
     @call
     async def commit_cursor(self, consumer_id: str, cursor: int) -> dict[str, Any]:
         """Move this consumer's cursor to ``cursor`` (a ``seq`` it has processed)."""
-        await self._settled()
         key = _cursor_key(consumer_id)
         last = await self.host.events.last_seq(STREAM)
         if cursor < 0 or cursor > last:
@@ -341,7 +342,6 @@ class AuditEvent(GenEvent):
     @call
     async def verify(self) -> dict[str, Any]:
         """Recompute the hash chain of the tenant's trail."""
-        await self._settled()
         check = await self.host.events.verify(STREAM)
         return {
             "status": "ok" if check.ok else "corrupt",
@@ -353,7 +353,6 @@ class AuditEvent(GenEvent):
 
     @call
     async def get_stats(self) -> dict[str, Any]:
-        await self._settled()
         return {"status": "ok", "event_count": await self.host.events.last_seq(STREAM)}
 
 
