@@ -326,13 +326,14 @@ def check_tuples(tuples: object) -> list[tuple[Scalar, ...]]:
     return [check_tuple(tup) for tup in tuples]
 
 
-def check_documents(docs: object) -> list[tuple[str, dict[str, str], JSON]]:
+def check_documents(docs: object) -> list[tuple[str, str, str]]:
     """Validate the argument of ``TextIndex.upsert_many``: a sequence of ``(doc_id, fields, meta)``, each
-    doc id a name, ``fields`` a dict of field name to text. A doc id given twice is refused (which of the
-    two would be kept is not obvious)."""
+    doc id a name, ``fields`` a dict of field name to text, ``meta`` storable JSON. A doc id given twice is
+    refused (which of the two would be kept is not obvious). Returns each as ``(doc_id, body, meta text)``,
+    the body being the fields' texts in field-name order, one per line."""
     if isinstance(docs, str | bytes) or not isinstance(docs, Sequence):
         raise TypeError(f"docs must be a sequence of (doc_id, fields, meta), got {type(docs).__name__}")
-    checked: list[tuple[str, dict[str, str], JSON]] = []
+    checked: list[tuple[str, str, str]] = []
     seen: set[str] = set()
     for i, doc in enumerate(docs):
         if not isinstance(doc, tuple | list) or len(doc) != 3:
@@ -347,7 +348,8 @@ def check_documents(docs: object) -> list[tuple[str, dict[str, str], JSON]]:
         for field_name, value in fields.items():
             check_name("field name", field_name)
             check_text(f"field {field_name!r}", value)
-        checked.append((doc_id, fields, meta))
+        body = "\n".join(fields[name] for name in sorted(fields))
+        checked.append((doc_id, body, dumps_json("document meta", meta)))
     return checked
 
 

@@ -22,7 +22,6 @@ from ._common import (
     check_name,
     check_scope,
     check_text,
-    dumps_json,
     loads_json,
     search_terms,
 )
@@ -97,12 +96,10 @@ class PgText(Part):
         return await write_rows(self._db, _UPSERT, rows)
 
     @staticmethod
-    def _params(
-        tenant: str, ns: str, index: str, doc: tuple[str, dict[str, str], JSON], now: float
-    ) -> dict[str, object]:
-        doc_id, fields, meta = doc
+    def _params(tenant: str, ns: str, index: str, doc: tuple[str, str, str], now: float) -> dict[str, object]:
+        doc_id, text, meta = doc
         # NUL cannot be stored in PostgreSQL text; it is no word character, so a space is equivalent.
-        body = "\n".join(fields[name] for name in sorted(fields)).replace("\x00", " ")
+        body = text.replace("\x00", " ")
         return {
             "tenant": tenant,
             "ns": ns,
@@ -110,7 +107,7 @@ class PgText(Part):
             "doc_id": doc_id,
             "body": body,
             "words": words_of(body),
-            "meta": dumps_json("document meta", meta),
+            "meta": meta,
             "now": now,
         }
 

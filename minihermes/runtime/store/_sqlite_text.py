@@ -18,7 +18,6 @@ from ._common import (
     check_name,
     check_scope,
     check_text,
-    dumps_json,
     loads_json,
     search_terms,
 )
@@ -55,12 +54,6 @@ def _table(conn: sqlite3.Connection, tenant: str, ns: str, index: str, *, create
     return create_fts_table(conn, index_id)
 
 
-def _document(doc: tuple[str, dict[str, str], JSON]) -> tuple[str, str, str]:
-    """A checked document's row values: doc id, body (fields in name order), meta as JSON text."""
-    doc_id, fields, meta = doc
-    return doc_id, "\n".join(fields[name] for name in sorted(fields)), dumps_json("document meta", meta)
-
-
 def match_expression(terms: list[str]) -> str:
     """Any of the words (ranked by bm25, so documents with more and rarer words come first)."""
     return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
@@ -79,7 +72,7 @@ class SqliteText(Part):
     ) -> int:
         tenant, ns = check_scope(scope)
         check_name("index", index)
-        rows = [_document(doc) for doc in check_documents(docs)]
+        rows = check_documents(docs)
         if not rows:
             return 0
         now = self._now()
