@@ -306,17 +306,15 @@ class Cell:
             # Pipelined: the actor goes on with its next message; this reply leaves once the commit holding
             # its state is durable (or fails with the crash if the commit fails).
             self._save_then(inst, snap, None if reply is None else (reply, result))
-        elif snap is not None:
-            # Held writes may commit after the checkpoint (``hold``): the reply waits for both.
-            self._save_future(inst, snap)
+        else:
+            if snap is not None:  # with held writes, which may commit after it (``hold``)
+                self._save_future(inst, snap)
             if reply is not None and not reply.done():
-                self.node.spawn(self._reply_when_saved(reply, result))
-        elif reply is not None and not reply.done():
-            if self.saves_in_flight:
-                # The handler started a save (``save_soon``) that is not durable yet: the reply waits for it.
-                self.node.spawn(self._reply_when_saved(reply, result))
-            else:
-                reply.set_result(result)
+                if self.saves_in_flight:
+                    # A save not durable yet (this one, a ``save_soon``, a held write): the reply waits for it.
+                    self.node.spawn(self._reply_when_saved(reply, result))
+                else:
+                    reply.set_result(result)
 
     @property
     def idle(self) -> bool:
