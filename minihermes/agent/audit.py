@@ -231,10 +231,10 @@ class AuditEvent(GenEvent):
     async def forward_event(self, seq: int) -> None:
         """Give subscribers the event ``fire_audit`` wrote as ``seq`` (read back from the trail: only what
         was written is forwarded). Nothing to do without subscribers."""
-        if not self.subscribers:
-            return
         if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
             raise InvalidArgument("seq must be a positive integer", field="seq")
+        if not self.subscribers:
+            return
         for rec in await self.host.events.read(STREAM, after_seq=seq - 1, limit=1):
             if rec.seq == seq and isinstance(rec.data, dict):
                 self._forward(rec.data)

@@ -527,6 +527,8 @@ class Cell:
         """Count ``write`` (something this actor wrote besides its state, on a store that may commit it after
         a later checkpoint) as a save in flight: ``wait_saved`` and the reply to the current message wait
         for it. Its failure is the writer's to report; it does not crash the actor."""
+        if not isinstance(write, asyncio.Future):
+            raise TypeError(f"hold takes an asyncio.Future, got {type(write).__name__}")
         if write.done():
             return
         self.saves_in_flight += 1

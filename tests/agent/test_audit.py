@@ -259,3 +259,24 @@ async def test_fired_events_reach_subscribers_once_written(make_node):
         await asyncio.sleep(0.01)
     assert cell.instance.got == ["one", "two"]
     assert [e["event_type"] for e in await audit_trail(node)] == ["one", "two"]
+
+
+async def test_forward_event_refuses_a_bad_seq_and_forwards_only_what_was_written(make_node):
+    node = await make_node(specs())
+    for bad in ("one", None, 1.5):
+        with pytest.raises(InvalidArgument):
+            await node.ask("audit_event", "forward_event", {"seq": bad}, ctx=ACME)
+    await node.ask("audit_event", "subscribe", {"target": "sink", "op": "on_audit"}, ctx=ACME)
+    # A seq out of range, or one nothing was written under: the cast is accepted, nothing is forwarded, and
+    # the actor goes on (the next real event still arrives first).
+    for seq in (0, -3, 99):
+        assert await node.ask("audit_event", "forward_event", {"seq": seq}, ctx=ACME) == {
+            "status": "accepted"
+        }
+    await node.ask("sink", "fire", {"event_type": "real"}, ctx=ACME)
+    for _ in range(100):
+        cell = next(c for c in node.cells("sink"))
+        if cell.instance is not None and cell.instance.got:
+            break
+        await asyncio.sleep(0.01)
+    assert cell.instance.got == ["real"]

@@ -277,3 +277,18 @@ async def test_a_reply_waits_for_the_writes_its_handler_held(make_node, change):
             held.set_exception(outcome)
         assert await reply == (k if change else 0)
     assert await node.ask("holder", "flush") == (2 if change else 0)  # not crashed, nothing left in flight
+
+
+class BadHolder(GenServer):
+    @call
+    def act(self) -> str:
+        try:
+            self.host.hold("not a future")  # type: ignore[arg-type]
+        except TypeError as e:
+            return str(e)
+        return "held"
+
+
+async def test_hold_refuses_what_is_not_a_future(make_node):
+    node = await make_node(tree(ActorSpec("bad", BadHolder)))
+    assert "asyncio.Future" in await node.ask("bad", "act")
