@@ -26,7 +26,7 @@ from typing import Any
 
 from minihermes.agent._history import HistoryViews
 from minihermes.agent._tools_handlers import workspace_path
-from minihermes.agent.audit import fire_audit, is_restricted
+from minihermes.agent.audit import fire_audit, sees_own_only
 from minihermes.context import forget as forgetting
 from minihermes.context import prompt, search_tool, session_index
 from minihermes.context.assembly import TURN_META, TurnSettings, gather_turn, list_tools
@@ -301,7 +301,7 @@ class Agent(GenServer):
             raise InvalidArgument("session_search: query must be 1..1000 characters", field="query")
         if not 1 <= limit <= search_tool.MAX_LIMIT:
             raise InvalidArgument(f"session_search: limit must be 1..{search_tool.MAX_LIMIT}", field="limit")
-        if user_id and is_restricted(current_context()) and user_id != self.host_principal():
+        if user_id and sees_own_only(current_context()) and user_id != self.host_principal():
             raise PermissionDenied("session_search: another user's sessions", field="user_id")
         if self._embedding is not None and not self._embedding.done():
             await asyncio.wait({self._embedding})  # this session's own last turn is searchable by meaning

@@ -95,6 +95,14 @@ def is_restricted(ctx: RequestContext) -> bool:
     return "user" in ctx.roles and not ctx.roles & {"admin", "system"}
 
 
+def sees_own_only(ctx: RequestContext) -> bool:
+    """True for every caller who is neither an admin nor the runtime (users and viewers): of other
+    principals' sessions, transcripts and private data they see nothing. Viewers own nothing, so they see
+    only what is shared in the tenant (and the operator views their access class grants, such as the audit
+    trail and pending approvals)."""
+    return not ctx.roles & {"admin", "system"}
+
+
 def fire_audit(
     host: Host,
     event_type: str,
@@ -401,4 +409,4 @@ def _cursor_key(consumer_id: str) -> str:
     return f"{_CURSOR_PREFIX}{quote(current_context().principal, safe='')}/{consumer_id}"
 
 
-__all__ = ["STREAM", "AuditEvent", "fire_audit", "is_restricted", "scrub_secrets"]
+__all__ = ["STREAM", "AuditEvent", "fire_audit", "is_restricted", "scrub_secrets", "sees_own_only"]

@@ -31,7 +31,7 @@ from minihermes.runtime import (
     state,
 )
 
-from .audit import fire_audit, is_restricted
+from .audit import fire_audit, is_restricted, sees_own_only
 
 _SESSION = "session:"
 _BY_CHANNEL = "session_map:"
@@ -105,7 +105,7 @@ class SessionManager(GenServer):
         if not session_id:
             if not channel:
                 raise InvalidArgument("give session_id, or channel and user_id", field="session_id")
-            if is_restricted(ctx):
+            if sees_own_only(ctx):
                 user_id = _own_user(ctx, user_id)
             if not user_id:
                 raise InvalidArgument("give session_id, or channel and user_id", field="user_id")
@@ -156,7 +156,7 @@ class SessionManager(GenServer):
     ) -> dict[str, Any]:
         """Sessions newest first; users get only their own. Filters: ``state`` (active|ended), channel."""
         ctx = current_context()
-        if is_restricted(ctx):
+        if sees_own_only(ctx):
             user_id = _own_user(ctx, user_id)
         if state not in ("", "active", "ended"):
             raise InvalidArgument("state must be '', 'active' or 'ended'", field="state")
@@ -208,7 +208,7 @@ class SessionManager(GenServer):
 
 
 def _visible(meta: dict[str, Any], ctx: RequestContext) -> bool:
-    return not is_restricted(ctx) or meta.get("user_id") == ctx.principal
+    return not sees_own_only(ctx) or meta.get("user_id") == ctx.principal
 
 
 def _own_user(ctx: RequestContext, user_id: str, default_marker: str = "") -> str:

@@ -82,8 +82,8 @@ def audit_refusal(
 
 
 def restricted(ctx: RequestContext) -> bool:
-    """End users: role user without admin. They act only as themselves and in their own sessions."""
-    return "user" in ctx.roles and "admin" not in ctx.roles
+    """Users and viewers (anyone without admin): they act only as themselves and in their own sessions."""
+    return "admin" not in ctx.roles
 
 
 async def enforce_ownership(
