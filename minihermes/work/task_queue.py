@@ -37,10 +37,29 @@ from minihermes.runtime.store import ChannelMessage
 
 TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 MAX_LIMIT = 100
+MAX_ID = 200
+"""The longest ``msg_id`` (or ``idempotency_key``) taken: msg_ids are 32 hex digits, so nothing longer is one."""
+MAX_REASON = 500
 MAX_WAIT_MS = 60_000
 RESULT_TTL = 7 * 86400.0
 WORKER_TYPES = frozenset({"agent_prompt"})
 _WRITERS = frozenset({"admin", "system", "user"})
+
+
+def check_msg_id(op: str, msg_id: str, field: str = "msg_id") -> str:
+    """``msg_id`` as given, or ``InvalidArgument``: 1..``MAX_ID`` printable characters (what the store can
+    key on; an empty id or a NUL reached the store's own checks before, a crash and a 500)."""
+    if not _is_id(msg_id):
+        raise InvalidArgument(f"{op}: {field} must be 1-{MAX_ID} printable characters", op=op, field=field)
+    return msg_id
+
+
+def check_task_type(op: str, task_type: str) -> str:
+    if not TYPE.match(task_type):
+        raise InvalidArgument(
+            f"{op}: task_type must be 1-64 letters, digits, '_', '.', '-'", op=op, field="task_type"
+        )
+    return task_type
 
 
 def channel_of(task_type: str) -> str:
@@ -111,14 +130,9 @@ class TaskQueue(GenServer):
         ctx = current_context()
         if not ctx.roles & _WRITERS:
             raise PermissionDenied(f"{op}: a read-only role cannot enqueue tasks", op=op)
-        if not TYPE.match(task_type):
-            raise InvalidArgument(
-                f"{op}: task_type must be 1-64 letters, digits, '_', '.', '-'", field="task_type"
-            )
-        if len(idempotency_key) > 200:
-            raise InvalidArgument(
-                f"{op}: idempotency_key is longer than 200 characters", field="idempotency_key"
-            )
+        check_task_type(op, task_type)
+        if idempotency_key:
+            check_msg_id(op, idempotency_key, "idempotency_key")
         if task_type not in self.types:
             await self._declare(task_type)
             self.types = sorted({*self.types, task_type})
@@ -187,6 +201,9 @@ class TaskQueue(GenServer):
     async def ack(self, msg_id: str, task_type: str = "") -> dict[str, Any]:
         """Complete an in-flight task. ``not_found`` if it is not in flight for this queue (acked already, or
         its visibility timeout passed and it went back to the queue)."""
+        check_msg_id("ack", msg_id)
+        if task_type:
+            check_task_type("ack", task_type)
         for t in [task_type] if task_type else self.types:
             if await self.host.channels.ack(channel_of(t), msg_id):
                 self._count_completed(t)
@@ -199,8 +216,16 @@ class TaskQueue(GenServer):
     ) -> dict[str, Any]:
         """Give a task back (``requeue``: ready again now, dead-lettered once it reached max deliveries) or
         dead-letter it with ``reason``."""
+        check_msg_id("nack", msg_id)
+        if task_type:
+            check_task_type("nack", task_type)
+        reason = reason[:MAX_REASON]
+        if "\x00" in reason or not _utf8(reason):
+            raise InvalidArgument(
+                "nack: reason must be text without NUL characters", op="nack", field="reason"
+            )
         for t in [task_type] if task_type else self.types:
-            if await self.host.channels.nack(channel_of(t), msg_id, requeue=requeue, reason=reason[:500]):
+            if await self.host.channels.nack(channel_of(t), msg_id, requeue=requeue, reason=reason):
                 self._count_failed(msg_id, t, requeue)
                 return {"status": "ok", "msg_id": msg_id, "requeue": requeue, "task_type": t}
         raise NotFound(f"nack: task {msg_id} is not in flight", op="nack", msg_id=msg_id)
@@ -209,8 +234,9 @@ class TaskQueue(GenServer):
     def settled(self, msg_id: str, task_type: str, completed: bool, requeue: bool = True) -> None:
         """From a consumer that acked (``completed``) or nacked a task on the channel itself
         (``task_worker``): counted as ``ack`` / ``nack`` count theirs."""
-        if not TYPE.match(task_type):  # a cast has no reply: refuse in the log, keep the metric labels sane
-            self.host.log.warning("settled: invalid task_type %r for task %s", task_type[:80], msg_id[:80])
+        # A cast has no reply: refuse in the log, keep the metric labels and audit details sane.
+        if not TYPE.match(task_type) or not _is_id(msg_id):
+            self.host.log.warning("settled: invalid task_type %r or msg_id %r", task_type[:80], msg_id[:80])
             return
         if completed:
             self._count_completed(task_type)
@@ -250,6 +276,7 @@ class TaskQueue(GenServer):
     async def dead_letters(self, task_type: str, limit: int = 100) -> dict[str, Any]:
         if not 1 <= limit <= 1000:
             raise InvalidArgument("dead_letters: limit must be 1..1000", field="limit")
+        check_task_type("dead_letters", task_type)
         dead = await self.host.channels.dead_letters(channel_of(task_type), limit)
         items = [
             {
@@ -267,6 +294,8 @@ class TaskQueue(GenServer):
     @call
     async def redrive(self, task_type: str, msg_id: str) -> dict[str, Any]:
         """Put a dead-lettered task back on the queue with its deliveries reset."""
+        check_task_type("redrive", task_type)
+        check_msg_id("redrive", msg_id)
         if not await self.host.channels.redrive(channel_of(task_type), msg_id):
             raise NotFound(f"redrive: no dead letter {msg_id}", op="redrive", msg_id=msg_id)
         return {"status": "ok", "msg_id": msg_id}
@@ -274,11 +303,13 @@ class TaskQueue(GenServer):
     @call
     async def set_result(self, msg_id: str, result: dict[str, Any]) -> dict[str, Any]:
         """Store a task's outcome for ``get_result`` (consumers call this before they ack)."""
+        check_msg_id("set_result", msg_id)
         await store_result(self.host, msg_id, result)
         return {"status": "ok", "msg_id": msg_id}
 
     @call
     async def get_result(self, msg_id: str) -> dict[str, Any]:
+        check_msg_id("get_result", msg_id)
         result = await self.host.kv.get(result_key(msg_id))
         if result is None:
             return {"status": "pending", "msg_id": msg_id}
@@ -291,3 +322,16 @@ class TaskQueue(GenServer):
     def _fire(self, event_type: str, detail: str) -> None:
         if self._audit:
             fire_audit(self.host, event_type, detail)
+
+
+def _is_id(text: str) -> bool:
+    return 0 < len(text) <= MAX_ID and text.isprintable()
+
+
+def _utf8(text: str) -> bool:
+    """Whether ``text`` can be stored as UTF-8 (no unpaired surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -66,6 +66,31 @@ async def test_bad_input_is_refused(app_node):
     assert e.value.code == "permission_denied"
 
 
+async def test_ids_and_types_the_store_cannot_key_on_are_refused_not_a_crash(app_node):
+    """Issue 17: ``msg_id: ""`` reached the store's own checks (a ValueError: the actor crashed, a 500)."""
+    node = await app_node(scripted=True)
+    msg_id = (await tq(node, "enqueue", task_type="t"))["msg_id"]
+    for op, payload, field in [
+        ("ack", {"msg_id": ""}, "msg_id"),
+        ("nack", {"msg_id": ""}, "msg_id"),
+        ("redrive", {"task_type": "t", "msg_id": ""}, "msg_id"),
+        ("ack", {"msg_id": "a\x00b"}, "msg_id"),
+        ("nack", {"msg_id": "x" * 201}, "msg_id"),
+        ("nack", {"msg_id": msg_id, "reason": "bad\x00"}, "reason"),
+        ("ack", {"msg_id": msg_id, "task_type": "no space"}, "task_type"),
+        ("redrive", {"task_type": "t\x00", "msg_id": msg_id}, "task_type"),
+        ("dead_letters", {"task_type": ""}, "task_type"),
+        ("set_result", {"msg_id": "", "result": {}}, "msg_id"),
+        ("get_result", {"msg_id": "\x00"}, "msg_id"),
+        ("enqueue", {"task_type": "t", "idempotency_key": "k\x00"}, "idempotency_key"),
+    ]:
+        with pytest.raises(ActorError) as e:
+            await tq(node, op, **payload)
+        assert (e.value.code, e.value.details.get("field")) == ("invalid_argument", field), (op, payload)
+    assert (await tq(node, "dequeue"))["tasks"][0]["msg_id"] == msg_id  # the queue kept running throughout
+    assert (await tq(node, "ack", msg_id=msg_id))["status"] == "ok"
+
+
 async def test_idempotency_key(app_node):
     node = await app_node(scripted=True)
     first = await tq(node, "enqueue", task_type="t", payload={"n": 1}, idempotency_key="order-7")
