@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from minihermes.tools._sandbox_types import Layer, SandboxError, SandboxLimits, SandboxResult, config_fd
 
@@ -102,6 +102,18 @@ async def _within(seconds: float, future: asyncio.Future[Any]) -> bool:
     return True
 
 
+def _feed(transport: asyncio.SubprocessTransport, data: bytes) -> None:
+    """Hand ``data`` to the program's stdin and close it once written. The loop buffers it: a program that never
+    reads just exits on us. The pipe is used by what it does (``write``, ``close``), not by its class: uvloop's
+    pipe transports (the loop ``serve`` runs) are not subclasses of ``asyncio.WriteTransport``."""
+    pipe = transport.get_pipe_transport(0)
+    if pipe is None:  # stdin was asked for as a pipe, so the loop broke its own contract
+        raise SandboxError("launcher_failed", "the sandbox launcher has no stdin pipe")
+    writer = cast(asyncio.WriteTransport, pipe)
+    writer.write(data)
+    writer.close()  # after the buffer is flushed, on either loop
+
+
 async def execute(
     cfg: dict[str, Any], stdin: bytes | None, limits: SandboxLimits, applied: frozenset[Layer]
 ) -> SandboxResult:
@@ -153,10 +165,7 @@ async def execute(
     status = asyncio.ensure_future(_read_status(read_fd))
     try:
         if stdin is not None:
-            writer = transport.get_pipe_transport(0)
-            assert isinstance(writer, asyncio.WriteTransport)
-            writer.write(stdin)  # buffered by the loop; a program that never reads just exits on us
-            writer.close()
+            _feed(transport, stdin)
         if not await _within(limits.wall_seconds, protocol.exited):
             kill("wall_timeout")  # no-op if an output flood got it killed already
             if not await _within(_KILL_GRACE_SECONDS, protocol.exited):
