@@ -17,6 +17,16 @@ from typing import Any, TextIO
 
 from minihermes.runtime import ActorError
 
+from ._scrub import (
+    Scrubber,
+    StderrPump,
+    exception_text,
+    install_log_filter,
+    register,
+    secret_values,
+    unregister,
+)
+
 MAX_TEXT_CHARS = 200_000
 
 
@@ -39,12 +49,17 @@ class MCPTimeout(ActorError):
     http_status = 504
 
 
-def _describe(e: BaseException) -> str:
-    """The innermost message of an error (anyio wraps transport failures in exception groups)."""
+def _describe(e: BaseException, scrub: Scrubber) -> str:
+    """The innermost message of an error (anyio wraps transport failures in exception groups), scrubbed: it
+    may quote what the server printed."""
     while isinstance(e, BaseExceptionGroup) and e.exceptions:
         e = e.exceptions[0]
-    text = str(e) or type(e).__name__
-    return f"{type(e).__name__}: {text}"[:500]
+    return scrub(exception_text(e))[:500]
+
+
+def _devnull() -> TextIO:
+    """Where a stdio server's stderr goes when the node keeps no MCP logs."""
+    return open(os.devnull, "w")
 
 
 class MCPConnection:
@@ -65,6 +80,8 @@ class MCPConnection:
         self._task: asyncio.Future[None] | None = None
         self._closing = asyncio.Event()
         self._error: str = ""
+        # Everything the server says passes through this before a log, an error or the audit trail.
+        self.scrub = Scrubber(secret_values(record))
 
     @property
     def alive(self) -> bool:
@@ -83,6 +100,7 @@ class MCPConnection:
         from mcp import Client
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
+        install_log_filter()
         rec = self.record
         if rec["transport"] == "stdio":
             params = StdioServerParameters(
@@ -121,9 +139,13 @@ class MCPConnection:
             raise
 
     async def _hold(self, ready: asyncio.Future[None]) -> None:
-        errlog = self._errlog()
+        register(self, self.scrub.secrets)  # for the SDK's own log lines about this server
+        pump = StderrPump(self.log_file, self.scrub) if self.log_file is not None else None
+        errlog = pump.errlog if pump is not None else _devnull()
         try:
             async with self._target(errlog) as client:
+                if pump is not None:
+                    pump.started()
                 self._client = client
                 if not ready.done():
                     ready.set_result(None)
@@ -131,7 +153,7 @@ class MCPConnection:
         except asyncio.CancelledError:
             raise
         except BaseException as e:  # the transport's failure, whatever the SDK raised: reported to callers
-            self._error = _describe(e)
+            self._error = _describe(e, self.scrub)
             if not ready.done():
                 ready.set_exception(
                     MCPUnavailable(
@@ -141,14 +163,13 @@ class MCPConnection:
                 )
         finally:
             self._client = None
-            errlog.close()
-
-    def _errlog(self) -> TextIO:
-        """Where a stdio server's stderr goes: the node's MCP log folder, or nowhere."""
-        if self.log_file is None:
-            return open(os.devnull, "w")
-        self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        return open(self.log_file, "a", encoding="utf-8")
+            try:
+                if pump is not None:
+                    await pump.close()  # the server's last lines, scrubbed, before its secrets are let go
+                else:
+                    errlog.close()
+            finally:
+                unregister(self)
 
     async def close(self) -> None:
         """Leave the client (the SDK ends a stdio server's process) and wait for the holder task."""
@@ -184,13 +205,13 @@ class MCPConnection:
             if isinstance(e, MCPError) and e.code != CONNECTION_CLOSED:
                 # The server answered with a JSON-RPC error: the connection is fine, this request is not.
                 raise MCPToolError(
-                    f"MCP server {self.record['name']!r}: {what}: {e.message}"[:1000],
+                    f"MCP server {self.record['name']!r}: {what}: {self.scrub(e.message)}"[:1000],
                     server=self.record["name"],
                     rpc_code=e.code,
                 ) from None
             # The transport is gone (the process exited, the session ended): let the holder task end, so the
             # owner sees a dead connection and opens a new one for the next request.
-            self._error = _describe(e)
+            self._error = _describe(e, self.scrub)
             self._closing.set()
             raise MCPUnavailable(
                 f"MCP server {self.record['name']!r}: {what} failed: {self._error}",
@@ -230,10 +251,10 @@ class MCPConnection:
             return await client.call_tool(tool, arguments)
 
         result = await self._request(f"tools/call {tool}", run)
-        return tool_result(self.record["name"], tool, result)
+        return tool_result(self.record["name"], tool, result, self.scrub)
 
 
-def tool_result(server: str, tool: str, result: Any) -> dict[str, Any]:
+def tool_result(server: str, tool: str, result: Any, scrub: Scrubber | None = None) -> dict[str, Any]:
     """A ``CallToolResult`` as plain JSON data. Text blocks are joined; other blocks (images, audio,
     resources) are named by type and size but not inlined: binary data does not belong in a prompt."""
     texts: list[str] = []
@@ -258,7 +279,10 @@ def tool_result(server: str, tool: str, result: Any) -> dict[str, Any]:
     if len(text) > MAX_TEXT_CHARS:
         text = text[:MAX_TEXT_CHARS]
     if result.is_error:
-        raise MCPToolError(f"{tool}: {text or 'the tool reported an error'}"[:1000], server=server, tool=tool)
+        # An error message becomes an error reply (and may be logged): scrubbed. A result is the tool's
+        # output, which the agent asked for; chat redaction applies to it where it is stored.
+        message = (scrub or Scrubber(()))(text or "the tool reported an error")
+        raise MCPToolError(f"{tool}: {message}"[:1000], server=server, tool=tool)
     out: dict[str, Any] = {"text": text}
     if result.structured_content is not None:
         out["structured"] = result.structured_content
