@@ -26,6 +26,7 @@ from ._keys import (
 )
 from ._logging import JsonFormatter, use_json_logs
 from ._server import InsecureBindError, check_bind, is_loopback, serve_http
+from ._shedding import SheddingConfig
 from .permissions import DEFAULT_PERMISSIONS, ROLES, PermissionTable
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "JsonFormatter",
     "NewApiKey",
     "PermissionTable",
+    "SheddingConfig",
     "check_bind",
     "create_api_key",
     "create_app",

@@ -39,6 +39,7 @@ from ._errors import ApiError, invalid
 from ._metrics import add_metrics_routes
 from ._schemas import fixed_responses
 from ._sessions import add_session_routes
+from ._shedding import SheddingConfig, install_shedding
 from .permissions import DEFAULT_PERMISSIONS, PermissionTable
 
 log = logging.getLogger("minihermes.api")
@@ -57,6 +58,7 @@ def create_app(
     public_metrics: bool = False,
     metrics_interval: float = 10.0,
     dashboard: bool = True,
+    shedding: SheddingConfig | None = None,
 ) -> FastAPI:
     """A FastAPI app serving ``node`` (started or about to be).
 
@@ -71,6 +73,8 @@ def create_app(
     - ``public_metrics``: serve ``/metrics`` (every tenant's series) without credentials even with auth.
     - ``metrics_interval``: seconds between the samples behind the dashboard's charts.
     - ``dashboard``: serve the web dashboard at ``/``.
+    - ``shedding``: the load-shedding gate in front of ``/api/`` (default: on, limits from the machine;
+      ``SheddingConfig(enabled=False)`` turns it off). See ``_shedding``.
     """
     if metrics_interval <= 0:
         raise ValueError("metrics_interval must be > 0")
@@ -97,6 +101,7 @@ def create_app(
         openapi_url="/openapi.json",
     )
     app.state.minihermes = state
+    install_shedding(app, state, shedding)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:

@@ -138,8 +138,16 @@ async def _serve(cfg: AppConfig, host: str, port: int, auth: Any) -> None:
         asyncio.ensure_future(stop.wait()),
     }
     if port:
-        from minihermes.api import serve_http
+        from minihermes.api import SheddingConfig, serve_http
 
+        http = cfg.model.http
+        shedding = SheddingConfig(
+            enabled=http.load_shedding,
+            max_concurrent=http.max_concurrent_requests,
+            max_queue=http.max_queued_requests,
+            queue_timeout=http.queue_timeout,
+            tenant_max_share=http.tenant_max_share,
+        )
         waiters.add(
             asyncio.ensure_future(
                 serve_http(
@@ -150,6 +158,7 @@ async def _serve(cfg: AppConfig, host: str, port: int, auth: Any) -> None:
                     stop=stop,
                     on_started=lambda h, p: log.info("HTTP API on http://%s:%d (dashboard: /)", h, p),
                     log_level="warning",
+                    shedding=shedding,
                 )
             )
         )

@@ -161,8 +161,28 @@ class ClusterModel(_Model):
         return d
 
 
+class HttpModel(_Model):
+    """``[http]``: the HTTP API's load shedding (``minihermes.api.SheddingConfig``; docs/configuration.md).
+    Unset limits are derived from the machine when the server starts."""
+
+    load_shedding: bool = True
+    max_concurrent_requests: int | None = Field(default=None, ge=1)
+    max_queued_requests: int | None = Field(default=None, ge=0)
+    queue_timeout: Any = 10.0
+    tenant_max_share: float = Field(default=0.5, gt=0, le=1)
+
+    @field_validator("queue_timeout")
+    @classmethod
+    def _queue_timeout(cls, v: Any) -> float:
+        d = parse_duration(v)
+        if d <= 0:
+            raise ValueError("must be > 0")
+        return d
+
+
 class AppModel(_Model):
     node: NodeModel = Field(default_factory=NodeModel)
+    http: HttpModel = Field(default_factory=HttpModel)
     cluster: ClusterModel = Field(default_factory=ClusterModel)
     retention: RetentionModel = Field(default_factory=RetentionModel)
     service_links: dict[str, LinkModel] = Field(default_factory=dict)
