@@ -22,7 +22,7 @@ from urllib.parse import quote
 from minihermes.runtime import ActorNotFound, Host
 from minihermes.tools.calculator import CalculatorError, calculate
 from minihermes.tools.sandbox import SandboxError, SandboxLimits, SandboxPolicy, make_workspace, run_sandboxed
-from minihermes.tools.workspace import Workspace, WorkspaceError
+from minihermes.tools.workspace import Quota, Usage, Workspace, WorkspaceError
 
 from ._tools_catalog import BUILTINS, KINDS, PYTHON, SERVICE_LINK, Kind, ToolDef, add_kind
 
@@ -91,16 +91,21 @@ async def _workspace_dir(env: ToolEnv) -> Path:
     return await asyncio.to_thread(make_workspace, path, env.sandbox_policy)
 
 
+def _quota(env: ToolEnv) -> Quota:
+    """The session workspace's quota: the terminal's limits (``workspace_bytes``, ``workspace_files``)."""
+    return Quota(env.terminal_limits.workspace_bytes, env.terminal_limits.workspace_files)
+
+
 async def _in_workspace(env: ToolEnv, op: Callable[[Workspace], Any]) -> Any:
     folder = await _workspace_dir(env)
 
     def run() -> Any:
-        return op(Workspace(folder))
+        return op(Workspace(folder, quota=_quota(env)))
 
     try:
         return await asyncio.to_thread(run)
     except WorkspaceError as e:
-        raise ToolFailure(e.code, e.message) from None
+        raise ToolFailure(e.code, e.message, **e.details) from None
 
 
 # ---------------------------------------------------------------------------------------------- built-ins
@@ -218,7 +223,7 @@ async def _terminal(args: dict[str, Any], env: ToolEnv) -> Any:
         )
     except SandboxError as e:
         raise ToolFailure("sandbox_error", e.message) from None
-    return {
+    out = {
         "exit_code": result.exit_code,
         "stdout": result.stdout_text,
         "stderr": result.stderr_text,
@@ -227,6 +232,16 @@ async def _terminal(args: dict[str, Any], env: ToolEnv) -> Any:
         "truncated": result.truncated,
         "duration": round(result.duration, 3),
     }
+    if result.quota_exceeded:
+        # The command took the workspace over its quota (or was stopped trying): a failure, with what it
+        # printed, so the LLM sees both and can free space.
+        quota = _quota(env)
+        usage = Usage(result.workspace_bytes or 0, result.workspace_files or 0)
+        stopped = result.killed_reason in ("workspace_quota", "file_size_limit")
+        what = "the command was stopped: it took" if stopped else "the command took"
+        error = quota.exceeded(usage, f"{what} the session workspace to")
+        raise ToolFailure(error.code, error.message, **error.details, **out)
+    return out
 
 
 BUILTIN_HANDLERS: dict[str, Handler] = {

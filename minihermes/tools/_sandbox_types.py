@@ -57,9 +57,22 @@ class SandboxLimits:
     """Kept per stream; the rest is dropped (``truncated``). Past 4x this the program is killed."""
     tmp_bytes: int = 64 * 1024 * 1024
     """Size of the private /tmp and /dev/shm (with a mount namespace)."""
+    workspace_bytes: int = 256 * 1024 * 1024
+    """Quota of the workspace: bytes in its regular files (apparent size). A run may not take the workspace
+    over it: see ``run_sandboxed``; the file tools check it too."""
+    workspace_files: int = 10_000
+    """Quota of the workspace: entries (files, folders, links) below its root."""
 
     def __post_init__(self) -> None:
-        for name in ("cpu_seconds", "wall_seconds", "memory_bytes", "max_processes", "max_file_bytes"):
+        for name in (
+            "cpu_seconds",
+            "wall_seconds",
+            "memory_bytes",
+            "max_processes",
+            "max_file_bytes",
+            "workspace_bytes",
+            "workspace_files",
+        ):
             if getattr(self, name) <= 0:
                 raise SandboxError("invalid_argument", f"SandboxLimits.{name} must be positive")
         if self.max_open_files < 16 or self.output_bytes < 0 or self.tmp_bytes < 4096:
@@ -94,11 +107,19 @@ class SandboxResult:
     timed_out: bool
     """Ran out of wall-clock or CPU time."""
     killed_reason: str | None
-    """wall_timeout, cpu_limit, output_limit, file_size_limit or signal:NAME; None for a normal exit."""
+    """wall_timeout, cpu_limit, output_limit, file_size_limit, workspace_quota or signal:NAME; None for a
+    normal exit."""
     duration: float
     cpu_seconds: float | None = None
     isolation: frozenset[Layer] = field(default_factory=frozenset)
     """The layers that were applied to this run."""
+    quota_exceeded: bool = False
+    """The run took the workspace over its quota (``SandboxLimits.workspace_bytes`` / ``workspace_files``),
+    or was stopped for trying (``killed_reason`` ``workspace_quota``, or ``file_size_limit`` with the file
+    size cap lowered to what the quota had left)."""
+    workspace_bytes: int | None = None
+    workspace_files: int | None = None
+    """The workspace's usage after the run (None: not measured)."""
 
     @property
     def truncated(self) -> bool:

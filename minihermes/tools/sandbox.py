@@ -15,9 +15,13 @@ layer the kernel or container refuses is left out and reported, never silently a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
+import signal
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from minihermes.tools._sandbox_process import execute
 from minihermes.tools._sandbox_report import available_layers, isolation_report
@@ -34,6 +38,7 @@ from minihermes.tools._sandbox_types import (
     limits_config,
     ro_paths,
 )
+from minihermes.tools.workspace import Quota, Usage
 
 __all__ = [
     "Layer",
@@ -132,7 +137,8 @@ async def run_sandboxed(
     The program gets an empty environment (PATH, HOME=workspace, LANG=C.UTF-8, TMPDIR, plus ``env``),
     /dev/null as stdin unless ``stdin`` is given, and no inherited descriptors. Returns whatever the program
     did, including crashes and limit kills; raises ``SandboxError`` only for bad arguments or when the
-    isolation itself cannot be set up.
+    isolation itself cannot be set up. The workspace's quota (``limits.workspace_bytes`` and
+    ``workspace_files``) holds for the run: see "the quota" below and ``SandboxResult.quota_exceeded``.
     """
     limits = limits or SandboxLimits()
     policy = policy or SandboxPolicy()
@@ -156,6 +162,12 @@ async def run_sandboxed(
         "TMPDIR": "/tmp" if private_tmp else ws,
     }
     program_env.update(env or {})
+    quota = Quota(limits.workspace_bytes, limits.workspace_files)
+    before = await _measure(quota, ws)
+    rlimits = limits_config(limits)
+    # One file cannot outgrow what the quota has left (the watcher below bounds many files together).
+    room = max(0, quota.max_bytes - before.bytes) if before.complete else 0
+    rlimits["fsize"] = min(rlimits["fsize"], room)
     cfg = {
         "argv": argv,
         "env": program_env,
@@ -164,11 +176,110 @@ async def run_sandboxed(
         "ro_paths": exposed,
         "uid": policy.uid,
         "gid": policy.gid,
-        "limits": limits_config(limits),
+        "limits": rlimits,
         "tmp_bytes": limits.tmp_bytes,
         "backstop_seconds": limits.wall_seconds + 5.0,
     }
-    return await execute(cfg, stdin, limits, applied)
+    return await _run_within_quota(cfg, stdin, limits, applied, ws, quota, before)
+
+
+# -------------------------------------------------------------------------------------------- the quota
+#
+# No unprivileged way to give a folder a size limit exists (a tmpfs or loop mount needs privileges, and a
+# tmpfs would not outlive the run), so the workspace quota is kept the way kubelet keeps an emptyDir's
+# sizeLimit: by measuring. Before the run, RLIMIT_FSIZE is lowered to what the quota has left (no single
+# file can take more); during the run a watcher measures the workspace every so often and stops the program
+# when it goes over; after the run the usage is measured again. A run that took the workspace over its
+# quota is reported (``quota_exceeded``), and the files stay (which to delete is the user's call): while the
+# workspace is over, the next run gets RLIMIT_FSIZE 0 (it can read and delete, not write) and the file
+# tools refuse writes.
+
+_WATCH_FIRST = 0.25
+_WATCH_MAX = 5.0
+_WATCH_SHARE = 20
+"""The watcher waits this many times as long as its last measurement took (at most 5 % of a core)."""
+
+
+def _over(quota: Quota, usage: Usage, before: Usage) -> bool:
+    """Over the quota, or (when it already was) grown since the run started."""
+    if not usage.complete:
+        return before.complete or usage.files > before.files
+    return usage.bytes > max(quota.max_bytes, before.bytes) or usage.files > max(
+        quota.max_files, before.files
+    )
+
+
+async def _measure(quota: Quota, ws: str) -> Usage:
+    try:
+        return await asyncio.to_thread(quota.measure, ws)
+    except OSError:  # out of descriptors, say: unknown, which counts as over
+        return Usage(0, 0, complete=False)
+
+
+async def _watch(quota: Quota, ws: str, before: Usage) -> Usage:
+    """Returns the usage once the run has taken the workspace over its quota."""
+    loop = asyncio.get_running_loop()
+    pause = _WATCH_FIRST
+    while True:
+        await asyncio.sleep(pause)
+        started = loop.time()
+        usage = await _measure(quota, ws)
+        if _over(quota, usage, before):
+            return usage
+        pause = min(_WATCH_MAX, max(_WATCH_FIRST, _WATCH_SHARE * (loop.time() - started)))
+
+
+async def _run_within_quota(
+    cfg: dict[str, Any],
+    stdin: bytes | None,
+    limits: SandboxLimits,
+    applied: frozenset[Layer],
+    ws: str,
+    quota: Quota,
+    before: Usage,
+) -> SandboxResult:
+    started = time.monotonic()
+    run = asyncio.ensure_future(execute(cfg, stdin, limits, applied))
+    watch = asyncio.ensure_future(_watch(quota, ws, before))
+    try:
+        await asyncio.wait({run, watch}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # cancelled (the tool's timeout): cancelling the run kills the program
+        run.cancel()
+        watch.cancel()
+        await asyncio.wait({run, watch})
+        raise
+    if not run.done():
+        # Over quota: cancelling ``execute`` kills the whole process group (its output is lost with it).
+        run.cancel()
+        await asyncio.wait({run})
+        if not run.cancelled() and run.exception() is None:
+            result = run.result()  # it finished meanwhile: report what it did, then the quota
+        else:
+            usage = await _measure(quota, ws)
+            return SandboxResult(
+                exit_code=-signal.SIGKILL,
+                stdout=b"",
+                stderr=b"",
+                stdout_truncated=False,
+                stderr_truncated=False,
+                timed_out=False,
+                killed_reason="workspace_quota",
+                duration=time.monotonic() - started,
+                isolation=applied,
+                quota_exceeded=True,
+                workspace_bytes=usage.bytes,
+                workspace_files=usage.files,
+            )
+    else:
+        watch.cancel()
+        await asyncio.wait({watch})
+        result = run.result()  # SandboxError raised by the run passes through
+    usage = await _measure(quota, ws)
+    lowered = cfg["limits"]["fsize"] < limits.max_file_bytes
+    exceeded = _over(quota, usage, before) or (lowered and result.killed_reason == "file_size_limit")
+    return dataclasses.replace(
+        result, quota_exceeded=exceeded, workspace_bytes=usage.bytes, workspace_files=usage.files
+    )
 
 
 async def run_python(

@@ -18,7 +18,7 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from .errors import ToolError
 
@@ -33,8 +33,144 @@ class WorkspaceError(ToolError):
 
     Codes: invalid_path, path_escape (absolute path outside, ``..`` above the root, a symlink or hard link),
     not_found, is_directory, not_a_directory, not_a_file (FIFO, socket, device), too_large, binary,
-    exists, io_error.
+    exists, io_error, quota_exceeded (``QuotaExceeded``).
     """
+
+    details: dict[str, Any] = {}  # read-only here; QuotaExceeded sets its own
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What a workspace holds: ``bytes`` in its regular files (apparent size, a hard-linked file once) and
+    ``files``, its entries of any kind (files, folders, links) below the root."""
+
+    bytes: int
+    files: int
+    complete: bool = True
+    """False: the walk stopped early (far more entries than the quota allows, or deeper than
+    ``MAX_WALK_DEPTH``), so the counts are a lower bound and the workspace is over its quota."""
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """A workspace's quota: at most ``max_bytes`` in regular files and ``max_files`` entries."""
+
+    max_bytes: int
+    max_files: int
+
+    @property
+    def walk_limit(self) -> int:
+        """Entries a measurement visits at most: past this many the workspace is over quota anyway."""
+        return 4 * self.max_files + 1000
+
+    def over(self, usage: Usage) -> bool:
+        return not usage.complete or usage.bytes > self.max_bytes or usage.files > self.max_files
+
+    def measure(self, root: str) -> Usage:
+        return measure_usage(root, max_entries=self.walk_limit)
+
+    def exceeded(self, usage: Usage, what: str) -> QuotaExceeded:
+        return QuotaExceeded(self, usage, what)
+
+
+class QuotaExceeded(WorkspaceError):
+    """``quota_exceeded``: what was asked would take (or took) the workspace over its quota. ``what`` reads
+    on with the usage ("... would take the session workspace to"); ``details`` gives usage and limits."""
+
+    def __init__(self, quota: Quota, usage: Usage, what: str) -> None:
+        at_least = "" if usage.complete else "at least "
+        super().__init__(
+            "quota_exceeded",
+            f"{what} {at_least}{usage.bytes} bytes in {at_least}{usage.files} entries, over its quota of "
+            f"{quota.max_bytes} bytes and {quota.max_files} entries; writes are refused until files are "
+            "deleted (for example with rm in the terminal)",
+        )
+        self.details = {
+            "usage_bytes": usage.bytes,
+            "usage_files": usage.files,
+            "limit_bytes": quota.max_bytes,
+            "limit_files": quota.max_files,
+        }
+
+
+MAX_WALK_DEPTH = 256
+
+
+def measure_usage(root: str, *, max_entries: int) -> Usage:
+    """The usage of the tree below ``root``, never following a link (one descriptor per level, so the tree
+    may change under us but cannot send us elsewhere). Entries that vanish meanwhile are skipped; a folder or
+    file we may not look into (a program can ``chmod 000`` its own folder) makes the usage incomplete, which
+    is over quota: hiding data from the count must not pay."""
+    size = 0
+    count = 0
+    complete = True
+    linked: set[tuple[int, int]] = set()
+
+    def scan(fd: int) -> list[str]:
+        nonlocal size, count, complete
+        subdirs: list[str] = []
+        with os.scandir(fd) as it:
+            for entry in it:
+                count += 1
+                if count > max_entries:
+                    raise _Stop
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        subdirs.append(entry.name)
+                        continue
+                    if not entry.is_file(follow_symlinks=False):
+                        continue
+                    st = entry.stat(follow_symlinks=False)
+                except PermissionError:
+                    complete = False
+                    continue
+                except OSError:
+                    continue
+                if st.st_nlink > 1:
+                    if (st.st_dev, st.st_ino) in linked:
+                        continue
+                    linked.add((st.st_dev, st.st_ino))
+                size += st.st_size
+        return subdirs
+
+    try:
+        top = os.open(root, _DIR_FLAGS)
+    except OSError:
+        return Usage(0, 0)
+    stack: list[tuple[int, Iterator[str]]] = [(top, iter(()))]
+    try:
+        stack[-1] = (top, iter(scan(top)))
+        while stack:
+            fd, pending = stack[-1]
+            name = next(pending, None)
+            if name is None:
+                os.close(fd)
+                stack.pop()
+                continue
+            if len(stack) >= MAX_WALK_DEPTH:
+                complete = False
+                continue
+            try:
+                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except PermissionError:
+                complete = False
+                continue
+            except OSError:
+                continue  # removed or swapped for a link since the listing
+            stack.append((child, iter(())))  # closed by the finally below if scanning it fails
+            stack[-1] = (child, iter(scan(child)))
+    except _Stop:
+        complete = False
+    except PermissionError:
+        complete = False
+    finally:
+        for fd, _ in stack:
+            os.close(fd)
+    return Usage(size, count, complete)
+
+
+class _Stop(Exception):
+    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +229,7 @@ class Workspace:
         max_read_bytes: int = 1024 * 1024,
         max_write_bytes: int = 10 * 1024 * 1024,
         max_list_entries: int = 1000,
+        quota: Quota | None = None,
     ) -> None:
         resolved = os.path.realpath(root)
         if not os.path.isdir(resolved):
@@ -101,6 +238,8 @@ class Workspace:
         self.max_read_bytes = max_read_bytes
         self.max_write_bytes = max_write_bytes
         self.max_list_entries = max_list_entries
+        self.quota = quota
+        """Checked by ``write_file`` (None: no quota)."""
 
     # ------------------------------------------------------------------------------------------ paths
 
@@ -257,6 +396,8 @@ class Workspace:
         rel = "/".join(parts)
         if len(data) > self.max_write_bytes:
             raise WorkspaceError("too_large", f"{len(data)} bytes, the write limit is {self.max_write_bytes}")
+        if self.quota is not None:
+            self._check_quota(parts, len(data))
         dir_fd = self._open_dir(parts[:-1], create=create_dirs)
         name = parts[-1]
         try:
@@ -302,6 +443,35 @@ class Workspace:
         finally:
             os.close(dir_fd)
         return WriteResult(rel, len(data), existing is None)
+
+    def _check_quota(self, parts: list[str], size: int) -> None:
+        """Refuse a write that would take the workspace over its quota (a replaced file's old size is freed).
+        Checked before the write: two writes at once may each pass (tool calls of a session run one by one)."""
+        assert self.quota is not None
+        usage = self.quota.measure(self.root)
+        old_size, exists = 0, False
+        try:
+            dir_fd = self._open_dir(parts[:-1])
+        except WorkspaceError:
+            pass  # a folder to create (or a bad path, which the write itself reports precisely)
+        else:
+            try:
+                st = os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False)
+                exists = True
+                old_size = st.st_size if stat.S_ISREG(st.st_mode) and st.st_nlink == 1 else 0
+            except OSError:
+                pass
+            finally:
+                os.close(dir_fd)
+        after = Usage(usage.bytes - old_size + size, usage.files + (0 if exists else 1), usage.complete)
+        if self.quota.over(after):
+            what = f"refused: writing {size} bytes to {'/'.join(parts)} would take the session workspace to"
+            raise self.quota.exceeded(after, what)
+
+    def usage(self) -> Usage:
+        """What the workspace holds now (bounded by the quota's walk limit when there is a quota)."""
+        limit = self.quota.walk_limit if self.quota is not None else 1_000_000
+        return measure_usage(self.root, max_entries=limit)
 
     # ------------------------------------------------------------------------------------------ list
 
