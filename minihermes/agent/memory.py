@@ -13,19 +13,34 @@ installed (``minihermes.context.recall``). Recognisable secrets are redacted bef
 ``forget`` removes a memory, a session, a user or the whole tenant from every store (``minihermes.context
 .forget``).
 
+**Ownership inside the tenant** (issue 17): every fact has an owner principal, taken from the request
+context. A user's facts are *private* to them (``holder`` = their principal); *tenant-shared* facts
+(``holder`` empty, every user of the tenant sees them) are written by admins (and the runtime) only, and so
+is the ``core`` tier of everyone's prompt: a user's own core facts reach only that user's prompts
+(``core_snapshot`` = shared core + the user's core). Reads show a user the shared facts plus their own; a
+shared session-scoped fact only to the session's owner; a viewer only shared, non-session facts; an admin
+everything (or, naming ``user_id``, what that user sees). Users overwrite and delete only their own facts;
+another user's fact is "not found", never "forbidden". Records from before ownership have no ``holder``:
+one flagged ``private`` belongs to its ``user_id``, any other stays tenant-shared (its writer, the
+``user_id``, may still delete it) - the writer's roles were never recorded, so an admin should review old
+``core`` facts once (``list_memories`` with ``tier="core"``).
+
 Each fact lives in three primitives, each for its access pattern: ``kv`` holds the record (point lookup by
-scope, owner and key: the source of truth), the ``text`` index ``memories`` ranks facts for
-``search_memories`` (SQLite FTS5, BM25 over the analysed key and value) and the tuple space holds
-``["memory", scope, owner, key, tier]`` for listing by pattern (None is a wildcard), as in the seeds. Writes go
-to kv first; a reader that finds an index entry without its kv record skips it, so a crash between the
-writes can hide a fact from a listing or a search until it is stored again, never show a deleted one.
+scope, owner, key and, for a private fact, its holder: the source of truth), the ``text`` index
+``memories`` ranks facts for ``search_memories`` (SQLite FTS5, BM25 over the analysed key and value) and the
+tuple space holds ``["memory", scope, owner, key, tier]`` (shared) or ``[..., tier, holder]`` (private) for
+listing by pattern (None is a wildcard), as in the seeds. Two users' facts under the same key are two
+records. Writes go to kv first; a reader that finds an index entry without its kv record skips it, so a crash
+between the writes can hide a fact from a listing or a search until it is stored again, never show a deleted
+one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import quote
 
@@ -45,6 +60,7 @@ from minihermes.runtime import (
     GenServer,
     InvalidArgument,
     PermissionDenied,
+    RequestContext,
     call,
     cast,
     current_context,
@@ -103,19 +119,98 @@ def _owner(op: str, scope: str, agent_id: str, session_id: str) -> str:
     return ""
 
 
-def _record_key(scope: str, owner: str, key: str) -> str:
-    return f"mem:{scope}:{quote(owner, safe='')}:{quote(key, safe='')}"
+def _record_key(scope: str, owner: str, key: str, holder: str = "") -> str:
+    """The kv key of a shared record (as before ownership), or of ``holder``'s private one."""
+    base = f"{scope}:{quote(owner, safe='')}:{quote(key, safe='')}"
+    return f"memp:{quote(holder, safe='')}:{base}" if holder else f"mem:{base}"
+
+
+def _rkey(record: Mapping[str, Any]) -> str:
+    return _record_key(record["scope"], record["owner"], record["key"], str(record.get("holder") or ""))
+
+
+def _tuple(scope: str, owner: str, key: str, tier: str | None, holder: str) -> list[Any]:
+    """The index tuple (a pattern with ``tier`` None): arity 5 for a shared record, 6 for a private one."""
+    row: list[Any] = ["memory", scope, owner, key, tier]
+    return [*row, holder] if holder else row
+
+
+def _holder(record: Mapping[str, Any]) -> str:
+    """The principal a record (or its index meta) is private to; "" when it is tenant-shared. A record from
+    before ownership has no ``holder``: private to its ``user_id`` when flagged private, else shared."""
+    if "holder" in record:
+        return str(record["holder"] or "")
+    return str(record.get("user_id") or "") if record.get("private") else ""
+
+
+def _owns(record: Mapping[str, Any], principal: str) -> bool:
+    """``principal`` may overwrite or delete ``record`` as its owner (admins may regardless): their private
+    record, or a shared one they wrote before ownership existed."""
+    if not principal:
+        return False
+    holder = _holder(record)
+    if holder:
+        return holder == principal
+    return "holder" not in record and record.get("user_id") == principal
+
+
+def _privileged(ctx: RequestContext) -> bool:
+    return bool(ctx.roles & _ADMIN_ROLES)
+
+
+@dataclass(frozen=True, slots=True)
+class _Reader:
+    """Whose memories a read shows: ``everything`` (an admin or the runtime naming nobody), else the
+    tenant-shared ones plus ``me``'s private ones (no private ones for ``me`` empty: viewers)."""
+
+    everything: bool
+    me: str
+
+    def needs_owner(self, record: Mapping[str, Any]) -> bool:
+        """Whether ``sees`` must know who owns the record's session."""
+        return (
+            not self.everything
+            and bool(self.me)
+            and record.get("scope") == "session"
+            and not _holder(record)
+            and record.get("user_id") != self.me
+        )
+
+    def sees(self, record: Mapping[str, Any], sessions: Mapping[str, str | None]) -> bool:
+        """``sessions``: the owner of each session ``needs_owner`` named."""
+        if self.everything:
+            return True
+        holder = _holder(record)
+        if holder:
+            return holder == self.me
+        if record.get("scope") != "session":
+            return True
+        # A shared fact of one session: for the session's owner (or whom it names), not the tenant.
+        if not self.me:
+            return False
+        return record.get("user_id") == self.me or sessions.get(str(record.get("owner"))) == self.me
+
+
+def _reader(ctx: RequestContext, user_id: str, *, prompt: bool = False) -> _Reader:
+    """Admins and the runtime see everything, or what ``user_id`` sees when they name one (a prompt is always
+    somebody's: the caller's when nobody is named); users see what they see, whatever they name (another
+    user's memories are not found, not forbidden); anybody else (viewers) sees the tenant-shared ones."""
+    if _privileged(ctx):
+        if user_id or prompt:
+            return _Reader(False, user_id or ctx.principal)
+        return _Reader(True, ctx.principal)
+    if "user" in ctx.roles:
+        return _Reader(False, ctx.principal)
+    return _Reader(False, "")
 
 
 def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
-def _visible(record: dict[str, Any], agent_id: str, session_id: str, user_id: str = "") -> bool:
-    """With an agent or session id given, another agent's or session's facts are left out; a private
-    (episodic) record is shown only to the user it belongs to when a user is given."""
-    if record.get("private") and user_id and record.get("user_id") != user_id:
-        return False
+def _visible(record: Mapping[str, Any], agent_id: str, session_id: str) -> bool:
+    """With an agent or session id given, another agent's or session's facts are left out (who may see a
+    fact at all is ``_Reader.sees``)."""
     if record["scope"] == "agent" and agent_id:
         return bool(record["owner"] == agent_id)
     if record["scope"] == "session" and session_id:
@@ -127,6 +222,7 @@ def _view(record: dict[str, Any]) -> dict[str, Any]:
     out = {k: record[k] for k in ("key", "value", "scope", "tier", "user_id", "created_at", "updated_at")}
     out["kind"] = record.get("kind", "semantic")
     out["pinned"] = bool(record.get("pinned"))
+    out["private"] = bool(_holder(record))
     if record.get("source_session"):
         out["source_session"] = record["source_session"]
     if record["scope"] == "agent":
@@ -136,8 +232,8 @@ def _view(record: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _order(record: dict[str, Any]) -> tuple[int, str, str]:
-    return (SCOPES.index(record["scope"]), record["owner"], record["key"])
+def _order(record: dict[str, Any]) -> tuple[int, str, str, str]:
+    return (SCOPES.index(record["scope"]), record["owner"], record["key"], str(record.get("holder") or ""))
 
 
 class Memory(GenServer):
@@ -181,15 +277,29 @@ class Memory(GenServer):
         user_id: str = "",
         kind: Kind = "semantic",
         pinned: bool = False,
-        private: bool = False,
+        private: bool | None = None,
         source_session: str = "",
     ) -> dict[str, Any]:
         """Store (or overwrite) the fact ``key`` in a scope. Values are text (others are stored as JSON);
-        secrets in the key or value are redacted first. ``private`` facts are searchable only by their
-        user; ``source_session`` (the session the fact came from, default ``session_id``) lets forgetting
-        a session take its facts along."""
+        secrets in the key or value are redacted first. A user's facts are private to them (``private``
+        false is refused: tenant-shared facts are written by admins); an admin's are tenant-shared unless
+        ``private`` (then they belong to ``user_id``, default the admin). ``source_session`` (the session the
+        fact came from, default ``session_id``) lets forgetting a session take its facts along."""
         op = "store_memory"
         _require_writer(op)
+        ctx = current_context()
+        if _privileged(ctx):
+            holder = (user_id or ctx.principal) if private else ""
+        else:
+            if user_id and user_id != ctx.principal:
+                raise PermissionDenied(
+                    f"{op}: users store memories for themselves only", op=op, field="user_id"
+                )
+            if private is False or not ctx.principal:
+                raise PermissionDenied(
+                    f"{op}: tenant-shared memories are written by admins", op=op, field="private"
+                )
+            holder = ctx.principal
         _check_text(op, "key", key, MAX_KEY_CHARS)
         if value is None:
             raise InvalidArgument(f"{op}: value must not be empty", op=op, field="value")
@@ -197,26 +307,31 @@ class Memory(GenServer):
         text = redact_text(_as_text(value))
         _check_text(op, "value", text, self.max_value_chars[tier])
         owner = _owner(op, scope, agent_id, session_id)
-        rkey = _record_key(scope, owner, key)
+        rkey = _record_key(scope, owner, key, holder)
         existing = await self.host.kv.get(rkey)
         previous: dict[str, Any] | None = existing if isinstance(existing, dict) else None
-        if previous is None and self.memory_count >= self.max_memories:
+        # The holder's own record from before ownership (at the shared key) is replaced by this one.
+        old = await self.host.kv.get(_record_key(scope, owner, key)) if holder and previous is None else None
+        replaced = old if isinstance(old, dict) and "holder" not in old and _holder(old) == holder else None
+        if previous is None and replaced is None and self.memory_count >= self.max_memories:
             raise Conflict(
                 f"{op}: this tenant has {self.max_memories} memories already", code="quota_exceeded"
             )
         now = self.host.now()
+        earlier = previous or replaced
         record = {
             "key": key,
             "value": text,
             "scope": scope,
             "owner": owner,
+            "holder": holder,
             "tier": tier,
             "kind": kind,
             "pinned": pinned,
-            "private": private,
+            "private": bool(holder),
             "source_session": source_session or session_id,
-            "user_id": user_id or current_context().principal,
-            "created_at": previous["created_at"] if previous else now,
+            "user_id": user_id or ctx.principal,
+            "created_at": earlier["created_at"] if earlier else now,
             "updated_at": now,
         }
         analysed = analyze(f"{key} {text}")
@@ -224,10 +339,11 @@ class Memory(GenServer):
             "key": key,
             "scope": scope,
             "owner": owner,
+            "holder": holder,
             "tier": tier,
             "kind": kind,
             "pinned": pinned,
-            "private": private,
+            "private": bool(holder),
             "user_id": record["user_id"],
             "updated_at": now,
             # Distinct words for query coverage (bounded: deep values can be long).
@@ -238,7 +354,7 @@ class Memory(GenServer):
             self.host.text.upsert(INDEX, rkey, {"terms": analysed or key.lower()}, meta),
         ]
         if previous is None or previous.get("tier") != tier:
-            writes.append(self._file_tier(scope, owner, key, tier))
+            writes.append(self._file_tier(scope, owner, key, tier, holder))
         await asyncio.gather(*writes)  # one group commit where the store allows
         if self._embedder is not None:
             # The model runs in a thread: tens of milliseconds of CPU must not stall the event loop.
@@ -249,6 +365,8 @@ class Memory(GenServer):
                 self._matrix = None
         if previous is None:
             self.memory_count += 1
+        if replaced is not None:
+            await self._forget(replaced, audit=False, counted=False)
         if tier == "core" or (previous and previous.get("tier") == "core"):
             self._core = None
         self._stats["stores"] += 1
@@ -260,55 +378,73 @@ class Memory(GenServer):
             "scope": scope,
             "tier": tier,
             "kind": kind,
-            "created": previous is None,
+            "private": bool(holder),
+            "created": earlier is None,
         }
 
     @call
     async def delete_memory(
-        self, key: str, scope: Scope = "global", agent_id: str = "", session_id: str = ""
+        self, key: str, scope: Scope = "global", agent_id: str = "", session_id: str = "", user_id: str = ""
     ) -> dict[str, Any]:
-        """Forget a fact. ``deleted`` is false when there was nothing to forget."""
+        """Forget a fact: the caller's own under ``key`` (an admin's: ``user_id``'s when named), else the
+        tenant-shared one (admins only). ``deleted`` is false when there was nothing to forget, or nothing
+        the caller may see (another user's fact)."""
         op = "delete_memory"
         _require_writer(op)
         _check_text(op, "key", key, MAX_KEY_CHARS)
         owner = _owner(op, scope, agent_id, session_id)
-        record = await self.host.kv.get(_record_key(scope, owner, key))
-        deleted = isinstance(record, dict) and await self._forget(record)
+        ctx = current_context()
+        admin = _privileged(ctx)
+        who = (user_id or ctx.principal) if admin else ctx.principal
+        deleted = False
+        if admin or not user_id or user_id == who:
+            for record in await self._candidates(scope, owner, key, who):
+                if admin or _owns(record, who):
+                    deleted = await self._forget(record)
+                    break
+                if await self._sees(_reader(ctx, ""), [record]):
+                    raise PermissionDenied(
+                        f"{op}: tenant-shared memories are changed by admins", op=op, field="key"
+                    )
         return {"status": "ok", "key": key, "scope": scope, "deleted": deleted}
 
     @call
     async def clear_memories(self, scope: Scope, agent_id: str = "", session_id: str = "") -> dict[str, Any]:
         """Forget every fact of one agent or session (e.g. when a session ends), or all global facts
-        (admin only)."""
+        (admin only). A user clears only their own facts there."""
         op = "clear_memories"
         _require_writer(op)
-        if scope == "global" and not current_context().roles & _ADMIN_ROLES:
+        ctx = current_context()
+        admin = _privileged(ctx)
+        if scope == "global" and not admin:
             raise PermissionDenied(f"{op}: clearing global memories needs the admin role", op=op)
         owner = _owner(op, scope, agent_id, session_id)
         deleted = 0
-        for t in await self.host.tuples.read_all(["memory", scope, owner, None, None]):
-            record = await self.host.kv.get(_record_key(scope, owner, str(t[3])))
-            if isinstance(record, dict) and await self._forget(record, audit=False):
+        for t in await self._rows(["memory", scope, owner, None, None]):
+            record = await self.host.kv.get(_record_key(*t))
+            if not isinstance(record, dict):
+                await self.host.tuples.take_all(_tuple(t[0], t[1], t[2], None, t[3]))  # a lone index entry
+            elif (admin or _owns(record, ctx.principal)) and await self._forget(record, audit=False):
                 deleted += 1
-            else:
-                await self.host.tuples.take_all(list(t))  # an index entry without its record
         self._audit("memories_cleared", f"scope={scope} deleted={deleted}", session_id, None)
         return {"status": "ok", "scope": scope, "deleted": deleted}
 
-    async def _forget(self, record: dict[str, Any], *, audit: bool = True) -> bool:
+    async def _forget(self, record: dict[str, Any], *, audit: bool = True, counted: bool = True) -> bool:
         scope, owner, key = record["scope"], record["owner"], record["key"]
-        rkey = _record_key(scope, owner, key)
+        holder = str(record.get("holder") or "")
+        rkey = _rkey(record)
         if not await self.host.kv.delete(rkey):
             return False
         await self.host.text.remove(INDEX, rkey)
         await self.host.kv.delete(_VEC + rkey)
         if self._vectors is not None and self._vectors.pop(rkey, None) is not None:
             self._matrix = None
-        await self.host.tuples.take_all(["memory", scope, owner, key, None])
+        await self.host.tuples.take_all(_tuple(scope, owner, key, None, holder))
         self.memory_count = max(0, self.memory_count - 1)
         if record.get("tier") == "core":
             self._core = None
-        self._stats["deletes"] += 1
+        if counted:
+            self._stats["deletes"] += 1
         if audit:
             session = owner if scope == "session" else ""
             self._audit("memory_deleted", f"scope={scope} key={key}", session, record)
@@ -318,16 +454,23 @@ class Memory(GenServer):
 
     @call
     async def recall_memory(
-        self, key: str, scope: Scope = "global", agent_id: str = "", session_id: str = ""
+        self, key: str, scope: Scope = "global", agent_id: str = "", session_id: str = "", user_id: str = ""
     ) -> dict[str, Any]:
-        """``{found, value}`` for one key (value is None when not found)."""
+        """``{found, value}`` for one key (value is None when not found): the caller's own fact under the key,
+        else the tenant-shared one (an admin naming ``user_id``: as that user would find it)."""
         op = "recall_memory"
         _check_text(op, "key", key, MAX_KEY_CHARS)
         owner = _owner(op, scope, agent_id, session_id)
-        record = await self.host.kv.get(_record_key(scope, owner, key))
+        ctx = current_context()
+        reader = _reader(ctx, user_id)
+        record: dict[str, Any] | None = None
+        for candidate in await self._candidates(scope, owner, key, reader.me):
+            if await self._sees(reader, [candidate]):
+                record = candidate
+                break
         self._stats["recalls"] += 1
         self.host.incr_counter("memory_recalls_total")
-        if not isinstance(record, dict):
+        if record is None:
             return {"status": "ok", "key": key, "scope": scope, "found": False, "value": None}
         return {"status": "ok", "found": True, **_view(record)}
 
@@ -339,9 +482,12 @@ class Memory(GenServer):
         agent_id: str = "",
         session_id: str = "",
         limit: int = 100,
+        user_id: str = "",
+        kind: KindFilter = "",
     ) -> dict[str, Any]:
-        """Facts matching a scope and/or tier (empty: any), sorted by scope, owner and key. With an agent or
-        session id, other agents' and sessions' facts are left out."""
+        """Facts matching a scope, tier and/or kind (empty: any) that the caller may see (an admin naming
+        ``user_id``: that user's view), sorted by scope, owner and key. With an agent or session id, other
+        agents' and sessions' facts are left out."""
         if not 1 <= limit <= 1000:
             raise InvalidArgument("list_memories: limit must be 1..1000", op="list_memories", field="limit")
         owner: str | None = None
@@ -349,10 +495,20 @@ class Memory(GenServer):
             owner = agent_id
         elif scope == "session" and session_id:
             owner = session_id
-        pattern = ["memory", scope or None, owner, None, tier or None]
-        rows = await self.host.tuples.read_all(pattern)
-        records = await self._records([(str(t[1]), str(t[2]), str(t[3])) for t in rows])
-        shown = sorted((r for r in records if _visible(r, agent_id, session_id)), key=_order)
+        rows = await self._rows(["memory", scope or None, owner, None, tier or None])
+        records = await self._records(rows)
+        reader = _reader(current_context(), user_id)
+        sessions = await self._session_owners(reader, records)
+        shown = sorted(
+            (
+                r
+                for r in records
+                if _visible(r, agent_id, session_id)
+                and reader.sees(r, sessions)
+                and (not kind or r.get("kind", "semantic") == kind)
+            ),
+            key=_order,
+        )
         return {
             "status": "ok",
             "memories": [_view(r) for r in shown[:limit]],
@@ -377,17 +533,15 @@ class Memory(GenServer):
         """Search, best first: ``memories: [{key, value, scope, tier, kind, score, relevance, snippet}]``.
         ``relevance`` (0..1) is lexical (query-word coverage weighted by BM25), fused with cosine similarity
         when the semantic extra is installed; ``score`` is relevance times temporal decay (pinned and core
-        memories do not decay). Results below ``min_score`` are left out. End users search their own
-        private (episodic) memories only."""
+        memories do not decay). Results below ``min_score`` are left out. Only what the caller may see is
+        searched (an admin naming ``user_id``: what that user sees)."""
         op = "search_memories"
         _check_text(op, "query", query, MAX_QUERY_CHARS)
         if not 1 <= limit <= 100:
             raise InvalidArgument(f"{op}: limit must be 1..100", op=op, field="limit")
         if not 0 <= min_score <= 1:
             raise InvalidArgument(f"{op}: min_score must be within 0..1", op=op, field="min_score")
-        ctx = current_context()
-        if is_restricted(ctx):
-            user_id = ctx.principal
+        reader = _reader(current_context(), user_id)
         words = query_terms(query)
         # Candidates come from the index; decay and filters reorder them, so fetch more than asked for.
         fetch = min(max(limit * 5, 50), 500)
@@ -410,10 +564,17 @@ class Memory(GenServer):
                     _, lexical_score, similarity = candidates[rkey]
                     candidates[rkey] = ({**record, "terms": terms}, lexical_score, similarity)
         now = self.host.now()
+        probes = {
+            rkey: {"scope": meta.get("scope", ""), "owner": meta.get("owner", ""), **meta}
+            for rkey, (meta, _, _) in candidates.items()
+        }
+        sessions = await self._session_owners(reader, probes.values())
         ranked: list[tuple[float, float, str]] = []
         for rkey, (meta, bm25, cos) in candidates.items():
-            probe = {"scope": meta.get("scope", ""), "owner": meta.get("owner", ""), **meta}
-            if not probe.get("scope") or not _visible(probe, agent_id, session_id, user_id):
+            probe = probes[rkey]
+            if not probe.get("scope") or not _visible(probe, agent_id, session_id):
+                continue
+            if not reader.sees(probe, sessions):
                 continue
             if (scope and probe["scope"] != scope) or (tier and probe.get("tier") != tier):
                 continue
@@ -429,7 +590,7 @@ class Memory(GenServer):
         records = await self._raw([k for _, _, k in ranked[: limit * 2]])
         found: list[dict[str, Any]] = []
         for (score, relevance, _key), record in zip(ranked, records, strict=False):
-            if not isinstance(record, dict):
+            if not isinstance(record, dict) or not reader.sees(record, sessions):
                 continue  # an index entry whose record is gone (see the module docstring)
             found.append(
                 {
@@ -449,19 +610,24 @@ class Memory(GenServer):
     async def core_snapshot(
         self, user_id: str = "", agent_id: str = "", session_id: str = "", max_chars: int = 0
     ) -> dict[str, Any]:
-        """The core-tier facts for a system prompt: global ones, plus the agent's and the session's when
-        their ids are given; with ``user_id``, only the facts that user stored. Sorted, so the same facts
-        always give the same prompt; bounded by ``max_chars`` (key + value)."""
+        """The core-tier facts for the system prompt of one user's turns: the tenant-shared ones and that
+        user's own (``user_id``, default the caller; users always get their own, viewers the shared ones
+        only), global ones plus the agent's and the session's when their ids are given. Sorted, so the same
+        facts always give the same prompt; bounded by ``max_chars`` (key + value)."""
         budget = max_chars if max_chars > 0 else self.core_snapshot_chars
+        reader = _reader(current_context(), user_id, prompt=True)
+        records = [
+            r
+            for r in await self._core_records()
+            if (r["scope"] != "agent" or (agent_id and r["owner"] == agent_id))
+            and (r["scope"] != "session" or (session_id and r["owner"] == session_id))
+        ]
+        sessions = await self._session_owners(reader, records)
         chosen: list[dict[str, Any]] = []
         used = 0
         truncated = False
-        for record in await self._core_records():
-            if record["scope"] == "agent" and (not agent_id or record["owner"] != agent_id):
-                continue
-            if record["scope"] == "session" and (not session_id or record["owner"] != session_id):
-                continue
-            if user_id and record["user_id"] != user_id:
+        for record in records:
+            if not reader.sees(record, sessions):
                 continue
             size = len(record["key"]) + len(record["value"])
             if used + size > budget:
@@ -484,12 +650,16 @@ class Memory(GenServer):
         """Forget one memory (``key`` in ``scope``), a session (its session-scoped facts, the facts that came
         from it, its transcript, archives, history and skill provenance), a user (all of that for each of
         their sessions, and their facts) or, with ``everything`` (admin), the whole tenant. End users may
-        forget only their own sessions and themselves."""
+        forget only their own memories, sessions and themselves: of a session whose owner is not recorded,
+        only their own facts."""
         op = "forget"
         _require_writer(op)
         ctx = current_context()
         if key:
-            return {**await self.delete_memory(key, scope, agent_id, session_id), "mode": "memory"}
+            one = await self.delete_memory(key, scope, agent_id, session_id, user_id)
+            return {**one, "mode": "memory"}
+        admin = _privileged(ctx)
+        owner: str | None = None
         if session_id:
             mode = "session"
             owner = await forgetting.session_owner(self.host, session_id)
@@ -511,8 +681,9 @@ class Memory(GenServer):
                 hit = (record["scope"] == "session" and record["owner"] == session_id) or record.get(
                     "source_session"
                 ) == session_id
+                hit = hit and (admin or owner == ctx.principal or _owns(record, ctx.principal))
             elif mode == "user":
-                hit = record.get("user_id") == user_id
+                hit = _owns(record, user_id) or (admin and record.get("user_id") == user_id)
             else:
                 hit = True
             if hit and await self._forget(record, audit=False):
@@ -526,13 +697,13 @@ class Memory(GenServer):
 
     @cast
     async def session_ended(self, session_id: str) -> None:
-        """A session ended (sent by ``session_manager``): its session-scoped memories go."""
-        for t in await self.host.tuples.read_all(["memory", "session", session_id, None, None]):
-            record = await self.host.kv.get(_record_key("session", session_id, str(t[3])))
+        """A session ended (sent by ``session_manager``): its session-scoped memories go, whoever's."""
+        for t in await self._rows(["memory", "session", session_id, None, None]):
+            record = await self.host.kv.get(_record_key(*t))
             if isinstance(record, dict):
                 await self._forget(record, audit=False)
             else:
-                await self.host.tuples.take_all(list(t))
+                await self.host.tuples.take_all(_tuple(t[0], t[1], t[2], None, t[3]))
 
     @call
     def get_stats(self) -> dict[str, Any]:
@@ -541,9 +712,38 @@ class Memory(GenServer):
 
     # -- helpers ------------------------------------------------------------------------------------------
 
-    async def _records(self, ids: list[tuple[str, str, str]]) -> list[dict[str, Any]]:
-        got = await asyncio.gather(*(self.host.kv.get(_record_key(s, o, k)) for s, o, k in ids))
+    async def _rows(self, pattern: list[Any]) -> list[tuple[str, str, str, str]]:
+        """``(scope, owner, key, holder)`` of the shared and the private index tuples matching a 5-element
+        pattern."""
+        shared, private = await asyncio.gather(
+            self.host.tuples.read_all(pattern), self.host.tuples.read_all([*pattern, None])
+        )
+        return [(str(t[1]), str(t[2]), str(t[3]), "") for t in shared] + [
+            (str(t[1]), str(t[2]), str(t[3]), str(t[5])) for t in private
+        ]
+
+    async def _records(self, ids: list[tuple[str, str, str, str]]) -> list[dict[str, Any]]:
+        got = await asyncio.gather(*(self.host.kv.get(_record_key(*i)) for i in ids))
         return [r for r in got if isinstance(r, dict)]
+
+    async def _candidates(self, scope: str, owner: str, key: str, who: str) -> list[dict[str, Any]]:
+        """The records ``key`` may name for ``who``, in the order they are looked up: ``who``'s own, then the
+        shared one (or one from before ownership)."""
+        ids = ([(scope, owner, key, who)] if who else []) + [(scope, owner, key, "")]
+        return await self._records(ids)
+
+    async def _session_owners(
+        self, reader: _Reader, records: Iterable[Mapping[str, Any]]
+    ) -> dict[str, str | None]:
+        """The owner of each session whose shared facts ``reader`` needs it for (see ``_Reader.sees``)."""
+        sids = sorted({str(r.get("owner")) for r in records if reader.needs_owner(r)})
+        owners = await asyncio.gather(*(forgetting.session_owner(self.host, sid) for sid in sids))
+        return dict(zip(sids, owners, strict=True))
+
+    async def _sees(self, reader: _Reader, records: list[dict[str, Any]]) -> bool:
+        """Whether ``reader`` sees every one of ``records``."""
+        sessions = await self._session_owners(reader, records)
+        return all(reader.sees(r, sessions) for r in records)
 
     async def _raw(self, rkeys: list[str]) -> list[Any]:
         return list(await asyncio.gather(*(self.host.kv.get(k) for k in rkeys)))
@@ -567,21 +767,19 @@ class Memory(GenServer):
         return [(keys[i], float(sims[i])) for i in top]
 
     async def _all_records(self) -> list[dict[str, Any]]:
-        rows = await self.host.tuples.read_all(["memory", None, None, None, None])
-        return await self._records([(str(t[1]), str(t[2]), str(t[3])) for t in rows])
+        return await self._records(await self._rows(["memory", None, None, None, None]))
 
     async def _core_records(self) -> list[dict[str, Any]]:
         if self._core is None:
-            rows = await self.host.tuples.read_all(["memory", None, None, None, "core"])
-            records = await self._records([(str(t[1]), str(t[2]), str(t[3])) for t in rows])
+            records = await self._records(await self._rows(["memory", None, None, None, "core"]))
             self._core = sorted((r for r in records if r.get("tier") == "core"), key=_order)
         return self._core
 
-    async def _file_tier(self, scope: str, owner: str, key: str, tier: str) -> None:
-        """The (scope, owner, key) -> tier tuple, replaced: the take before the write (a concurrent pair
-        could land in either order on a store with several connections)."""
-        await self.host.tuples.take_all(["memory", scope, owner, key, None])
-        await self.host.tuples.write(["memory", scope, owner, key, tier])
+    async def _file_tier(self, scope: str, owner: str, key: str, tier: str, holder: str) -> None:
+        """The (scope, owner, key[, holder]) -> tier tuple, replaced: the take before the write (a concurrent
+        pair could land in either order on a store with several connections)."""
+        await self.host.tuples.take_all(_tuple(scope, owner, key, None, holder))
+        await self.host.tuples.write(_tuple(scope, owner, key, tier, holder))
 
     def _audit(self, event_type: str, detail: str, session_id: str, record: dict[str, Any] | None) -> None:
         data = {}

@@ -2,7 +2,8 @@
 
 ``gather_turn`` asks, at the same time and only where the actor exists: ``tool_executor.list_tools``,
 ``memory.core_snapshot`` (stable prefix), ``skill_store.match_skills``, ``memory.search_memories`` and
-``goals.list_goals`` (per-turn section). A collaborator that fails or times out leaves its part empty: the
+``goals.list_goals`` (per-turn section). Memories are asked for as the turn's user sees them (the
+tenant-shared ones and that user's own). A collaborator that fails or times out leaves its part empty: the
 turn goes on without skills or goals rather than failing.
 """
 
@@ -101,7 +102,8 @@ async def gather_turn(
     t = s.timeout
     calls: list[Awaitable[Any]] = [
         list_tools(host, t),
-        _optional(host, "memory", "core_snapshot", {"max_chars": s.core_chars}, t),
+        # The turn's user's view: tenant-shared core facts and that user's own (never another user's).
+        _optional(host, "memory", "core_snapshot", {"max_chars": s.core_chars, "user_id": user_id}, t),
         _optional(
             host,
             "skill_store",

@@ -59,7 +59,8 @@ async def chat(node, message: str, session_id: str) -> dict[str, Any]:
 
 
 async def recall(node, key: str) -> dict[str, Any]:
-    return await node.ask("memory", "recall_memory", {"key": key}, ctx=ACME)
+    """The admin's view of what the user's turns stored (a user's memories are private to them)."""
+    return await node.ask("memory", "recall_memory", {"key": key, "user_id": ACME_USER.principal}, ctx=ACME)
 
 
 async def test_calculate_and_remember_runs_without_review(make_node, root):

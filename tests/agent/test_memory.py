@@ -33,6 +33,7 @@ async def test_store_recall_overwrite_delete(make_node):
         "scope": "global",
         "tier": "reachable",
         "kind": "semantic",
+        "private": False,
         "created": True,
     }
     got = await mem(node, "recall_memory", key="favourite_colour")
@@ -154,17 +155,18 @@ async def test_core_snapshot_is_sorted_scoped_and_bounded(make_node):
     await mem(node, "store_memory", key="boss", value="Bob", tier="core", ctx=ACME_USER)
     snap = await mem(node, "core_snapshot")
     assert snap["memories"] == [
-        {"key": "boss", "value": "Bob", "scope": "global"},
         {"key": "city", "value": "Oslo", "scope": "global"},
         {"key": "name", "value": "Alice", "scope": "global"},
     ]
     assert snap == await mem(node, "core_snapshot")
     scoped = await mem(node, "core_snapshot", session_id="s1", agent_id="helper")
-    assert [m["key"] for m in scoped["memories"]] == ["boss", "city", "name", "tone", "units"]
-    mine = await mem(node, "core_snapshot", user_id="bob")
-    assert [m["key"] for m in mine["memories"]] == ["boss"]
+    assert [m["key"] for m in scoped["memories"]] == ["city", "name", "tone", "units"]
+    # A user's own core facts are in their prompts only (the shared ones are in everybody's).
+    bobs = await mem(node, "core_snapshot", user_id="bob")
+    assert [m["key"] for m in bobs["memories"]] == ["boss", "city", "name"]
+    assert bobs == await mem(node, "core_snapshot", ctx=ACME_USER)
     await mem(node, "store_memory", key="city", value="Bergen", tier="reachable")  # leaves the core tier
-    assert [m["key"] for m in (await mem(node, "core_snapshot"))["memories"]] == ["boss", "name"]
+    assert [m["key"] for m in (await mem(node, "core_snapshot"))["memories"]] == ["name"]
     await mem(node, "store_memory", key="bio", value="x" * 50, tier="core")
     bounded = await mem(node, "core_snapshot")
     assert bounded["truncated"] is True
