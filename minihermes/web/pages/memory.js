@@ -32,6 +32,7 @@ async function render(root, ctx) {
                 const args = { key: m.key, scope: m.scope };
                 if (m.agent_id) args.agent_id = m.agent_id;
                 if (m.session_id) args.session_id = m.session_id;
+                if (m.private) args.user_id = m.user_id; // a private memory is its owner's (an admin names them)
                 await ctx.api.call("memory", "delete_memory", args);
                 toast(`Deleted ${m.key}`);
                 await load();
