@@ -12,6 +12,13 @@ time is reclaimed by the sweep (a durable reminder): the card goes back to ``rea
 ``fail`` reports a failed attempt; the second failure blocks the card with the reason. ``complete`` stores
 the worker's summary, which the cards depending on it read as their hand-off (``show``), and makes them
 ready when all their dependencies are done.
+
+Ownership: the board is the tenant's, so everyone reads every card and may comment; a card records its
+author (``created_by``, from the request context) and every change to it (update, assign, move, block,
+unblock, start, heartbeat, complete, fail, cancel, archive, delete) is refused (``PermissionDenied``) unless
+the caller is its author, its assignee, an admin or the runtime (``system``). A comment's author is the
+caller; admins and the system may name another. Free text (title, body, comments, reasons, summaries,
+metadata) is stored with recognisable secrets redacted.
 """
 
 from __future__ import annotations
@@ -20,7 +27,18 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from minihermes.agent.audit import fire_audit
-from minihermes.runtime import Conflict, GenServer, InvalidArgument, NotFound, call, cast, current_context
+from minihermes.runtime import (
+    Conflict,
+    GenServer,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    call,
+    cast,
+    current_context,
+)
+
+from ._owner import acting_principal, is_admin, principal, scrub, scrub_value
 
 Status = Literal["todo", "ready", "in_progress", "blocked", "done", "cancelled"]
 StatusFilter = Literal["", "todo", "ready", "in_progress", "blocked", "done", "cancelled"]
@@ -45,6 +63,20 @@ def _key(task_id: str) -> str:
     return f"kanban:task:{task_id}"
 
 
+def _require_owner(op: str, card: dict[str, Any]) -> None:
+    """Changing a card: its author, its assignee, an admin or the system."""
+    if is_admin():
+        return
+    who = principal()
+    if who and who in (card.get("created_by"), card.get("assignee")):
+        return
+    raise PermissionDenied(
+        f"{op}: only the author or the assignee of {card['task_id']}, or an admin, may change it",
+        op=op,
+        task_id=card["task_id"],
+    )
+
+
 class Kanban(GenServer):
     """Per-tenant board. Args: ``sweep_interval`` (s between reclaim sweeps, 10)."""
 
@@ -62,8 +94,10 @@ class Kanban(GenServer):
         assignee: str = "",
         depends_on: list[str] | None = None,
         priority: int = 0,
+        created_by: str = "",
     ) -> dict[str, Any]:
-        """A new card: ``{status, task_id, task}``; ``ready`` at once unless it waits for dependencies."""
+        """A new card: ``{status, task_id, task}``; ``ready`` at once unless it waits for dependencies.
+        The author is the caller (``created_by`` names another only for admins and the system)."""
         op = "create"
         _text(op, "title", title, MAX_TITLE, required=True)
         _text(op, "body", body, MAX_BODY)
@@ -74,14 +108,14 @@ class Kanban(GenServer):
         now = self.host.now()
         card = {
             "task_id": task_id,
-            "title": title.strip(),
-            "body": body,
+            "title": scrub(title.strip()),
+            "body": scrub(body),
             "assignee": assignee,
             "priority": priority,
             "depends_on": deps,
             "status": "ready" if all(d["status"] == "done" for d in dep_cards) else "todo",
             "archived": False,
-            "created_by": current_context().principal,
+            "created_by": acting_principal(created_by),
             "created_at": now,
             "updated_at": now,
             "claim": None,
@@ -143,19 +177,19 @@ class Kanban(GenServer):
     ) -> dict[str, Any]:
         def change(c: dict[str, Any]) -> str:
             if title is not None:
-                c["title"] = _text("update", "title", title, MAX_TITLE, required=True).strip()
+                c["title"] = scrub(_text("update", "title", title, MAX_TITLE, required=True).strip())
             if body is not None:
-                c["body"] = _text("update", "body", body, MAX_BODY)
+                c["body"] = scrub(_text("update", "body", body, MAX_BODY))
             if priority is not None:
                 c["priority"] = priority
             return "updated"
 
-        return await self._change("update", task_id, change)
+        return await self._change("update", task_id, change, guard=True)
 
     @call
     async def delete(self, task_id: str) -> dict[str, Any]:
         """Delete a card nobody depends on (cancel or archive it otherwise)."""
-        await self._card("delete", task_id)
+        _require_owner("delete", await self._card("delete", task_id))
         users = [c["task_id"] for c in await self._all() if task_id in c["depends_on"]]
         if users:
             raise Conflict(f"delete: {', '.join(users)} depend on {task_id}", task_id=task_id)
@@ -171,7 +205,7 @@ class Kanban(GenServer):
             c["assignee"] = assignee
             return "assigned"
 
-        return await self._change("assign", task_id, change, assignee=assignee)
+        return await self._change("assign", task_id, change, guard=True, assignee=assignee)
 
     @call
     async def move(self, task_id: str, status: Status) -> dict[str, Any]:
@@ -189,15 +223,18 @@ class Kanban(GenServer):
             c["status"] = status
             return "moved"
 
-        return await self._change("move", task_id, change, to=status)
+        return await self._change("move", task_id, change, guard=True, to=status)
 
     @call
     async def comment(self, task_id: str, text: str, author: str = "") -> dict[str, Any]:
+        """Anyone may comment; the author is the caller (``author`` names another only for admins and the
+        system)."""
         _text("comment", "text", text, 5000, required=True)
-        who = author or current_context().principal
+        who = acting_principal(author)
+        clean = scrub(text)
 
         def change(c: dict[str, Any]) -> str:
-            c["comments"] = [*c["comments"][-49:], {"author": who, "text": text, "at": self.host.now()}]
+            c["comments"] = [*c["comments"][-49:], {"author": who, "text": clean, "at": self.host.now()}]
             return "commented"
 
         return await self._change("comment", task_id, change, author=who)
@@ -205,13 +242,14 @@ class Kanban(GenServer):
     @call
     async def block(self, task_id: str, reason: str) -> dict[str, Any]:
         _text("block", "reason", reason, 2000, required=True)
+        reason = scrub(reason)
 
         def change(c: dict[str, Any]) -> str:
             self._require_open("block", c)
             c.update(status="blocked", blocked_reason=reason, claim=None)
             return "blocked"
 
-        return await self._change("block", task_id, change, reason=reason)
+        return await self._change("block", task_id, change, guard=True, reason=reason)
 
     @call
     async def unblock(self, task_id: str) -> dict[str, Any]:
@@ -224,7 +262,7 @@ class Kanban(GenServer):
             c.update(status="ready" if deps_done else "todo", blocked_reason="", failures=0)
             return "unblocked"
 
-        reply = await self._change("unblock", task_id, change)
+        reply = await self._change("unblock", task_id, change, guard=True)
         self._nudge()
         return reply
 
@@ -246,7 +284,7 @@ class Kanban(GenServer):
             )
             return "claimed"
 
-        return await self._change("start", task_id, change, worker=worker)
+        return await self._change("start", task_id, change, guard=True, worker=worker)
 
     @call
     async def heartbeat(self, task_id: str, worker: str, ttl: float = DEFAULT_TTL) -> dict[str, Any]:
@@ -258,7 +296,7 @@ class Kanban(GenServer):
             c["claim"] = {**c["claim"], "expires_at": now + ttl}
             return ""  # heartbeats are not worth an event each
 
-        return await self._change("heartbeat", task_id, change)
+        return await self._change("heartbeat", task_id, change, guard=True)
 
     @call
     async def complete(
@@ -266,17 +304,19 @@ class Kanban(GenServer):
     ) -> dict[str, Any]:
         """Done, with a summary the dependent cards read. With ``worker``, only while it holds the claim."""
         _text("complete", "summary", summary, MAX_BODY, required=True)
+        summary = scrub(summary)
+        meta = scrub_value(dict(metadata or {}))
         now = self.host.now()
 
         def change(c: dict[str, Any]) -> str:
             if worker:
                 self._require_claim("complete", c, worker, now)
             self._require_open("complete", c)
-            c.update(status="done", summary=summary, metadata=dict(metadata or {}), claim=None)
+            c.update(status="done", summary=summary, metadata=meta, claim=None)
             c["completed_at"] = now
             return "completed"
 
-        reply = await self._change("complete", task_id, change, summary=summary[:500])
+        reply = await self._change("complete", task_id, change, guard=True, summary=summary[:500])
         reply["unblocked"] = await self._release_dependents(task_id)
         return reply
 
@@ -284,22 +324,25 @@ class Kanban(GenServer):
     async def fail(self, task_id: str, worker: str, reason: str) -> dict[str, Any]:
         """A worker gives up on its attempt: back to ready, or blocked with the reason after the second."""
         _text("fail", "reason", reason, 2000, required=True)
+        reason = scrub(reason)
         now = self.host.now()
 
         def change(c: dict[str, Any]) -> str:
             self._require_claim("fail", c, worker, now)
             return self._failure(c, reason)
 
-        return await self._change("fail", task_id, change, reason=reason)
+        return await self._change("fail", task_id, change, guard=True, reason=reason)
 
     @call
     async def cancel(self, task_id: str, reason: str = "") -> dict[str, Any]:
+        reason = scrub(reason)
+
         def change(c: dict[str, Any]) -> str:
             self._require_open("cancel", c)
             c.update(status="cancelled", claim=None, blocked_reason=reason)
             return "cancelled"
 
-        return await self._change("cancel", task_id, change, reason=reason)
+        return await self._change("cancel", task_id, change, guard=True, reason=reason)
 
     @call
     async def archive(self, task_id: str) -> dict[str, Any]:
@@ -311,7 +354,7 @@ class Kanban(GenServer):
             c["archived"] = True
             return "archived"
 
-        return await self._change("archive", task_id, change)
+        return await self._change("archive", task_id, change, guard=True)
 
     @call
     async def stats(self) -> dict[str, Any]:
@@ -372,12 +415,18 @@ class Kanban(GenServer):
         if claim["expires_at"] < now:
             raise Conflict(f"{op}: the claim on {c['task_id']} expired", task_id=c["task_id"])
 
-    async def _change(self, op: str, task_id: str, fn: Mutation, **detail: Any) -> dict[str, Any]:
+    async def _change(
+        self, op: str, task_id: str, fn: Mutation, *, guard: bool = False, **detail: Any
+    ) -> dict[str, Any]:
+        """Apply ``fn`` to the card (compare-and-set, retried). ``guard``: a caller's change, allowed to the
+        card's author, assignee, an admin or the system (checked on the version being changed)."""
         for _ in range(20):
             entry = await self.host.kv.get_entry(_key(task_id))
             if entry is None or not isinstance(entry.value, dict):
                 raise NotFound(f"{op}: no task {task_id}", op=op, task_id=task_id)
             card = dict(entry.value)
+            if guard:
+                _require_owner(op, card)
             event = fn(card)
             if not event and op != "heartbeat":
                 return {"status": "ok", "task_id": task_id, "task": entry.value, "changed": False}

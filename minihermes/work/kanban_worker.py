@@ -12,6 +12,10 @@ summary unless the agent completed or blocked the card itself.
 
 A turn that fails reports ``fail``; the board blocks a card on its second failure. A worker that dies stops
 heartbeating, so the board reclaims its cards.
+
+The worker claims, heartbeats, completes and fails cards as the runtime (``system``, whoever nudged it); the
+agent turn in between runs as the card's author with the ``user`` role, so the kanban tools it calls may
+change that card (its author's) and nothing its author could not change.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 from minihermes.runtime import ActorError, GenServer, RequestContext, call, cast, current_context
 
 from ._cronstore import acting_as
+from ._owner import system_context
 from ._turns import run_turn_once
 
 PROTOCOL = """You are a kanban worker. Follow this protocol for the task below:
@@ -62,6 +67,11 @@ class KanbanWorker(GenServer):
     @cast
     async def poll(self) -> None:
         """Claim ready agent cards up to the concurrency limit."""
+        # A nudge carries the context of whoever made a card ready: the worker's own hops are the system's.
+        with acting_as(system_context(current_context(), "kanban_worker")):
+            await self._poll()
+
+    async def _poll(self) -> None:
         free = self.max_concurrent - len(self._running)
         if free <= 0:
             return
@@ -89,23 +99,23 @@ class KanbanWorker(GenServer):
         ctx = RequestContext(
             tenant=self._scope[0],
             namespace=self._scope[1],
-            principal=str(card.get("created_by") or "kanban_worker"),
+            principal=str(card.get("created_by") or card.get("assignee") or "kanban_worker"),
             roles=frozenset({"user"}),
             request_id=f"kanban:{task_id}",
         )
         beat = self.host.spawn(self._heartbeat(task_id, session))
         try:
-            with acting_as(ctx):
-                shown = await self.host.ask("kanban", "show", {"task_id": task_id})
-                prompt = worker_prompt(card, shown["dependencies"])
-                try:
+            shown = await self.host.ask("kanban", "show", {"task_id": task_id})
+            prompt = worker_prompt(card, shown["dependencies"])
+            try:
+                with acting_as(ctx):
                     reply = await run_turn_once(
                         self.host, session, session, prompt, timeout=self.turn_timeout
                     )
-                except ActorError as e:
-                    await self._report_failure(task_id, session, f"{e.code}: {e.message}")
-                    return
-                await self._finish(task_id, session, reply)
+            except ActorError as e:
+                await self._report_failure(task_id, session, f"{e.code}: {e.message}")
+                return
+            await self._finish(task_id, session, reply)
         finally:
             beat.cancel()
             self._running.pop(task_id, None)

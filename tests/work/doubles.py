@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from minihermes.runtime import ActorError, Deferred, GenServer, call
+from minihermes.runtime import ActorError, Deferred, GenServer, call, current_context
 
 Answer = Callable[[str, list[dict[str, Any]]], str | dict[str, Any]]
 
@@ -22,6 +22,8 @@ class Script:
         self.entered: dict[str, asyncio.Event] = {}
         self.calls: list[str] = []
         self.tools: dict[str, list[str]] = {}
+        self.contexts: dict[str, tuple[str, frozenset[str]]] = {}
+        """session -> (principal, roles) of the last completion asked for it: whom the turn acts as."""
 
 
 SCRIPT = Script()
@@ -47,6 +49,8 @@ class ScriptedGateway(GenServer):
         **extra: Any,
     ) -> Any:
         SCRIPT.tools[session_id] = sorted(t["name"] for t in tools or [])
+        ctx = current_context()
+        SCRIPT.contexts[session_id] = (ctx.principal, ctx.roles)
         return Deferred(self.host.spawn(self._answer(messages, session_id)))
 
     async def _answer(self, messages: list[dict[str, Any]], session_id: str) -> dict[str, Any]:
