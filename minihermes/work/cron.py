@@ -10,6 +10,11 @@ time is dispatched once. The ``cron_runner`` consumes the channel (``runner.py``
 After downtime, fire times missed by more than ``misfire_grace`` follow the job's policy: ``run_once`` fires
 the latest of them once, ``skip`` fires none; either way the job goes on from the next time in the future.
 Failed runs come back through ``cron:retry:`` entries with exponential backoff up to ``max_retries``.
+
+A job belongs to the principal that created it (``owner``, from the request context) and runs as that owner
+with the roles it had then, never more (``_cronstore.run_context``). Users see and change only their own
+jobs (another user's job is ``not_found`` to them); admins and the system see and change every job. The
+prompt is stored with recognisable secrets redacted.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import uuid
 from typing import Any, Literal
 
 from minihermes.agent.audit import fire_audit
+from minihermes.context.forget import session_owner
 from minihermes.runtime import (
     Conflict,
     GenServer,
@@ -45,7 +51,8 @@ from ._cronstore import (
     run_view,
     update_run,
 )
-from .schedule import parse_schedule
+from ._owner import is_admin, scrub
+from .schedule import MAX_YEARS_BETWEEN_FIRES, parse_schedule
 
 Misfire = Literal["run_once", "skip"]
 MAX_PROMPT_CHARS = 20_000
@@ -64,6 +71,11 @@ def _require_writer(op: str) -> None:
 
 def _job_view(job: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in job.items() if k != "roles"}
+
+
+def _visible(job: dict[str, Any]) -> bool:
+    """Users see their own jobs; admins and the system every job."""
+    return is_admin() or job.get("owner") == current_context().principal
 
 
 class CronScheduler(GenServer):
@@ -132,20 +144,35 @@ class CronScheduler(GenServer):
         sched = parse_schedule(schedule, tz)
         now = self.host.now()
         first = sched.first_fire(now)
+        if first is None and sched.kind == "cron":
+            raise InvalidArgument(
+                f"{op}: the schedule '{schedule}' never fires (no date within {MAX_YEARS_BETWEEN_FIRES} "
+                "years matches it; check the day of the month against the month)",
+                op=op,
+                field="schedule",
+                schedule=schedule,
+            )
         key = job_key(job_id)
         existing = await self.host.kv.get_entry(key)
         if existing is not None and not replace:
             raise Conflict(f"{op}: job '{job_id}' exists (give replace=true to redefine it)", job_id=job_id)
+        if existing is not None and isinstance(existing.value, dict) and not _visible(existing.value):
+            raise PermissionDenied(
+                f"{op}: job '{job_id}' belongs to another user; choose another job_id", op=op, job_id=job_id
+            )
         ctx = current_context()
+        cron_session = f"cron:{session_id or job_id}"
+        if not is_admin():
+            await self._check_session(op, job_id, cron_session, ctx.principal)
         job = {
             "job_id": job_id,
-            "prompt": prompt,
+            "prompt": scrub(prompt),
             "schedule": sched.spec,
             "schedule_input": schedule,
             "kind": sched.kind,
             "tz": sched.tz,
             "session_id": session_id or job_id,
-            "cron_session": f"cron:{session_id or job_id}",
+            "cron_session": cron_session,
             "status": "active" if first is not None else "done",
             "misfire": misfire,
             "max_retries": max_retries,
@@ -176,7 +203,9 @@ class CronScheduler(GenServer):
             raise InvalidArgument("list_jobs: limit must be 1..10000", op="list_jobs", field="limit")
         rows = await self.host.kv.list("cron:job:")
         jobs = [
-            _job_view(v) for _, v in rows if isinstance(v, dict) and (not status or v["status"] == status)
+            _job_view(v)
+            for _, v in rows
+            if isinstance(v, dict) and (not status or v["status"] == status) and _visible(v)
         ]
         return {"status": "ok", "jobs": jobs[:limit], "count": min(len(jobs), limit), "total": len(jobs)}
 
@@ -206,12 +235,17 @@ class CronScheduler(GenServer):
             sched = parse_schedule(job["schedule"], job["tz"])
             anchor = job.get("next_run_at") or job["created_at"]
             nxt = sched.at if sched.kind == "once" else sched.following(anchor, now)
-            return {"status": "active", "next_run_at": nxt}
+            return {"status": "active" if nxt is not None else "done", "next_run_at": nxt}
 
         job = await self._change("resume_job", job_id, change)
         if job["next_run_at"] is not None:
             await self.host.kv.put(due_key(job["next_run_at"], job_id), {"job_id": job_id})
-        return {"status": "ok", "job_id": job_id, "job_status": "active", "next_run_at": job["next_run_at"]}
+        return {
+            "status": "ok",
+            "job_id": job_id,
+            "job_status": job["status"],
+            "next_run_at": job["next_run_at"],
+        }
 
     @call
     async def delete_job(self, job_id: str) -> dict[str, Any]:
@@ -242,6 +276,8 @@ class CronScheduler(GenServer):
         if not 1 <= limit <= MAX_RUNS_KEPT:
             raise InvalidArgument(f"job_runs: limit must be 1..{MAX_RUNS_KEPT}", field="limit")
         check_job_id(job_id, "job_runs")
+        if not is_admin():
+            await self._job("job_runs", job_id)  # users read the runs of their own jobs only
         runs = await self._runs(job_id, limit)
         return {"status": "ok", "job_id": job_id, "runs": runs, "count": len(runs)}
 
@@ -397,17 +433,39 @@ class CronScheduler(GenServer):
             self.host.send("cron_runner", "wake", {})
 
     async def _job(self, op: str, job_id: str) -> dict[str, Any]:
+        """The job, if the caller may see it (another user's job is not found, like a missing one)."""
         check_job_id(job_id, op)
         job = await self.host.kv.get(job_key(job_id))
-        if not isinstance(job, dict):
+        if not isinstance(job, dict) or not _visible(job):
             raise NotFound(f"{op}: no job '{job_id}'", op=op, job_id=job_id)
         return job
+
+    async def _check_session(self, op: str, job_id: str, cron_session: str, owner: str) -> None:
+        """A user's job runs in a cron session no other principal's job or chat uses: the session's history
+        is in every turn's prompt."""
+        recorded = await session_owner(self.host, cron_session)
+        clash = recorded is not None and recorded != owner
+        if not clash:
+            rows = await self.host.kv.list("cron:job:")
+            clash = any(
+                isinstance(v, dict)
+                and v.get("cron_session") == cron_session
+                and v.get("job_id") != job_id
+                and v.get("owner") != owner
+                for _, v in rows
+            )
+        if clash:
+            raise Conflict(
+                f"{op}: the session '{cron_session}' belongs to another user; give another session_id",
+                op=op,
+                field="session_id",
+            )
 
     async def _change(self, op: str, job_id: str, fn: Any) -> dict[str, Any]:
         check_job_id(job_id, op)
         for _ in range(10):
             entry = await self.host.kv.get_entry(job_key(job_id))
-            if entry is None or not isinstance(entry.value, dict):
+            if entry is None or not isinstance(entry.value, dict) or not _visible(entry.value):
                 raise NotFound(f"{op}: no job '{job_id}'", op=op, job_id=job_id)
             job = {**entry.value, **fn(entry.value)}
             if await self.host.kv.cas(job_key(job_id), entry.version, job) is not None:

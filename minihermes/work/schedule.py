@@ -8,7 +8,9 @@ Forms accepted (``parse_schedule``):
 - a one-shot ISO 8601 time (``2026-05-01T09:00:00+02:00``; a naive time is read in the job's time zone).
 
 An interval schedule fires first one period after it is created, then every period. Anything else is an
-``InvalidArgument`` naming the ``schedule`` field and the accepted forms.
+``InvalidArgument`` naming the ``schedule`` field and the accepted forms. A cron expression that no date
+matches (``0 0 30 2 *``, 30 February) has no next fire time: the search for one stops after
+``MAX_YEARS_BETWEEN_FIRES`` years, ``next_after`` answers None, and a job is refused with it.
 """
 
 from __future__ import annotations
@@ -19,13 +21,16 @@ from datetime import UTC, datetime
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterError, croniter
 
 from minihermes.runtime import InvalidArgument
 
 ScheduleKind = Literal["cron", "interval", "once"]
 MIN_INTERVAL = 1.0
 MAX_INTERVAL = 366 * 86400.0
+MAX_YEARS_BETWEEN_FIRES = 50
+"""How far ahead the next fire time of a cron expression is searched (croniter walks years one by one: a
+bound on the CPU one schedule costs); an expression with no date in that span never fires."""
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _INTERVAL = re.compile(
     r"^(?:every[_ ]\s*)?(?P<n>\d{1,6})\s*(?P<unit>s|sec|secs|seconds?|m|min|mins|minutes?|h|hr|hrs|hours?|d|days?)$"
@@ -55,13 +60,18 @@ class Schedule:
         return self.next_after(created_at)
 
     def next_after(self, t: float) -> float | None:
-        """The first fire time strictly after ``t`` (None: a one-shot schedule has no more)."""
+        """The first fire time strictly after ``t`` (None: a one-shot schedule has no more, or no date within
+        ``MAX_YEARS_BETWEEN_FIRES`` years matches the cron expression)."""
         if self.kind == "once":
             return None
         if self.kind == "interval":
             raise ValueError("interval schedules advance from their last fire: use advance()")
-        start = datetime.fromtimestamp(t, ZoneInfo(self.tz))
-        return float(croniter(self.spec, start).get_next(float))
+        try:
+            start = datetime.fromtimestamp(t, ZoneInfo(self.tz))
+            it = croniter(self.spec, start, max_years_between_matches=MAX_YEARS_BETWEEN_FIRES)
+            return float(it.get_next(float))
+        except (CroniterError, ValueError, OverflowError):
+            return None  # CroniterBadDateError (no matching date) is a CroniterError, and a ValueError
 
     def advance(self, fired: float, now: float) -> list[float]:
         """Fire times after ``fired`` up to and including ``now`` (missed ones after downtime), capped at 1000
@@ -128,8 +138,13 @@ def parse_schedule(schedule: str, tz: str = "UTC") -> Schedule:
         if when is not None:
             if when.tzinfo is None:
                 when = when.replace(tzinfo=zone)
-            at = when.timestamp()
-            spec = datetime.fromtimestamp(at, UTC).isoformat().replace("+00:00", "Z")
+            try:
+                at = when.timestamp()
+                spec = datetime.fromtimestamp(at, UTC).isoformat().replace("+00:00", "Z")
+            except (ValueError, OverflowError):  # e.g. year 1 at +05:00 is in year 0
+                raise InvalidArgument(
+                    f"schedule '{schedule}': the time is out of range", field="schedule", schedule=schedule
+                ) from None
             return Schedule("once", spec, tz or "UTC", at=at)
     raise InvalidArgument(
         f"invalid schedule '{schedule}': give {_FORMS}", field="schedule", schedule=schedule

@@ -4,8 +4,13 @@ free text is stored with secrets redacted."""
 
 from __future__ import annotations
 
+import time
+
+import httpx
+import jwt
 import pytest
 
+from minihermes.api import AuthConfig, create_app
 from minihermes.runtime import ActorError, Node, RequestContext
 
 from . import doubles
@@ -17,6 +22,7 @@ CAROL = RequestContext(tenant="acme", principal="carol", roles=frozenset({"user"
 ADA = RequestContext(tenant="acme", principal="ada", roles=frozenset({"admin"}))
 KEY = "sk-abcdefghijklmnopqrstuvwx"
 """A key-shaped string the chat redaction recognises (tests/context/test_redact_tokens.py)."""
+SECRET = "test-secret-that-is-long-enough-for-hs256!"
 
 
 async def ask(node: Node, actor: str, op: str, ctx: RequestContext, **payload):
@@ -143,3 +149,119 @@ async def test_secrets_typed_into_a_card_are_stored_redacted(app_node):
     shown = await ask(node, "kanban", "show", ALICE, task_id=t)
     assert KEY not in repr(shown) and "[REDACTED]" in shown["task"]["title"]
     assert shown["task"]["comments"][0]["text"] == "old one: [REDACTED]"
+
+
+# -- cron -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        "0 0 30 2 *",
+        "0 0 31 4 *",
+        "59 23 31 2,4,6,9,11 *",
+        "0001-01-01T00:00:00+05:00",
+        "9999-12-31T23:59:59-05:00",
+    ],
+)
+async def test_a_schedule_that_never_fires_is_an_invalid_argument(app_node, schedule):
+    node = await app_node(scripted=True)
+    e = await refused(
+        node,
+        "cron_scheduler",
+        "create_job",
+        ADA,
+        "invalid_argument",
+        job_id="j",
+        prompt="p",
+        schedule=schedule,
+    )
+    assert e.details["field"] == "schedule"
+    assert (await ask(node, "cron_scheduler", "list_jobs", ADA))["jobs"] == []
+    # the leap day fires (every four years): not refused
+    made = await ask(
+        node, "cron_scheduler", "create_job", ADA, job_id="leap", prompt="p", schedule="0 0 29 2 *"
+    )
+    assert made["next_run_at"] is not None
+
+
+async def test_a_schedule_that_never_fires_is_a_4xx_over_http(app_node):
+    node = await app_node(scripted=True)
+    app = create_app(node, AuthConfig(jwt_secret=SECRET, api_keys=False), dashboard=False)
+    claims = {"tenant": "acme", "sub": "ada", "roles": ["admin"], "exp": int(time.time()) + 300}
+    headers = {"Authorization": f"Bearer {jwt.encode(claims, SECRET, algorithm='HS256')}"}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as c:
+        r = await c.post(
+            "/api/v1/actors/cron_scheduler/create_job",
+            json={"job_id": "feb30", "prompt": "p", "schedule": "0 0 30 2 *"},
+            headers=headers,
+        )
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert error["code"] == "invalid_argument" and "never fires" in error["message"]
+
+
+async def test_users_see_and_change_only_their_own_cron_jobs(app_node):
+    node = await app_node(scripted=True)
+    await ask(
+        node, "cron_scheduler", "create_job", ALICE, job_id="alice-daily", prompt="p", schedule="every_24h"
+    )
+    await ask(node, "cron_scheduler", "create_job", BOB, job_id="bob-daily", prompt="p", schedule="every_24h")
+    assert [j["job_id"] for j in (await ask(node, "cron_scheduler", "list_jobs", BOB))["jobs"]] == [
+        "bob-daily"
+    ]
+    for op in ("get_job", "job_runs", "pause_job", "resume_job", "run_now", "delete_job"):
+        await refused(node, "cron_scheduler", op, BOB, "not_found", job_id="alice-daily")
+    await refused(
+        node,
+        "cron_scheduler",
+        "create_job",
+        BOB,
+        "permission_denied",
+        job_id="alice-daily",
+        prompt="mine now",
+        schedule="every_1h",
+        replace=True,
+    )
+    # nor share the cron session of alice's job (its history is in every run's prompt)
+    e = await refused(
+        node,
+        "cron_scheduler",
+        "create_job",
+        BOB,
+        "conflict",
+        job_id="bob-2",
+        prompt="p",
+        schedule="every_1h",
+        session_id="alice-daily",
+    )
+    assert e.details["field"] == "session_id"
+    got = await ask(node, "cron_scheduler", "get_job", ALICE, job_id="alice-daily")
+    assert got["job"]["owner"] == "alice" and got["job"]["prompt"] == "p"
+    listed = {j["job_id"] for j in (await ask(node, "cron_scheduler", "list_jobs", ADA))["jobs"]}
+    assert listed == {"alice-daily", "bob-daily"}  # an admin sees and changes every job
+    await ask(node, "cron_scheduler", "pause_job", ADA, job_id="alice-daily")
+    await ask(node, "cron_scheduler", "delete_job", ALICE, job_id="alice-daily")
+
+
+async def test_a_job_runs_as_its_owner_with_the_owners_roles(app_node):
+    node = await app_node(scripted=True)
+    await ask(node, "cron_scheduler", "create_job", BOB, job_id="bobs", prompt="hello", schedule="every_24h")
+    await ask(node, "cron_scheduler", "run_now", BOB, job_id="bobs")
+
+    async def finished():
+        runs = (await ask(node, "cron_scheduler", "job_runs", BOB, job_id="bobs"))["runs"]
+        return runs and runs[0]["status"] == "completed"
+
+    await until(finished)
+    assert doubles.SCRIPT.contexts["cron:bobs"] == ("bob", frozenset({"user"}))
+
+
+async def test_a_key_in_a_cron_prompt_is_stored_redacted(app_node):
+    node = await app_node(scripted=True)
+    prompt = f"check the deploy with token {KEY}"
+    await ask(
+        node, "cron_scheduler", "create_job", ALICE, job_id="deploy", prompt=prompt, schedule="every_1h"
+    )
+    job = (await ask(node, "cron_scheduler", "get_job", ALICE, job_id="deploy"))["job"]
+    assert KEY not in job["prompt"] and "[REDACTED]" in job["prompt"]
