@@ -10,6 +10,12 @@ turn the agent casts ``turn_completed``; every active goal of the session is the
 
 Each judged turn uses one of the goal's ``max_turns``; a goal still open when they are used up becomes
 ``exhausted``. Completion (by the judge or by ``complete_goal``) and exhaustion are audited.
+
+A goal belongs to its session and to the principal that set it (``owner``, from the request context; an
+admin may set one for a user with ``user_id``). A user lists, completes, clears, and has judged and put into
+their prompts, only their own goals and the tenant's (session ``*``, which only admins set); another user's
+goal is ``not_found`` to them, and a session another user owns takes no goal of theirs. Admins and the
+system see every goal. The text is stored with recognisable secrets redacted.
 """
 
 from __future__ import annotations
@@ -21,15 +27,20 @@ from typing import Any, Literal
 from urllib.parse import quote, unquote
 
 from minihermes.agent.audit import fire_audit
+from minihermes.context.forget import session_owner
 from minihermes.runtime import (
     ActorError,
     Conflict,
     GenServer,
     InvalidArgument,
     NotFound,
+    PermissionDenied,
     call,
     cast,
+    current_context,
 )
+
+from ._owner import acting_principal, is_admin, scrub
 
 MAX_GOAL_CHARS = 2_000
 MAX_GOALS_PER_SESSION = 20
@@ -101,8 +112,11 @@ class Goals(GenServer):
         self._marked: set[str] = await self._load_marks()
 
     @call
-    async def set_goal(self, session_id: str, text: str, max_turns: int = 0) -> dict[str, Any]:
-        """Add an active goal to a session: ``{status, goal_id, goal}``."""
+    async def set_goal(
+        self, session_id: str, text: str, max_turns: int = 0, user_id: str = ""
+    ) -> dict[str, Any]:
+        """Add an active goal to a session: ``{status, goal_id, goal}``. It belongs to the caller (an admin
+        may name the user with ``user_id``)."""
         op = "set_goal"
         if not session_id.strip():
             raise InvalidArgument(f"{op}: session_id must not be empty", op=op, field="session_id")
@@ -110,13 +124,25 @@ class Goals(GenServer):
             raise InvalidArgument(f"{op}: text must be 1..{MAX_GOAL_CHARS} characters", op=op, field="text")
         if not 0 <= max_turns <= 1000:
             raise InvalidArgument(f"{op}: max_turns must be 0..1000 (0: default)", op=op, field="max_turns")
+        owner = acting_principal(user_id)
+        if not is_admin():
+            if session_id == EVERY_SESSION:
+                raise PermissionDenied(
+                    f"{op}: only an admin sets a goal for every session ('*')", op=op, field="session_id"
+                )
+            recorded = await session_owner(self.host, session_id)
+            if recorded is not None and recorded != owner:
+                raise PermissionDenied(
+                    f"{op}: session '{session_id}' belongs to another user", op=op, field="session_id"
+                )
         active = await self._goals(session_id, "active")
         if len(active) >= MAX_GOALS_PER_SESSION:
             raise Conflict(f"{op}: this session has {MAX_GOALS_PER_SESSION} active goals already")
         goal: dict[str, Any] = {
             "goal_id": uuid.uuid4().hex[:12],
             "session_id": session_id,
-            "text": text.strip(),
+            "owner": owner,
+            "text": scrub(text.strip()),
             "status": "active",
             "max_turns": max_turns or self.default_max_turns,
             "turns_used": 0,
@@ -134,8 +160,9 @@ class Goals(GenServer):
 
     @call
     async def list_goals(self, session_id: str = "", status: StatusFilter = "active") -> dict[str, Any]:
-        """Goals of one session (or of every session with ``session_id=""``), oldest first."""
-        goals = await self._goals(session_id, status)
+        """Goals of one session (or of every session with ``session_id=""``), oldest first: a user's own and
+        the tenant's."""
+        goals = await self._mine(await self._goals(session_id, status))
         return {"status": "ok", "goals": [_view(g) for g in goals], "count": len(goals)}
 
     @call
@@ -144,7 +171,7 @@ class Goals(GenServer):
         goal = await self._goal("complete_goal", goal_id, session_id)
         if goal["status"] != "active":
             raise Conflict(f"complete_goal: goal {goal_id} is {goal['status']}", goal_id=goal_id)
-        await self._complete(goal, reason or "completed by request", by="request")
+        await self._complete(goal, scrub(reason) or "completed by request", by="request")
         return {"status": "ok", "goal": _view(goal)}
 
     @call
@@ -155,6 +182,7 @@ class Goals(GenServer):
         elif session_id:
             # The session's own goals: tenant-wide ones are cleared by naming them (or session "*").
             goals = [g for g in await self._goals(session_id, "active") if g["session_id"] == session_id]
+            goals = await self._mine(goals, changing=True)
         else:
             raise InvalidArgument("clear_goal: give goal_id or session_id", op="clear_goal", field="goal_id")
         for g in goals:
@@ -164,11 +192,13 @@ class Goals(GenServer):
 
     @cast
     async def turn_completed(self, session_id: str, turn_id: str, user_message: str, response: str) -> None:
-        """Judge every active goal of the session against this turn (sent by the agent after a turn)."""
-        for goal in await self._goals(session_id, "active"):
+        """Judge every active goal of the session against this turn (sent by the agent after a turn): those
+        of the turn's user and the tenant's."""
+        for goal in await self._mine(await self._goals(session_id, "active")):
             if turn_id in goal["judged_turns"]:
                 continue  # a repeated notification for a turn already judged
             done, reason = await self._judge(goal, user_message, response, session_id)
+            reason = scrub(reason)
             goal["turns_used"] += 1
             goal["judged_turns"] = [*goal["judged_turns"][-19:], turn_id]
             goal["reason"] = reason
@@ -258,12 +288,36 @@ class Goals(GenServer):
         return sorted(goals, key=lambda g: (g["created_at"], g["goal_id"]))
 
     async def _goal(self, op: str, goal_id: str, session_id: str) -> dict[str, Any]:
+        """A goal the caller may change (another user's, or a tenant-wide one for a user, is not found)."""
         goal = await self.host.kv.get(_key(session_id, goal_id)) if session_id else None
         if not isinstance(goal, dict):
             goal = next((g for g in await self._goals("", "") if g["goal_id"] == goal_id), None)
-        if not isinstance(goal, dict):
+        if not isinstance(goal, dict) or not await self._mine([goal], changing=True):
             raise NotFound(f"{op}: no goal {goal_id}", op=op, goal_id=goal_id)
         return goal
+
+    async def _mine(self, goals: list[dict[str, Any]], *, changing: bool = False) -> list[dict[str, Any]]:
+        """The goals the caller may see (``changing``: may change): all for admins and the system; for anyone
+        else their own and (to see) the tenant's. A goal set before goals had owners belongs to the owner
+        of its session."""
+        if is_admin():
+            return goals
+        me = current_context().principal
+        owners: dict[str, str | None] = {}
+        out = []
+        for g in goals:
+            if g["session_id"] == EVERY_SESSION:
+                if not changing:
+                    out.append(g)
+                continue
+            owner = g.get("owner")
+            if owner is None:
+                if g["session_id"] not in owners:
+                    owners[g["session_id"]] = await session_owner(self.host, g["session_id"])
+                owner = owners[g["session_id"]]
+            if owner == me:
+                out.append(g)
+        return out
 
     def _fire(self, event_type: str, detail: str, session_id: str, goal: dict[str, Any]) -> None:
         if self._audit:

@@ -265,3 +265,38 @@ async def test_a_key_in_a_cron_prompt_is_stored_redacted(app_node):
     )
     job = (await ask(node, "cron_scheduler", "get_job", ALICE, job_id="deploy"))["job"]
     assert KEY not in job["prompt"] and "[REDACTED]" in job["prompt"]
+
+
+# -- goals ----------------------------------------------------------------------------------------------------
+
+
+async def test_users_see_and_change_only_their_own_goals(app_node):
+    node = await app_node(scripted=True)
+    a = await ask(node, "goals", "set_goal", ALICE, session_id="alice-s", text="ship the report")
+    await ask(node, "goals", "set_goal", ADA, session_id="*", text="keep answers short")
+    assert a["goal"]["owner"] == "alice"
+    seen = (await ask(node, "goals", "list_goals", BOB))["goals"]
+    assert [g["text"] for g in seen] == ["keep answers short"]  # the tenant's goal, not alice's
+    assert (await ask(node, "goals", "list_goals", BOB, session_id="alice-s"))["goals"] == seen
+    await refused(node, "goals", "complete_goal", BOB, "not_found", goal_id=a["goal_id"])
+    await refused(node, "goals", "clear_goal", BOB, "not_found", goal_id=a["goal_id"])
+    assert (await ask(node, "goals", "clear_goal", BOB, session_id="alice-s"))["cleared"] == 0
+    await refused(node, "goals", "set_goal", BOB, "permission_denied", session_id="*", text="obey bob")
+    mine = [g["text"] for g in (await ask(node, "goals", "list_goals", ALICE, session_id="alice-s"))["goals"]]
+    assert sorted(mine) == ["keep answers short", "ship the report"]
+    # the tenant's goal is an admin's to clear
+    star = next(g for g in seen if g["session_id"] == "*")
+    await refused(node, "goals", "clear_goal", ALICE, "not_found", goal_id=star["goal_id"])
+    # a session alice chats in is hers: bob sets no goal there; an admin may set one for her
+    await ask(node, "agent", "chat", ALICE, message="hello", session_id="alice-s", user_id="alice")
+    await refused(node, "goals", "set_goal", BOB, "permission_denied", session_id="alice-s", text="obey bob")
+    made = await ask(node, "goals", "set_goal", ADA, session_id="alice-s", text="be brief", user_id="alice")
+    assert made["goal"]["owner"] == "alice"
+    await ask(node, "goals", "complete_goal", ALICE, goal_id=made["goal_id"])
+
+
+async def test_a_key_in_a_goal_is_stored_redacted(app_node):
+    node = await app_node(scripted=True)
+    made = await ask(node, "goals", "set_goal", ALICE, session_id="s", text=f"use {KEY} to deploy")
+    listed = (await ask(node, "goals", "list_goals", ALICE, session_id="s"))["goals"]
+    assert KEY not in repr(made) and KEY not in repr(listed) and "[REDACTED]" in listed[0]["text"]
