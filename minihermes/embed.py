@@ -19,7 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
-from minihermes.runtime import AppConfig, Clock, Node, RequestContext
+from minihermes.permissions import owner_context
+from minihermes.runtime import AppConfig, Clock, Node
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -42,7 +43,8 @@ class MiniHermes:
         # An embedding program is one owner: it may approve its own agent's paused calls.
         self.config = config or single_owner(default_config())
         self.config.model.node.data_dir = str(data_dir)
-        self.ctx = RequestContext(tenant=tenant, principal=principal, roles=frozenset({"admin"}))
+        # One owner: an admin of the permission model every way in shares (minihermes.permissions).
+        self.ctx = owner_context(tenant, principal)
         self._clock = clock
         self._node: Node | None = None
         self._pending: list[Any] = []

@@ -11,13 +11,21 @@ embedding program registered in this process). Every tool is classified for the 
 
 Schemas are checked at registration (Draft 2020-12) and compiled once; every input is validated before a tool
 runs, and the error names the offending field.
+
+Access (``minihermes.permissions``): every built-in kind declares what a call does in the permission model,
+either the ``(actor, op)`` it performs (``("kanban", "delete")``: the caller needs the roles that op needs over
+HTTP) or an access class (``"read"``, ``"write"``) for tools with no actor behind them (calculator, files in
+the caller's own session workspace), or a function of the input for tools whose op depends on it. A kind that
+declares nothing is admin-only. Tools registered at run time take the class of their effects (``read`` or
+``write``), or their kind's declaration when they are built on a built-in kind. A tool with an ``owner`` (one
+a user's turn wrote) is listed to and run by that principal only, and its output is untrusted.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +48,13 @@ HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 SERVICE_LINK = "service_link"
 PYTHON = "python"
 
+Permission = tuple[str, str] | str
+"""What one call needs: the ``(actor, op)`` it performs, or an access class (``read``, ``write``, ``admin``)."""
+PermissionSpec = Permission | Callable[[dict[str, Any]], Permission] | None
+"""A kind's declaration: a permission, a function of the call's input giving one, or None (admin only)."""
+ACCESS_OF_EFFECTS = {READ: "read", MUTATING: "write"}
+CLOSED: Permission = "admin"
+
 
 @dataclass(frozen=True, slots=True)
 class Kind:
@@ -54,6 +69,21 @@ class Kind:
     """Mutating calls go to review by default."""
     requires: str | None = None
     """An actor this tool talks to: the tool is listed and runnable only on nodes that have it."""
+    permission: PermissionSpec = None
+    """What a call needs in the permission model (see the module docstring); None: admin only."""
+
+
+def resolve_permission(spec: PermissionSpec, args: dict[str, Any]) -> Permission:
+    """The permission one call with ``args`` needs (``CLOSED`` when nothing was declared)."""
+    if spec is None:
+        return CLOSED
+    if callable(spec):
+        return spec(args)
+    return spec
+
+
+def _http_permission(args: dict[str, Any]) -> Permission:
+    return "read" if str(args.get("method") or "GET").upper() == "GET" else "write"
 
 
 def _obj(properties: dict[str, Any], required: Iterable[str] = ()) -> dict[str, Any]:
@@ -88,6 +118,7 @@ KINDS: dict[str, Kind] = {
             ),
             READ,
             TRUSTED,
+            permission="read",
         ),
         Kind(
             "memory_store",
@@ -105,6 +136,7 @@ KINDS: dict[str, Kind] = {
             ),
             MUTATING,
             TRUSTED,
+            permission=("memory", "store_memory"),
         ),
         Kind(
             "memory_recall",
@@ -112,6 +144,7 @@ KINDS: dict[str, Kind] = {
             _obj({"key": _KEY, "scope": _SCOPE, "agent_id": {"type": "string", "maxLength": 200}}, ["key"]),
             READ,
             TRUSTED,
+            permission=("memory", "recall_memory"),
         ),
         Kind(
             "memory_search",
@@ -125,6 +158,7 @@ KINDS: dict[str, Kind] = {
             ),
             READ,
             TRUSTED,
+            permission=("memory", "search_memories"),
         ),
         Kind(
             "http_request",
@@ -148,6 +182,7 @@ KINDS: dict[str, Kind] = {
             MUTATING,  # per call: a GET is a read (see ToolDef.effects_for)
             UNTRUSTED,
             review=True,
+            permission=_http_permission,  # through a link the admin configured: a GET reads
         ),
         Kind(
             "read_file",
@@ -158,6 +193,7 @@ KINDS: dict[str, Kind] = {
             ),
             READ,
             UNTRUSTED,
+            permission="read",  # the caller's own session workspace
         ),
         Kind(
             "write_file",
@@ -173,6 +209,7 @@ KINDS: dict[str, Kind] = {
             MUTATING,
             TRUSTED,
             review=True,
+            permission="write",
         ),
         Kind(
             "list_files",
@@ -180,6 +217,7 @@ KINDS: dict[str, Kind] = {
             _obj({"path": {**_PATH, "minLength": 0}, "recursive": {"type": "boolean"}}),
             READ,
             UNTRUSTED,
+            permission="read",
         ),
         Kind(
             "terminal",
@@ -195,6 +233,7 @@ KINDS: dict[str, Kind] = {
             MUTATING,
             UNTRUSTED,
             review=True,
+            permission="write",  # a sandbox whose only writable folder is the caller's session workspace
         ),
     )
 }
@@ -229,6 +268,21 @@ class ToolDef:
     effects_declared: bool = False
     requires: str | None = None
     """An actor the tool needs (see ``Kind.requires``)."""
+    permission: PermissionSpec = None
+    """What a call needs (see ``Kind.permission``)."""
+    owner: str = ""
+    """The principal a self-written, not yet promoted tool belongs to; empty for the tenant's tools."""
+
+    def permission_for(self, args: Any = None) -> Permission:
+        """What one call needs in the permission model: the ``(actor, op)`` or the access class."""
+        merged = args if isinstance(args, dict) else {}
+        if not self.builtin:
+            merged = {**merged, **self.handler_config.get("fixed_input", {})}
+        return resolve_permission(self.permission, merged)
+
+    def visible_to(self, principal: str) -> bool:
+        """A tenant tool is everybody's; an owned one only its owner's."""
+        return not self.owner or self.owner == principal
 
     @property
     def input_dependent(self) -> bool:
@@ -270,11 +324,19 @@ class ToolDef:
             "trust": self.trust,
             "review_by_default": self.review and effects == MUTATING,
             "input_dependent": self.input_dependent,
+            "permission": _permission_view(self.permission_for(args)),
+            "owner": self.owner,
         }
 
     def input_error(self, args: Any) -> dict[str, Any] | None:
         """None when ``args`` fits the schema, else a structured ``invalid_input`` error naming the field."""
         return self.schema.input_error(args)
+
+
+def _permission_view(permission: Permission) -> dict[str, str]:
+    if isinstance(permission, tuple):
+        return {"actor": permission[0], "op": permission[1]}
+    return {"access": permission}
 
 
 def _builtin_def(k: Kind) -> ToolDef:
@@ -290,6 +352,7 @@ def _builtin_def(k: Kind) -> ToolDef:
         review=k.review,
         schema=CompiledSchema(k.input_schema),
         requires=k.requires,
+        permission=k.permission,
     )
 
 
@@ -414,20 +477,27 @@ def build_registered(record: dict[str, Any]) -> ToolDef:
     handler_type = record["handler_type"]
     config: dict[str, Any] = record.get("handler_config") or {}
     declared = config.get("effects")
+    permission: PermissionSpec
     if handler_type == SERVICE_LINK:
         method = str(config.get("method", "GET")).upper()
         effects = declared or (READ if method == "GET" else MUTATING)
         trust, review = UNTRUSTED, True
+        permission = ACCESS_OF_EFFECTS[effects]
     elif handler_type == PYTHON:
         effects = declared or MUTATING
         caps = set(config.get("capabilities") or ())
         trust = config.get("trust") or (UNTRUSTED if caps & _UNTRUSTED_CAPABILITIES else TRUSTED)
         review = False
+        permission = ACCESS_OF_EFFECTS[effects]
     else:
         kind = KINDS[handler_type]
         effects = declared or kind.effects
         trust = config.get("trust") or kind.trust
         review = kind.review
+        permission = kind.permission  # a wrapper of a built-in kind needs what the kind needs
+    owner = str(record.get("owner") or "")
+    if owner:
+        trust = UNTRUSTED  # a user's own code: its output is data, like any outside content
     return ToolDef(
         name=record["name"],
         description=record["description"],
@@ -440,4 +510,6 @@ def build_registered(record: dict[str, Any]) -> ToolDef:
         review=bool(config.get("review_by_default", review)),
         schema=CompiledSchema(record["input_schema"]),
         effects_declared=declared is not None,
+        permission=permission,
+        owner=owner,
     )

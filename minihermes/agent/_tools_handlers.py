@@ -354,6 +354,14 @@ def to_json_result(value: Any, max_chars: int, *, plain: bool = False) -> Any:
     return json.loads(text)
 
 
+@dataclass(frozen=True, slots=True)
+class UntrustedResult:
+    """A handler's result that is outside content for this call only (a user's own self-written tool run
+    through a kind that is otherwise trusted): the executor marks and wraps it like any untrusted output."""
+
+    value: Any
+
+
 def mark_untrusted(result: Any) -> dict[str, Any]:
     """Outside content enters the conversation as data, with a note that it is not an instruction."""
     return {"untrusted_content": result, "note": UNTRUSTED_NOTE}

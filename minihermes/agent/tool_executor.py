@@ -8,6 +8,11 @@
   garbage costs only that call: the reply is ``{"status": "error", "error": {code, message}}`` for the LLM to
   read, never an exception and never a crash of this actor.
 - Results of tools that bring in outside content are marked ``untrusted`` and wrapped as data.
+- Every call is authorized with the context of the turn that makes it (``minihermes.permissions``), exactly as
+  the operation the tool performs would be over HTTP: a user's turn can do nothing the user cannot do
+  directly. A refusal is a ``permission_denied`` error result for the LLM, and an audit event.
+- Tools a user's turn wrote (``register_tool`` with an owner; see ``_tools_catalog``) are listed to and run by
+  their owner only; their output is untrusted.
 
 Built-ins: see ``_tools_catalog.KINDS``; the code behind them is in ``_tools_handlers``.
 """
@@ -23,6 +28,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from minihermes.permissions import (
+    DEFAULT_PERMISSIONS,
+    PermissionTable,
+    is_admin,
+    is_writer,
+    may,
+    may_access,
+)
 from minihermes.runtime import (
     ActorError,
     Conflict,
@@ -31,6 +44,7 @@ from minihermes.runtime import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    RequestContext,
     call,
     cast,
     current_context,
@@ -38,10 +52,21 @@ from minihermes.runtime import (
 )
 from minihermes.tools.sandbox import SandboxLimits, SandboxPolicy
 
-from ._tools_catalog import BUILTINS, MUTATING, UNTRUSTED, ToolDef, build_registered, check_registration
+from ._tools_catalog import (
+    BUILTINS,
+    KINDS,
+    MUTATING,
+    UNTRUSTED,
+    Permission,
+    ToolDef,
+    build_registered,
+    check_registration,
+    resolve_permission,
+)
 from ._tools_handlers import (
     ToolEnv,
     ToolFailure,
+    UntrustedResult,
     calculate_now,
     mark_untrusted,
     run_tool,
@@ -58,13 +83,25 @@ TERMINAL_GRACE = 15.0
 MAX_RESULT_CHARS = 64_000
 MAX_TOOLS = 200
 _AUDIT_INPUT_CHARS = 500
-_ADMIN_ROLES = frozenset({"admin", "system"})
-_WRITER_ROLES = _ADMIN_ROLES | {"user"}
 
 
 def _require_admin(op: str) -> None:
-    if not current_context().roles & _ADMIN_ROLES:
+    if not is_admin(current_context()):
         raise PermissionDenied(f"{op} needs the admin role", op=op)
+
+
+def _allowed(ctx: RequestContext, permission: Permission, table: PermissionTable) -> bool:
+    if isinstance(permission, tuple):
+        return may(ctx, permission[0], permission[1], table)
+    return may_access(ctx, permission)
+
+
+def _describe_permission(permission: Permission, table: PermissionTable) -> tuple[str, dict[str, Any]]:
+    if isinstance(permission, tuple):
+        actor, op = permission
+        access = table.access(actor, op)
+        return f"{actor}.{op} (access '{access}')", {"actor": actor, "op": op, "access": access}
+    return f"access '{permission}'", {"access": permission}
 
 
 def _canonical(value: Any) -> str:
@@ -76,7 +113,8 @@ class ToolExecutor(GenServer):
 
     Args: ``workspace_root`` (folder of the session workspaces; the app passes ``<data_dir>/workspaces``),
     ``default_timeout`` (seconds), ``max_result_chars``, ``max_tools``, ``terminal`` (a dict of
-    ``SandboxLimits`` fields for the terminal tool), ``sandbox_policy`` (a ``SandboxPolicy``, in-process only).
+    ``SandboxLimits`` fields for the terminal tool), ``sandbox_policy`` (a ``SandboxPolicy``, in-process only),
+    ``permissions`` (a ``PermissionTable``, in-process only; default ``DEFAULT_PERMISSIONS``, the HTTP edge's).
     """
 
     state_version = 1
@@ -98,6 +136,8 @@ class ToolExecutor(GenServer):
         self.terminal_limits = SandboxLimits(**terminal)
         policy = args.get("sandbox_policy")
         self.sandbox_policy: SandboxPolicy | None = policy if isinstance(policy, SandboxPolicy) else None
+        table = args.get("permissions")
+        self.permissions = table if isinstance(table, PermissionTable) else DEFAULT_PERMISSIONS
         self._registered: dict[str, ToolDef] = {}
         for name, record in self.tools.items():
             try:
@@ -118,18 +158,29 @@ class ToolExecutor(GenServer):
 
     @call
     def list_tools(self) -> dict[str, Any]:
-        """Every tool, sorted by name: ``{name, description, input_schema, effects, trust}``. The same
-        catalogue always gives the same bytes; ``digest`` changes exactly when the catalogue does. The
-        ``input_schema`` objects are shared with the catalogue: copy one before changing it."""
+        """Every tool the caller may see, sorted by name: ``{name, description, input_schema, effects,
+        trust}`` (the tenant's tools, and the caller's own self-written ones). The same catalogue always
+        gives the same bytes; ``digest`` changes exactly when the catalogue does. The ``input_schema``
+        objects are shared with the catalogue: copy one before changing it."""
         key = self._builtin_key()
         if self._listing is None or key != self._listing_key:
             self._listing_key = key
-            every = {**self._builtins(), **self._registered}
+            every = {**self._builtins(), **{n: t for n, t in self._registered.items() if not t.owner}}
             self._listing = [every[n].listing() for n in sorted(every)]
             encoded = json.dumps(self._listing, ensure_ascii=False).encode()
             self._digest = hashlib.sha256(encoded).hexdigest()[:16]
-        tools = [dict(t) for t in self._listing]
-        return {"status": "ok", "tools": tools, "count": len(tools), "digest": self._digest}
+        listing, digest = self._listing, self._digest
+        principal = current_context().principal
+        own = sorted(
+            (t for t in self._registered.values() if t.owner and t.owner == principal), key=lambda t: t.name
+        )
+        if own:
+            mine = [t.listing() for t in own]
+            listing = sorted([*listing, *mine], key=lambda t: str(t["name"]))
+            encoded = json.dumps(mine, ensure_ascii=False).encode()
+            digest = hashlib.sha256(digest.encode() + encoded).hexdigest()[:16]
+        tools = [dict(t) for t in listing]
+        return {"status": "ok", "tools": tools, "count": len(tools), "digest": digest}
 
     @call
     def register_tool(
@@ -140,42 +191,84 @@ class ToolExecutor(GenServer):
         handler_type: str,
         handler_config: dict[str, Any] | None = None,
         replace: bool = True,
+        owner: str = "",
     ) -> dict[str, Any]:
-        """Add (or, with ``replace``, update) a runtime tool. Admin only. Built-in names are refused."""
-        _require_admin("register_tool")
+        """Add (or, with ``replace``, update) a runtime tool. Built-in names are refused.
+
+        An admin registers the tenant's tools (``owner`` empty) or a tool owned by a principal. Anybody else
+        who may write registers only tools of their own (``owner`` is then always the caller): on a built-in
+        kind whose calls they may make themselves, never replacing a tool that is not theirs. Owned tools
+        are listed to and run by their owner only, and their output is untrusted."""
+        ctx = current_context()
+        admin = is_admin(ctx)
+        if not admin and not is_writer(ctx):
+            raise PermissionDenied(
+                "register_tool: a read-only role cannot register tools", op="register_tool"
+            )
         record = check_registration(name, description, input_schema, handler_type, handler_config)
         if name in BUILTINS:
             raise Conflict(f"'{name}' is a built-in tool and cannot be replaced", field="name")
+        if not admin:
+            owner = ctx.principal
+            self._check_own_registration(ctx, record)
         exists = name in self.tools
         if exists and not replace:
             raise Conflict(f"a tool named '{name}' is already registered", field="name")
+        if exists and not admin and self.tools[name].get("owner") != owner:
+            whose = "the tenant's" if not self.tools[name].get("owner") else "another principal's"
+            raise PermissionDenied(
+                f"register_tool: '{name}' is {whose} tool; only an admin may replace it",
+                op="register_tool",
+                field="name",
+            )
+        if owner:
+            record["owner"] = owner
         if not exists and len(self.tools) >= self.max_tools:
             raise Conflict(
                 f"this tenant already has {self.max_tools} registered tools", code="quota_exceeded"
             )
         tool = build_registered(record)
         record["registered_at"] = self.host.now()
-        record["registered_by"] = current_context().principal
+        record["registered_by"] = ctx.principal
         self.tools[name] = record
         self._registered[name] = tool
         self._listing = None
         self._changed(name)
-        self._audit("tool_registered", f"tool={name} handler={handler_type}", data={"tool": name})
+        self._audit(
+            "tool_registered",
+            f"tool={name} handler={handler_type}" + (f" owner={owner}" if owner else ""),
+            data={"tool": name, "owner": owner},
+        )
         return {
             "status": "ok",
             "name": name,
             "replaced": exists,
             "effects": tool.effects,
             "trust": tool.trust,
-        }
+        } | ({"owner": owner} if owner else {})
+
+    def _check_own_registration(self, ctx: RequestContext, record: dict[str, Any]) -> None:
+        """A non-admin's tool wraps a built-in kind they may call anyway: it can give them no new power."""
+        kind = KINDS.get(record["handler_type"])
+        fixed = record["handler_config"].get("fixed_input") or {}
+        if kind is None or not _allowed(ctx, resolve_permission(kind.permission, fixed), self.permissions):
+            raise PermissionDenied(
+                f"register_tool: only an admin may register a {record['handler_type']} tool",
+                op="register_tool",
+                field="handler_type",
+            )
 
     @call
     def unregister_tool(self, name: str) -> dict[str, Any]:
-        """Remove a runtime tool. Admin only; built-ins stay."""
-        _require_admin("unregister_tool")
+        """Remove a runtime tool. Admin only (or the owner of a self-written tool); built-ins stay."""
+        ctx = current_context()
         if name in BUILTINS:
             raise Conflict(f"'{name}' is a built-in tool and cannot be removed", field="name")
-        if name not in self.tools:
+        record = self.tools.get(name)
+        mine = record is not None and bool(record.get("owner")) and record.get("owner") == ctx.principal
+        if not (mine and is_writer(ctx)):
+            _require_admin("unregister_tool")
+        if record is None:
             raise NotFound(f"no registered tool named '{name}'", field="name")
         del self.tools[name]
         self._registered.pop(name, None)
@@ -234,11 +327,9 @@ class ToolExecutor(GenServer):
         if error is not None:
             failure = ToolFailure(error.pop("code"), error.pop("message"), **error)
             return self._finish(name, session_id, args, started, failure=failure)
-        if tool.effects_for(args) == MUTATING and not current_context().roles & _WRITER_ROLES:
-            failure = ToolFailure(
-                "permission_denied", f"{name} changes things; a read-only role cannot run it"
-            )
-            return self._finish(name, session_id, args, started, failure=failure)
+        refused = self._authorize(tool, args, session_id)
+        if refused is not None:
+            return self._finish(name, session_id, args, started, failure=refused)
         if tool.builtin and tool.handler_type == "calculator":
             # Bounded and in-process: no task, no timer.
             try:
@@ -258,6 +349,29 @@ class ToolExecutor(GenServer):
         )
         task = self.host.spawn(self._run(uuid.uuid4().hex, tool, args, env, started))
         return Deferred(task)
+
+    def _authorize(self, tool: ToolDef, args: dict[str, Any], session_id: str) -> ToolFailure | None:
+        """The turn's principal and roles against what the call does, as the HTTP edge would judge it."""
+        ctx = current_context()
+        permission = tool.permission_for(args)
+        if tool.effects_for(args) != MUTATING or is_writer(ctx):
+            if _allowed(ctx, permission, self.permissions):
+                return None
+            what, data = _describe_permission(permission, self.permissions)
+        else:
+            what, data = "changes things", {"access": "write"}
+        have = ", ".join(sorted(ctx.roles)) or "no role"
+        self._audit(
+            "permission_denied",
+            f"tool {tool.name}: {what} refused to {have}",
+            session_id=session_id,
+            data={"tool": tool.name, **data, "roles": sorted(ctx.roles), "principal": ctx.principal},
+        )
+        return ToolFailure(
+            "permission_denied",
+            f"{tool.name}: {what} is not allowed to {have}; the user cannot do this, so do not retry",
+            **data,
+        )
 
     @cast(name="__tool_timeout")
     def tool_timeout(self, call_id: str) -> None:
@@ -316,6 +430,8 @@ class ToolExecutor(GenServer):
     ) -> dict[str, Any]:
         tool = tool or self._lookup(name)
         untrusted = tool is not None and tool.trust == UNTRUSTED
+        if isinstance(result, UntrustedResult):  # the handler knows this call's output is not ours
+            result, untrusted = result.value, True
         if failure is None:
             try:
                 plain = tool is not None and tool.builtin
@@ -371,13 +487,19 @@ class ToolExecutor(GenServer):
         return len(BUILTINS), missing
 
     def _lookup(self, name: str) -> ToolDef | None:
+        """The tool by name, as the caller may see it (another principal's own tool is not there)."""
         builtin = BUILTINS.get(name)
         if builtin is not None:
             return builtin if self._available(builtin) else None
-        return self._registered.get(name)
+        tool = self._registered.get(name)
+        if tool is None or not tool.visible_to(current_context().principal):
+            return None
+        return tool
 
     def _unknown_message(self, name: str) -> str:
-        hint = difflib.get_close_matches(name, [*BUILTINS, *self._registered], n=1)
+        principal = current_context().principal
+        names = [n for n, t in self._registered.items() if t.visible_to(principal)]
+        hint = difflib.get_close_matches(name, [*BUILTINS, *names], n=1)
         return f"no tool named '{name}'" + (f"; did you mean '{hint[0]}'?" if hint else "")
 
     def _timeout(self, tool: ToolDef) -> float:

@@ -1,203 +1,22 @@
-"""Who may call which op over HTTP: roles inside a tenant and the permission table.
+"""Who may call which op over HTTP: the permission model, re-exported from ``minihermes.permissions``.
 
-Roles: ``admin`` (everything, including policies, credentials, providers and tools), ``user`` (chat, their own
-sessions and memories, reading tools and stats), ``viewer`` (read-only ops). Every ``(actor, op)`` has an
-access class; a class names the roles allowed to call it:
-
-- ``read``: viewer, user, admin. Ops that change nothing (actors narrow what a user sees to what they own).
-- ``write``: user, admin. Ops that change the caller's own data (sessions, memories, chat).
-- ``observe``: viewer, admin. Tenant-wide views that end users do not get (other users' pending approvals).
-- ``admin``: admin only. Configuration, credentials, providers, tools, policies, and every internal op.
-
-An op missing from the table is admin-only, so a new op is closed until someone classifies it. The table is
-documented in docs/http-api.md (a test keeps the two in sync).
+The table and its helpers live below the api layer so that the agent's tools, the CLI and the dashboard use
+the same model as the HTTP edge; this module keeps the names it always exported.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Final, Literal
-
-Role = Literal["admin", "user", "viewer"]
-ROLES: Final[tuple[str, ...]] = ("admin", "user", "viewer")
-"""The roles a token or API key can grant. Anything else in a credential is ignored (``system`` included)."""
-
-Access = Literal["read", "write", "observe", "admin"]
-ACCESS_ROLES: Final[Mapping[str, frozenset[str]]] = {
-    "read": frozenset({"viewer", "user", "admin"}),
-    "write": frozenset({"user", "admin"}),
-    "observe": frozenset({"viewer", "admin"}),
-    "admin": frozenset({"admin"}),
-}
-MUTATING: Final[frozenset[str]] = frozenset({"write", "admin"})
-"""Access classes whose ops may change state (a viewer can call none of them)."""
-
-DEFAULT_ACCESS: Final[Access] = "admin"
-
-DEFAULT_TABLE: Final[Mapping[tuple[str, str], Access]] = {
-    # agent (per session)
-    ("agent", "chat"): "write",
-    ("agent", "get_history"): "read",
-    ("agent", "clear_history"): "write",
-    ("agent", "get_stats"): "read",
-    ("agent", "last_turn"): "read",
-    ("agent", "resume"): "admin",
-    # agent_fsm (per session; the agent drives it)
-    ("agent_fsm", "get_state"): "read",
-    ("agent_fsm", "transition"): "admin",
-    ("agent_fsm", "reset"): "admin",
-    # llm_gateway
-    ("llm_gateway", "get_stats"): "read",
-    ("llm_gateway", "get_circuit"): "read",
-    ("llm_gateway", "list_providers"): "read",
-    ("llm_gateway", "completion"): "admin",
-    ("llm_gateway", "register_provider"): "admin",
-    ("llm_gateway", "switch_provider"): "admin",
-    ("llm_gateway", "set_failover"): "admin",
-    ("llm_gateway", "register_credential"): "admin",
-    ("llm_gateway", "set_budget"): "admin",
-    ("llm_gateway", "timer_tick"): "admin",
-    # tool_executor
-    ("tool_executor", "list_tools"): "read",
-    ("tool_executor", "describe_tool"): "read",
-    ("tool_executor", "get_stats"): "read",
-    ("tool_executor", "register_tool"): "admin",
-    ("tool_executor", "unregister_tool"): "admin",
-    ("tool_executor", "execute"): "admin",
-    # guardrails
-    ("guardrails", "get_policies"): "read",
-    ("guardrails", "get_state"): "read",
-    ("guardrails", "list_approvals"): "observe",
-    ("guardrails", "get_approval"): "observe",
-    ("guardrails", "check_tool"): "admin",
-    ("guardrails", "set_policy"): "admin",
-    ("guardrails", "clear_policy"): "admin",
-    ("guardrails", "set_mode"): "admin",
-    ("guardrails", "tools_changed"): "admin",
-    ("guardrails", "request_approval"): "admin",
-    ("guardrails", "approve"): "admin",
-    ("guardrails", "deny"): "admin",
-    ("guardrails", "transition"): "admin",
-    # memory (the actor keeps users to their own memories)
-    ("memory", "store_memory"): "write",
-    ("memory", "recall_memory"): "read",
-    ("memory", "list_memories"): "read",
-    ("memory", "search_memories"): "read",
-    ("memory", "delete_memory"): "write",
-    ("memory", "core_snapshot"): "read",
-    ("memory", "get_stats"): "read",
-    ("memory", "clear_memories"): "write",
-    # session_manager (the actor keeps users to their own sessions)
-    ("session_manager", "create_session"): "write",
-    ("session_manager", "get_session"): "read",
-    ("session_manager", "end_session"): "write",
-    ("session_manager", "list_sessions"): "read",
-    ("session_manager", "touch"): "write",
-    ("session_manager", "get_stats"): "read",
-    # audit_event (users read their own events; poll/commit move only the caller's own cursor)
-    ("audit_event", "query_events"): "read",
-    ("audit_event", "poll_events"): "read",
-    ("audit_event", "commit_cursor"): "read",
-    ("audit_event", "verify"): "read",
-    ("audit_event", "get_stats"): "read",
-    ("audit_event", "log_event"): "admin",
-    ("audit_event", "subscribe"): "admin",
-    ("audit_event", "unsubscribe"): "admin",
-    # health_monitor (shared)
-    ("health_monitor", "get_health"): "read",
-    ("health_monitor", "poll_tick"): "admin",
-    # agent: transcript search (the actor narrows users to their own sessions)
-    ("agent", "session_search"): "read",
-    # skill_store: everyone reads; curating the tenant's skills is an admin's job
-    ("skill_store", "list_skills"): "read",
-    ("skill_store", "get_skill"): "read",
-    ("skill_store", "search_skills"): "read",
-    ("skill_store", "match_skills"): "read",
-    ("skill_store", "get_stats"): "read",
-    ("skill_store", "pin"): "admin",
-    ("skill_store", "unpin"): "admin",
-    ("skill_store", "archive"): "admin",
-    ("skill_store", "recover"): "admin",
-    ("skill_store", "rollback"): "admin",
-    # cron_scheduler
-    ("cron_scheduler", "list_jobs"): "read",
-    ("cron_scheduler", "get_job"): "read",
-    ("cron_scheduler", "job_runs"): "read",
-    ("cron_scheduler", "get_stats"): "read",
-    ("cron_scheduler", "create_job"): "admin",
-    ("cron_scheduler", "delete_job"): "admin",
-    ("cron_scheduler", "pause_job"): "admin",
-    ("cron_scheduler", "resume_job"): "admin",
-    ("cron_scheduler", "run_now"): "admin",
-    # task_queue (dead letters hold other users' payloads: operators only)
-    ("task_queue", "get_stats"): "read",
-    ("task_queue", "dead_letters"): "observe",
-    ("task_queue", "redrive"): "admin",
-    # kanban: the tenant's shared board
-    ("kanban", "list"): "read",
-    ("kanban", "show"): "read",
-    ("kanban", "stats"): "read",
-    ("kanban", "create"): "write",
-    ("kanban", "update"): "write",
-    ("kanban", "move"): "write",
-    ("kanban", "assign"): "write",
-    ("kanban", "comment"): "write",
-    ("kanban", "block"): "write",
-    ("kanban", "unblock"): "write",
-    ("kanban", "complete"): "write",
-    ("kanban", "cancel"): "write",
-    ("kanban", "archive"): "write",
-    ("kanban", "delete"): "admin",
-    # goals (a user sets goals in their own sessions)
-    ("goals", "list_goals"): "read",
-    ("goals", "set_goal"): "write",
-    ("goals", "complete_goal"): "write",
-    ("goals", "clear_goal"): "write",
-}
-
-
-class PermissionTable:
-    """``(actor, op) -> access class``; unknown pairs get ``default`` (admin-only)."""
-
-    def __init__(
-        self, entries: Mapping[tuple[str, str], str] | None = None, *, default: str = DEFAULT_ACCESS
-    ) -> None:
-        table = dict(DEFAULT_TABLE if entries is None else entries)
-        for key, access in [*table.items(), (("*", "*"), default)]:
-            if access not in ACCESS_ROLES:
-                raise ValueError(
-                    f"permission for {key}: unknown access class {access!r} (known: {list(ACCESS_ROLES)})"
-                )
-        self._table: dict[tuple[str, str], str] = table
-        self.default = default
-
-    def extended(self, entries: Mapping[tuple[str, str], str]) -> PermissionTable:
-        """A copy with more (or overriding) entries: how an app classifies its own actors' ops."""
-        return PermissionTable({**self._table, **entries}, default=self.default)
-
-    def access(self, actor: str, op: str) -> str:
-        return self._table.get((actor, op), self.default)
-
-    def roles_for(self, actor: str, op: str) -> frozenset[str]:
-        return ACCESS_ROLES[self.access(actor, op)]
-
-    def allows(self, roles: Iterable[str], actor: str, op: str) -> bool:
-        return not self.roles_for(actor, op).isdisjoint(roles)
-
-    def is_mutating(self, actor: str, op: str) -> bool:
-        return self.access(actor, op) in MUTATING
-
-    def entries(self) -> dict[tuple[str, str], str]:
-        return dict(self._table)
-
-
-DEFAULT_PERMISSIONS: Final = PermissionTable()
-
-
-def effective_roles(roles: Iterable[str]) -> frozenset[str]:
-    """The roles of a credential that mean something here (``system`` and unknown names dropped)."""
-    return frozenset(r for r in roles if r in ROLES)
-
+from minihermes.permissions import (
+    ACCESS_ROLES,
+    DEFAULT_PERMISSIONS,
+    DEFAULT_TABLE,
+    MUTATING,
+    ROLES,
+    Access,
+    PermissionTable,
+    Role,
+    effective_roles,
+)
 
 __all__ = [
     "ACCESS_ROLES",

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Protocol
 
+from minihermes import permissions
 from minihermes.runtime import ActorError, RequestContext
 
 
@@ -66,6 +67,8 @@ class Embedded:
         self, actor: str, op: str, payload: dict[str, Any] | None = None, timeout: float = 300
     ) -> Any:
         try:
+            # The HTTP edge's permission table, for the embedded node too (the local owner is an admin).
+            permissions.require(self.ctx, actor, op)
             return await self.node.ask(actor, op, payload or {}, timeout, ctx=self.ctx)
         except ActorError as e:
             raise CommandError.from_actor_error(e) from None

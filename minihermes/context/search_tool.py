@@ -103,6 +103,7 @@ register_builtin_tool(
         # Transcripts hold tool results from outside sources: what comes back is data, not instructions.
         UNTRUSTED,
         requires="agent",
+        permission=("agent", "session_search"),
     ),
     _session_search,
 )

@@ -42,6 +42,9 @@ MCP_CALL = Kind(
     UNTRUSTED,
     review=True,
     requires="mcp_manager",
+    # A tool of a server the admin added to the tenant's agent, reviewed by the guardrails like any mutating
+    # tool: a write for the turn's caller (mcp_manager.call_tool over HTTP skips the review: admin only).
+    permission="write",
 )
 
 

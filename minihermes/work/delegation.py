@@ -128,6 +128,7 @@ def register() -> None:
         MUTATING,
         TRUSTED,
         requires="agent",
+        permission=("agent", "chat"),  # a child turn, as the caller
     )
     register_builtin_tool(kind, delegate_task)
     BUILTINS["delegate_task"].handler_config["timeout"] = CHILD_TIMEOUT + 10

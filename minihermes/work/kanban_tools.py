@@ -146,6 +146,14 @@ def _handler(op: str) -> Any:
 
 def register() -> None:
     for op, (description, schema, effects) in OPS.items():
-        register_builtin_tool(
-            Kind(f"kanban_{op}", description, schema, effects, TRUSTED, requires="kanban"), _handler(op)
+        # A call needs exactly what kanban.<op> needs over HTTP (minihermes.permissions).
+        kind = Kind(
+            f"kanban_{op}",
+            description,
+            schema,
+            effects,
+            TRUSTED,
+            requires="kanban",
+            permission=("kanban", op),
         )
+        register_builtin_tool(kind, _handler(op))

@@ -288,7 +288,6 @@ async def test_viewer_cannot_call_any_mutating_op(client, node):
 
 ADMIN_OPS = [
     ("guardrails", "set_policy", {"tool_name": "terminal", "decision": "allow"}),
-    ("guardrails", "approve", {"approval_id": "a1"}),
     ("llm_gateway", "register_credential", {"phantom_token": "ph", "api_key": "sk-x"}),
     ("llm_gateway", "register_provider", {"name": "p", "kind": "openai", "model": "m"}),
     ("llm_gateway", "switch_provider", {"provider": "openai"}),
