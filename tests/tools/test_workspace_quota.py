@@ -19,6 +19,9 @@ from minihermes.runtime.store import open_store
 from minihermes.tools.sandbox import SandboxLimits, run_sandboxed
 from minihermes.tools.workspace import Quota, QuotaExceeded, Workspace, measure_usage
 
+# Subprocesses, pipes and a watcher task: the sandbox's behaviour may differ between loops.
+pytestmark = pytest.mark.both_loops
+
 KB = 1000
 ACME = RequestContext(tenant="acme", principal="alice", roles=frozenset({"admin"}))
 
@@ -87,12 +90,13 @@ def workspace() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-WRITE_FIVE = "for i in 1 2 3 4 5; do head -c 400000 /dev/zero > f$i || exit 7; done; echo done"
+# Three files under the 600 kB file cap, 1.2 MB together: only the third takes the workspace over its quota,
+# so f1 and f2 are whole whether the watcher stops the command during f3 or the check after it finds it over.
+WRITE_THREE = "for i in 1 2 3; do head -c 400000 /dev/zero > f$i || exit 7; done; echo done"
 
 
 async def test_a_command_writing_many_files_under_the_file_cap_reports_quota_exceeded(workspace):
-    result = await run_sandboxed(["/bin/sh", "-c", WRITE_FIVE], workspace, small())
-    # Each file is under the 600 kB file cap; together they are 2 MB, twice the quota.
+    result = await run_sandboxed(["/bin/sh", "-c", WRITE_THREE], workspace, small())
     assert result.quota_exceeded is True
     assert result.workspace_bytes is not None and result.workspace_bytes > 1_000_000
     # Over quota: the next command may look and delete, not write.
@@ -101,8 +105,8 @@ async def test_a_command_writing_many_files_under_the_file_cap_reports_quota_exc
     ws = Workspace(workspace, quota=Quota(1_000_000, 50))
     with pytest.raises(QuotaExceeded):
         ws.write_file("h.txt", "x")
-    freed = await run_sandboxed(["/bin/sh", "-c", "rm f1 f2 f3 g; ls"], workspace, small())
-    assert freed.ok and not freed.quota_exceeded and freed.stdout_text.split() == ["f4", "f5"]
+    freed = await run_sandboxed(["/bin/sh", "-c", "rm f3 g; ls"], workspace, small())
+    assert freed.ok and not freed.quota_exceeded and freed.stdout_text.split() == ["f1", "f2"]
     ws.write_file("h.txt", "x")
 
 
@@ -116,7 +120,8 @@ async def test_a_command_that_keeps_writing_is_stopped(workspace):
 
 async def test_the_entry_quota_holds_for_commands(workspace):
     result = await run_sandboxed(["/bin/sh", "-c", "mkdir -p d; touch d/$(seq 1 80)"], workspace, small())
-    assert result.quota_exceeded is True and result.workspace_files == 81
+    assert result.quota_exceeded is True and result.workspace_files is not None
+    assert result.workspace_files > 50  # 81 unless the watcher stopped it on the way
 
 
 async def test_a_normal_command_is_unaffected(workspace):
@@ -155,11 +160,12 @@ async def test_terminal_and_write_file_report_quota_exceeded(node: Node, workspa
     ok = await _run(node, "terminal", {"command": "echo fine > a; cat a"})
     assert ok["status"] == "ok" and ok["result"]["untrusted_content"]["stdout"] == "fine\n"
 
-    over = await _run(node, "terminal", {"command": WRITE_FIVE})
+    over = await _run(node, "terminal", {"command": WRITE_THREE})
     error = over["error"]
     assert over["status"] == "error" and error["code"] == "quota_exceeded", over
     assert error["limit_bytes"] == 1_000_000 and error["usage_bytes"] > 1_000_000
-    assert error["limit_files"] == 50 and error["stdout"] == "done\n"
+    # What it printed comes along (nothing here when the watcher stopped it before its last echo).
+    assert error["limit_files"] == 50 and error["stdout"] in ("done\n", "")
 
     refused = await _run(node, "write_file", {"path": "b.txt", "content": "x"})
     assert refused["error"]["code"] == "quota_exceeded" and refused["error"]["limit_bytes"] == 1_000_000
