@@ -194,7 +194,7 @@ async def run_sandboxed(
 # workspace is over, the next run gets RLIMIT_FSIZE 0 (it can read and delete, not write) and the file
 # tools refuse writes.
 
-_WATCH_FIRST = 0.25
+_WATCH_FIRST = 0.1
 _WATCH_MAX = 5.0
 _WATCH_SHARE = 20
 """The watcher waits this many times as long as its last measurement took (at most 5 % of a core)."""
