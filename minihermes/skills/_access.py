@@ -1,4 +1,8 @@
-"""Who may see and change a skill, and the system identity the skill services act under."""
+"""Who may see and change a skill or a self-written tool (``minihermes.permissions`` decides the roles).
+
+Skills and tools act with the caller's roles. A user's own skill or tool belongs to them until an admin
+promotes it to the tenant. The one exception is ``as_service``: see its docstring.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +11,12 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+from minihermes import permissions
 from minihermes.runtime import PermissionDenied, current_context, reset_context, set_context
-
-ADMIN_ROLES = frozenset({"admin", "system"})
-WRITER_ROLES = ADMIN_ROLES | {"user"}
 
 
 def is_admin() -> bool:
-    return bool(current_context().roles & ADMIN_ROLES)
+    return permissions.is_admin(current_context())
 
 
 def require_admin(op: str) -> None:
@@ -23,7 +25,7 @@ def require_admin(op: str) -> None:
 
 
 def require_writer(op: str) -> None:
-    if not current_context().roles & WRITER_ROLES:
+    if not permissions.is_writer(current_context()):
         raise PermissionDenied(f"{op}: a read-only role cannot change skills", op=op)
 
 
@@ -47,11 +49,50 @@ def require_owner(op: str, record: dict[str, Any]) -> None:
         raise PermissionDenied(f"{op}: only the skill's owner or an admin may change it", op=op)
 
 
+# -- self-written tools --------------------------------------------------------------------------------------
+
+
+def tool_owner(record: dict[str, Any]) -> str:
+    return str(record.get("owner") or record.get("created_by") or "")
+
+
+def tool_promoted(record: dict[str, Any]) -> bool:
+    """A tenant tool: promoted by an admin, written in an admin's turn, or stored before tools had owners
+    (those were registered for the whole tenant then, and stay so)."""
+    return bool(record.get("promoted", "owner" not in record))
+
+
+def can_use_tool(record: dict[str, Any]) -> bool:
+    """See and run: a tenant tool, or one's own. Admins see every tool (to review it before promoting)."""
+    return tool_promoted(record) or is_admin() or tool_owner(record) == current_context().principal
+
+
+def require_tool_owner(op: str, record: dict[str, Any]) -> None:
+    """Change (a new version, a rollback): the owner of an unpromoted tool, or an admin."""
+    require_writer(op)
+    if is_admin():
+        return
+    if tool_promoted(record):
+        raise PermissionDenied(
+            f"{op}: '{record['name']}' is a tenant tool; only an admin may change it", op=op, field="name"
+        )
+    if tool_owner(record) != current_context().principal:
+        raise PermissionDenied(
+            f"{op}: '{record['name']}' belongs to another user; pick another name", op=op, field="name"
+        )
+
+
 @contextlib.contextmanager
-def as_system(principal: str) -> Iterator[None]:
-    """Act in the current tenant with the system role (a skill service doing its own bookkeeping)."""
+def as_service(principal: str) -> Iterator[None]:
+    """Act in the current tenant with the ``system`` role, as the skill service ``principal``.
+
+    Only for the skill services' own bookkeeping, never on a caller's behalf: the curator's schedule (a
+    timer, not a request: it lists every skill and moves idle ones to stale) and the learning workflow's
+    propose/evaluate steps (the verdict is the runtime's replay, which a user must not be able to give their
+    own skill). Both call fixed ops with data they computed; neither passes a caller's request on.
+    """
     ctx = current_context()
-    token = set_context(replace(ctx, principal=principal, roles=frozenset({"system"})))
+    token = set_context(replace(ctx, principal=principal, roles=frozenset({permissions.SYSTEM_ROLE})))
     try:
         yield
     finally:

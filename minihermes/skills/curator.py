@@ -59,7 +59,7 @@ class Curator(GenServer):
     async def ensure_scheduled(self) -> None:
         """Sent by the skill store on activation: arm the daily reminder once per tenant."""
         if not self.scheduled:
-            with access.as_system("curator"):
+            with access.as_service("curator"):
                 await self.host.set_reminder(REMINDER, "tick", every=self.interval)
             self.scheduled = True
 
@@ -78,7 +78,7 @@ class Curator(GenServer):
         return {"status": "ok", "scheduled": self.scheduled, "last_run": self.last_run}
 
     async def _curate(self) -> dict[str, Any]:
-        with access.as_system("curator"):
+        with access.as_service("curator"):
             listing = await self.host.ask("skill_store", "list_skills", {"limit": 100_000})
             records = [r for r in listing["skills"] if not r["pinned"]]
             now = self.host.now()

@@ -9,6 +9,12 @@ most ``max_fix_attempts`` (3) times per tool. Each registered version's code and
 A registered tool is listed by the tool executor like any other; calling it goes to the built-in kind
 ``run_skill_tool``, whose handler asks this actor to run the code in the sandbox. Nothing the LLM wrote
 ever runs in the server process. Sandbox folder: ``<tools_root>/<tenant>/<tool>/`` (writable, nothing else).
+
+Ownership: a tool a user's turn writes belongs to that user (``owner``) until an admin promotes it
+(``promote_tool``). Until then it is listed to and run by its owner only, its output is untrusted (the agent
+wraps it as data, and a mutating call after it goes to review), and nobody else may replace it; a user
+never replaces a tenant tool or another user's. A tool written in an admin's turn is the tenant's at once.
+Everything here acts with the caller's roles: registering with the tool executor included.
 """
 
 from __future__ import annotations
@@ -19,13 +25,21 @@ from pathlib import Path
 from typing import Any, Literal
 
 from minihermes.agent._tools_catalog import BUILTINS, MUTATING, TOOL_NAME, TRUSTED, Kind
-from minihermes.agent._tools_handlers import ToolEnv, ToolFailure, register_builtin_tool, safe_component
+from minihermes.agent._tools_handlers import (
+    ToolEnv,
+    ToolFailure,
+    UntrustedResult,
+    register_builtin_tool,
+    safe_component,
+)
 from minihermes.agent.audit import fire_audit
 from minihermes.runtime import Conflict, GenServer, InvalidArgument, NotFound, call, current_context
 from minihermes.tools.sandbox import SandboxPolicy, make_workspace
 
 from . import _access as access
 from ._sandbox_code import DEFAULT_LIMITS, CodeRejected, check_code, run_code
+
+_MANAGE_OPS = {"create": "create_tool", "rollback": "rollback_tool", "list": "list_tools"}
 
 RUN_KIND = "run_skill_tool"
 TYPES = {"string": "string", "number": "number", "integer": "integer", "boolean": "boolean"}
@@ -74,14 +88,18 @@ class SkillTools(GenServer):
         if not description.strip() or len(description) > 2000:
             raise InvalidArgument(f"{op}: description must be 1..2000 characters", op=op, field="description")
         params: dict[str, str] = dict(parameters or {})
+        principal = current_context().principal
         record = await self.host.kv.get(f"skill_tool:{name}") or {
             "name": name,
             "versions": 0,
             "version": 0,
             "failures": 0,
-            "created_by": current_context().principal,
+            "created_by": principal,
+            "owner": principal,
+            "promoted": access.is_admin(),  # an admin's tool is the tenant's at once
         }
         assert isinstance(record, dict)
+        access.require_tool_owner(op, record)
         if record["failures"] > self.max_fix_attempts:
             raise Conflict(
                 f"{op}: '{name}' failed {record['failures']} times; no fix attempts are left",
@@ -107,12 +125,14 @@ class SkillTools(GenServer):
                 {"code": code, "test": test, "description": description, "parameters": params}
             ).encode(),
         )
+        # Registered before the record moves on: a name the executor refuses (another principal's tool,
+        # a tenant tool) leaves this tool's current version as it was.
+        await self._register(record, description, params)
         record.update(
             versions=version, version=version, failures=0, description=description, parameters=params
         )
         record["updated_at"] = self.host.now()
         await self.host.kv.put(f"skill_tool:{name}", record)
-        await self._register(name, description, params)
         self._event("skill_tool_registered", name, f"version={version}", session_id)
         return {"status": "ok", "name": name, "version": version}
 
@@ -122,20 +142,37 @@ class SkillTools(GenServer):
         op = "rollback_tool"
         access.require_writer(op)
         record = await self._record(op, name)
+        access.require_tool_owner(op, record)
         if not 1 <= version <= record["versions"]:
             raise InvalidArgument(f"{op}: version must be 1..{record['versions']}", op=op, field="version")
         old = await self._version(name, version)
         new = record["versions"] + 1
         await self.host.blobs.put(f"skill_tool/{name}/v{new}", json.dumps(old).encode())
+        await self._register(record, old["description"], old["parameters"])
         record.update(versions=new, version=new, description=old["description"], parameters=old["parameters"])
         await self.host.kv.put(f"skill_tool:{name}", record)
-        await self._register(name, old["description"], old["parameters"])
         self._event("skill_tool_rolled_back", name, f"to=v{version} now=v{new}", "")
         return {"status": "ok", "name": name, "version": new, "restored": version}
 
     @call
+    async def promote_tool(self, name: str) -> dict[str, Any]:
+        """Admin: make a user's tool the tenant's (listed to everyone, its output trusted like the other
+        self-written tenant tools). Idempotent."""
+        op = "promote_tool"
+        access.require_admin(op)
+        record = await self._record(op, name)
+        if access.tool_promoted(record):
+            return {"status": "ok", "name": name, "promoted": True, "owner": access.tool_owner(record)}
+        record = {**record, "promoted": True, "promoted_by": current_context().principal}
+        await self._register(record, record["description"], record.get("parameters") or {})
+        await self.host.kv.put(f"skill_tool:{name}", record)
+        self._event("skill_tool_promoted", name, f"owner={access.tool_owner(record)}", "")
+        return {"status": "ok", "name": name, "promoted": True, "owner": access.tool_owner(record)}
+
+    @call
     async def run_tool(self, name: str, input: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Run the current version in the sandbox: ``{status: ok, result}`` or ``{status: error, error}``."""
+        """Run the current version in the sandbox: ``{status: ok, result, trust}`` or ``{status: error,
+        error}``. ``trust`` is ``untrusted`` until the tool is promoted."""
         record = await self._record("run_tool", name)
         code = (await self._version(name, record["version"]))["code"]
         folder = await self._folder(name)
@@ -154,7 +191,8 @@ class SkillTools(GenServer):
                     "stderr": out.get("stderr", ""),
                 },
             }
-        return {"status": "ok", "result": out.get("result"), "version": record["version"]}
+        trust = "trusted" if access.tool_promoted(record) else "untrusted"
+        return {"status": "ok", "result": out.get("result"), "version": record["version"], "trust": trust}
 
     @call
     async def get_tool(self, name: str, version: int = 0) -> dict[str, Any]:
@@ -163,8 +201,14 @@ class SkillTools(GenServer):
 
     @call
     async def list_tools(self) -> dict[str, Any]:
+        """The tenant's tools and the caller's own (an admin: every tool), each with ``owner`` and
+        ``promoted``."""
         rows = await self.host.kv.list("skill_tool:")
-        tools = [r for _k, r in rows if isinstance(r, dict) and r.get("versions")]
+        tools = [
+            {**r, "owner": access.tool_owner(r), "promoted": access.tool_promoted(r)}
+            for _k, r in rows
+            if isinstance(r, dict) and r.get("versions") and access.can_use_tool(r)
+        ]
         return {"status": "ok", "tools": tools, "count": len(tools)}
 
     # -- helpers ------------------------------------------------------------------------------------------
@@ -192,8 +236,9 @@ class SkillTools(GenServer):
         return await asyncio.to_thread(make_workspace, path, self.policy)
 
     async def _record(self, op: str, name: str) -> dict[str, Any]:
+        """A tool the caller may see (another user's own tool is not there for them)."""
         record = await self.host.kv.get(f"skill_tool:{name}")
-        if not isinstance(record, dict) or not record.get("versions"):
+        if not isinstance(record, dict) or not record.get("versions") or not access.can_use_tool(record):
             raise NotFound(f"{op}: no self-written tool '{name}'", op=op, field="name")
         return record
 
@@ -204,24 +249,27 @@ class SkillTools(GenServer):
         out: dict[str, Any] = json.loads(data)
         return out
 
-    async def _register(self, name: str, description: str, parameters: dict[str, str]) -> None:
+    async def _register(self, record: dict[str, Any], description: str, parameters: dict[str, str]) -> None:
+        """Register with the tool executor as the caller (no escalation): a user registers only a tool of
+        their own, which the executor lists to them alone; an admin registers the tenant's."""
         if not self.host.has_actor("tool_executor"):
             return
-        with access.as_system("skill_tools"):
-            await self.host.ask(
-                "tool_executor",
-                "register_tool",
-                {
-                    "name": name,
-                    "description": f"{description} (self-written; runs in the sandbox)",
-                    "input_schema": _schema(parameters),
-                    "handler_type": RUN_KIND,
-                    "handler_config": {
-                        "fixed_input": {"skill_tool": name},
-                        "timeout": DEFAULT_LIMITS.wall_seconds + 10,
-                    },
+        name = record["name"]
+        await self.host.ask(
+            "tool_executor",
+            "register_tool",
+            {
+                "name": name,
+                "description": f"{description} (self-written; runs in the sandbox)",
+                "input_schema": _schema(parameters),
+                "handler_type": RUN_KIND,
+                "handler_config": {
+                    "fixed_input": {"skill_tool": name},
+                    "timeout": DEFAULT_LIMITS.wall_seconds + 10,
                 },
-            )
+                "owner": "" if access.tool_promoted(record) else access.tool_owner(record),
+            },
+        )
 
     def _event(self, event_type: str, name: str, detail: str, session_id: str) -> None:
         if self._audit_on:
@@ -264,6 +312,8 @@ async def _run_skill_tool(args: dict[str, Any], env: ToolEnv) -> Any:
     if reply.get("status") == "error":
         err = reply["error"]
         raise ToolFailure(err["code"], err["message"])
+    if reply.get("trust") != "trusted":  # a user's own code, not yet promoted: its output is data
+        return UntrustedResult(reply["result"])
     return reply["result"]
 
 
@@ -295,6 +345,7 @@ register_builtin_tool(
         MUTATING,
         TRUSTED,
         requires="skill_tools",
+        permission=lambda args: ("skill_tools", _MANAGE_OPS.get(str(args.get("action")), "create_tool")),
     ),
     _skill_manage,
 )
@@ -313,8 +364,11 @@ register_builtin_tool(
             "additionalProperties": {"type": ["string", "number", "integer", "boolean"]},
         },
         MUTATING,
-        TRUSTED,  # it computes: no network, no files but its own folder, so no outside content comes in
+        # It computes (no network, no files but its own folder), so a tenant tool's output is trusted; a
+        # user's own, unpromoted tool's is not (the handler marks it per call).
+        TRUSTED,
         requires="skill_tools",
+        permission=("skill_tools", "run_tool"),
     ),
     _run_skill_tool,
 )

@@ -16,7 +16,7 @@ from minihermes.runtime import ActorError, Workflow
 
 from . import _evaluate as evaluation
 from . import _extract as extract
-from ._access import as_system
+from ._access import as_service
 
 PRINCIPAL = "skill_workflow"
 
@@ -113,12 +113,12 @@ class SkillWorkflow(Workflow):
             "skill_id": f"skill-{self.key.removeprefix('learn-')[:16]}",
             **provenance,
         }
-        with as_system(PRINCIPAL):
+        with as_service(PRINCIPAL):
             reply: dict[str, Any] = await self.host.ask("skill_store", "propose_skill", payload)
         return reply
 
     async def _evaluate(self, proposal: dict[str, Any], intent: str, user_id: str) -> dict[str, Any]:
-        with as_system(PRINCIPAL):
+        with as_service(PRINCIPAL):
             got = await self.host.ask("skill_store", "get_skill", {"skill_id": proposal["skill_id"]})
             skill = got["skill"]
             tools = await evaluation.offered_tools(self.host)

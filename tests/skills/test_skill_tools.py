@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from minihermes.agent.tool_executor import ToolExecutor
-from minihermes.runtime import ActorError, ActorSpec
+from minihermes.runtime import ActorError, ActorSpec, RequestContext
 from minihermes.skills import SkillTools
 from minihermes.skills._sandbox_code import DEFAULT_LIMITS, CodeRejected, check_code, run_code
 from minihermes.tools.sandbox import SandboxLimits, make_workspace
@@ -59,7 +59,9 @@ async def test_a_tool_is_registered_after_its_test_passes_and_runs_in_the_sandbo
     run = await node.ask(
         "tool_executor", "execute", {"name": "add_numbers", "input": {"a": 4, "b": 5}}, ctx=ACME_USER
     )
-    assert run["status"] == "ok" and run["result"] == {"sum": 9}
+    # bob's own tool, not promoted: its output is data, not ours
+    assert run["status"] == "ok" and run["untrusted"] is True
+    assert run["result"]["untrusted_content"] == {"sum": 9}
     bad = await node.ask(
         "tool_executor", "execute", {"name": "add_numbers", "input": {"a": 4}}, ctx=ACME_USER
     )
@@ -90,13 +92,13 @@ async def test_every_version_is_kept_and_rollback_restores_one(make_node, tmp_pa
     run = await node.ask(
         "tool_executor", "execute", {"name": "add_numbers", "input": {"a": 1, "b": 2}}, ctx=ACME_USER
     )
-    assert run["result"] == {"sum": 3, "note": "v2"}
+    assert run["result"]["untrusted_content"] == {"sum": 3, "note": "v2"}
     back = await _manage(node, action="rollback", name="add_numbers", version=1)
     assert back["result"]["version"] == 3 and back["result"]["restored"] == 1
     run = await node.ask(
         "tool_executor", "execute", {"name": "add_numbers", "input": {"a": 1, "b": 2}}, ctx=ACME_USER
     )
-    assert run["result"] == {"sum": 3}
+    assert run["result"]["untrusted_content"] == {"sum": 3}
     got = await node.ask("skill_tools", "get_tool", {"name": "add_numbers", "version": 2}, ctx=ACME)
     assert got["code"] == v2
 
@@ -183,3 +185,101 @@ async def test_running_an_unknown_tool_is_not_found(make_node, tmp_path):
     with pytest.raises(ActorError) as e:
         await node.ask("skill_tools", "run_tool", {"name": "nope"}, ctx=ACME)
     assert e.value.code == "not_found"
+
+
+# -- ownership: a user's tool is theirs until an admin promotes it ---------------------------------------------
+
+ALICE_USER = RequestContext(tenant="acme", principal="alice", roles=frozenset({"user"}))
+CAROL_ADMIN = RequestContext(tenant="acme", principal="carol", roles=frozenset({"admin"}))
+
+
+async def _names(node: Any, ctx: Any) -> set[str]:
+    return {t["name"] for t in (await node.ask("tool_executor", "list_tools", {}, ctx=ctx))["tools"]}
+
+
+async def _run(node: Any, ctx: Any, name: str = "add_numbers", **inp: Any) -> dict[str, Any]:
+    out: dict[str, Any] = await node.ask(
+        "tool_executor", "execute", {"name": name, "input": inp or {"a": 1, "b": 2}}, ctx=ctx
+    )
+    return out
+
+
+async def test_a_users_tool_is_listed_to_and_run_by_its_owner_only(make_node, tmp_path):
+    node = await _node(make_node, tmp_path)
+    assert (await _manage(node, ctx=ALICE_USER, **_create()))["status"] == "ok"
+    assert "add_numbers" in await _names(node, ALICE_USER)
+    assert "add_numbers" not in await _names(node, ACME_USER)
+    assert "add_numbers" not in await _names(node, CAROL_ADMIN)  # not the tenant's (yet)
+    assert (await _run(node, ACME_USER))["error"]["code"] == "unknown_tool"
+    # nor through the kind itself, nor by asking skill_tools directly
+    direct = await _run(node, ACME_USER, name="run_skill_tool", skill_tool="add_numbers", a=1, b=2)
+    assert direct["error"]["code"] == "not_found"
+    with pytest.raises(ActorError) as e:
+        await node.ask("skill_tools", "get_tool", {"name": "add_numbers"}, ctx=ACME_USER)
+    assert e.value.code == "not_found"
+    listed = (await node.ask("skill_tools", "list_tools", {}, ctx=ACME_USER))["tools"]
+    assert listed == []
+    mine = (await node.ask("skill_tools", "list_tools", {}, ctx=ALICE_USER))["tools"]
+    assert [(t["name"], t["owner"], t["promoted"]) for t in mine] == [("add_numbers", "alice", False)]
+    # the owner's run, also through the kind: untrusted output
+    direct = await _run(node, ALICE_USER, name="run_skill_tool", skill_tool="add_numbers", a=1, b=2)
+    assert direct["untrusted"] is True and direct["result"]["untrusted_content"] == {"sum": 3}
+
+
+async def test_a_user_cannot_replace_another_users_or_a_tenant_tool(make_node, tmp_path):
+    node = await _node(make_node, tmp_path)
+    await _manage(node, ctx=ALICE_USER, **_create())
+    evil = "def run(a, b):\n    return {'sum': 'pwned'}\n"
+    out = await _manage(node, ctx=ACME_USER, **_create(code=evil, test="run(a=1, b=1)\n"))
+    assert out["status"] == "error" and out["error"]["code"] == "permission_denied"
+    back = await _manage(node, ctx=ACME_USER, action="rollback", name="add_numbers", version=1)
+    assert back["error"]["code"] in ("permission_denied", "not_found")
+    assert (await _run(node, ALICE_USER))["result"]["untrusted_content"] == {"sum": 3}
+    # a tool written in an admin's turn is the tenant's at once: trusted, listed to all, users cannot replace it
+    await _manage(node, ctx=CAROL_ADMIN, **_create(name="mul_numbers", code=MUL, test="run(a=1, b=1)\n"))
+    assert "mul_numbers" in await _names(node, ACME_USER)
+    ran = await _run(node, ACME_USER, name="mul_numbers", a=2, b=3)
+    assert ran["untrusted"] is False and ran["result"] == {"sum": 6}
+    out = await _manage(node, ctx=ACME_USER, **_create(name="mul_numbers", code=evil, test="run(a=1, b=1)\n"))
+    assert out["error"]["code"] == "permission_denied" and "tenant tool" in out["error"]["message"]
+    assert (await _run(node, ACME_USER, name="mul_numbers", a=2, b=3))["result"] == {"sum": 6}
+
+
+async def test_a_user_cannot_take_the_name_of_a_registered_tool(make_node, tmp_path):
+    node = await _node(make_node, tmp_path)
+    weather = {
+        "name": "add_numbers",
+        "description": "admin's tool",
+        "input_schema": {"type": "object"},
+        "handler_type": "service_link",
+        "handler_config": {"link_name": "w", "path": "/w"},
+    }
+    await node.ask("tool_executor", "register_tool", weather, ctx=CAROL_ADMIN)
+    out = await _manage(node, ctx=ACME_USER, **_create())
+    assert out["error"]["code"] == "permission_denied"
+    described = await node.ask("tool_executor", "describe_tool", {"name": "add_numbers"}, ctx=ACME_USER)
+    assert described["handler_type"] == "service_link"
+    # and a user may not register anything but a tool of their own on a kind they may call
+    with pytest.raises(ActorError) as e:
+        await node.ask("tool_executor", "register_tool", {**weather, "name": "mine"}, ctx=ACME_USER)
+    assert e.value.code == "permission_denied"
+
+
+async def test_an_admin_promotes_a_users_tool_to_the_tenant(make_node, tmp_path):
+    node = await _node(make_node, tmp_path)
+    await _manage(node, ctx=ALICE_USER, **_create())
+    with pytest.raises(ActorError) as e:
+        await node.ask("skill_tools", "promote_tool", {"name": "add_numbers"}, ctx=ALICE_USER)
+    assert e.value.code == "permission_denied"
+    # an admin sees it to review it before promoting
+    assert [
+        t["name"] for t in (await node.ask("skill_tools", "list_tools", {}, ctx=CAROL_ADMIN))["tools"]
+    ] == ["add_numbers"]
+    got = await node.ask("skill_tools", "promote_tool", {"name": "add_numbers"}, ctx=CAROL_ADMIN)
+    assert got == {"status": "ok", "name": "add_numbers", "promoted": True, "owner": "alice"}
+    assert "add_numbers" in await _names(node, ACME_USER)
+    ran = await _run(node, ACME_USER)
+    assert ran["untrusted"] is False and ran["result"] == {"sum": 3}
+    # promoted: the owner no longer changes it alone
+    out = await _manage(node, ctx=ALICE_USER, **_create(code=MUL, test="run(a=1, b=1)\n"))
+    assert out["error"]["code"] == "permission_denied"
