@@ -14,7 +14,9 @@
 
 ``review`` is real: ``request_approval`` stores a durable approval record, an admin lists and approves or
 denies it (never their own request), and the paused turn is resumed by asking the session's ``agent`` to
-``resume``, as the person who asked for the call. Policies, mode and approvals are durable state: they survive restarts.
+``resume``, as the person who asked for the call. Who decides is policy too: ``set_approval_policy`` with
+``self_approve: true`` (for one tool, or with no tool name for every tool without a setting of its own) lets
+the requester decide on their own paused call; admins still decide on anyone's. Policies, mode and approvals are durable state: they survive restarts.
 """
 
 from __future__ import annotations
@@ -106,6 +108,8 @@ class Guardrails(GenFSM):
 
     policies: dict[str, str] = state(default_factory=dict)
     approvals: dict[str, dict[str, Any]] = state(default_factory=dict)
+    approval_policy: dict[str, bool] = state(default_factory=dict)
+    """tool name ("" for the default) -> whether the requester may decide on their own paused call."""
     deny_count: int = state(default=0)
     review_count: int = state(default=0)
 
@@ -314,7 +318,12 @@ class Guardrails(GenFSM):
 
     @call
     def get_policies(self) -> dict[str, Any]:
-        return {"status": "ok", "policies": dict(sorted(self.policies.items())), "mode": self.fsm_state}
+        return {
+            "status": "ok",
+            "policies": dict(sorted(self.policies.items())),
+            "mode": self.fsm_state,
+            "approval_policy": dict(sorted(self.approval_policy.items())),
+        }
 
     @call
     def set_mode(self, mode: Mode) -> dict[str, Any]:
@@ -407,6 +416,33 @@ class Guardrails(GenFSM):
         return {"status": "ok", "approval_id": approval_id, "existing": False}
 
     @call
+    def set_approval_policy(self, self_approve: bool, tool_name: str = "") -> dict[str, Any]:
+        """Who decides on a paused call of ``tool_name`` (empty: the default for every tool without a setting
+        of its own): ``self_approve`` lets its requester decide; otherwise only admins, never on their own
+        request (four eyes). Admin only; takes effect for pending approvals too."""
+        _require_admin("set_approval_policy")
+        if tool_name:
+            _check_tool_name("set_approval_policy", tool_name)
+        previous = self.approval_policy.get(tool_name)
+        self.approval_policy[tool_name] = bool(self_approve)
+        self._audit(
+            "approval_policy_set",
+            f"tool={tool_name or '*'} self_approve={bool(self_approve)}",
+            "",
+            {"tool": tool_name, "self_approve": bool(self_approve), "previous": previous},
+        )
+        return {
+            "status": "ok",
+            "tool_name": tool_name,
+            "self_approve": bool(self_approve),
+            "previous": previous,
+            "approval_policy": dict(sorted(self.approval_policy.items())),
+        }
+
+    def _self_approves(self, tool_name: str) -> bool:
+        return bool(self.approval_policy.get(tool_name, self.approval_policy.get("", False)))
+
+    @call
     def list_approvals(
         self, status: ApprovalStatus = "pending", session_id: str = "", limit: int = 100
     ) -> dict[str, Any]:
@@ -438,16 +474,20 @@ class Guardrails(GenFSM):
     def _decide(self, approval_id: str, decision: str, note: str) -> Any:
         ctx = current_context()
         op = "approve" if decision == "approved" else "deny"
-        if not ctx.roles & _ADMIN_ROLES:
-            # Users own their sessions, not other people's: reviewing is an admin's job (viewers only read).
+        if not ctx.roles & _WRITER_ROLES:  # viewers only read
             raise PermissionDenied(f"{op}: deciding approvals needs the admin role", op=op)
         record = self._approval(approval_id)
+        # The policy may let the requester (the principal whose turn paused) decide on their own call.
+        by_requester = ctx.principal == record["requester"] and self._self_approves(record["tool"])
+        if not by_requester and not ctx.roles & _ADMIN_ROLES:
+            # Users own their sessions, not other people's: reviewing is an admin's job.
+            raise PermissionDenied(f"{op}: deciding approvals needs the admin role", op=op)
         if record["status"] != "pending":
             raise Conflict(f"approval {approval_id} was already {record['status']}", approval_id=approval_id)
         requesters = {record["requested_by"]}
         if record["requester"] != _UNAUTHENTICATED:
             requesters.add(record["requester"])
-        if ctx.principal in requesters and not self.self_approval:
+        if ctx.principal in requesters and not (self.self_approval or by_requester):
             raise PermissionDenied(
                 f"{op}: nobody decides on their own request", op=op, approval_id=approval_id
             )

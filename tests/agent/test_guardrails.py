@@ -473,3 +473,41 @@ async def test_pending_approvals_survive_a_restart_and_resume_then(make_node, tm
         "principal": "bob",
     }
     assert (await g(node2, "get_state"))["pending_approvals"] == 0
+
+
+async def test_the_approval_policy_lets_the_requester_decide_on_their_own_call(make_node):
+    """Default: admins decide, never on their own request. ``self_approve`` (per tool, or the default for
+    every tool) lets the requester decide on their own paused call; nobody else who is not an admin."""
+    node = await make_node(specs())
+    bob_alt = RequestContext(tenant="acme", principal="dave", roles=frozenset({"user"}))
+    mine = await request(node, ctx=ACME_USER)  # bob's turn paused on a terminal call
+    with pytest.raises(PermissionDenied, match="admin"):
+        await g(node, "approve", ctx=ACME_USER, approval_id=mine)
+    for ctx in (ACME_USER, ACME_VIEWER):
+        with pytest.raises(PermissionDenied):
+            await g(node, "set_approval_policy", ctx=ctx, tool_name="terminal", self_approve=True)
+    got = await g(node, "set_approval_policy", tool_name="terminal", self_approve=True)
+    assert got["approval_policy"] == {"terminal": True}
+    assert (await g(node, "get_policies"))["approval_policy"] == {"terminal": True}
+    with pytest.raises(PermissionDenied, match="admin"):  # another user still may not
+        await g(node, "approve", ctx=bob_alt, approval_id=mine)
+    with pytest.raises(PermissionDenied, match="admin"):  # nor a viewer
+        await g(node, "approve", ctx=ACME_VIEWER, approval_id=mine)
+    reply = await g(node, "approve", ctx=ACME_USER, approval_id=mine)
+    assert reply["decision"] == "approved" and RESUMED[-1]["principal"] == "bob"
+    # only that tool: another tool's paused call still needs an admin
+    other = await request(node, ctx=ACME_USER, tool_name="write_file", input={"path": "x", "content": "y"})
+    with pytest.raises(PermissionDenied, match="admin"):
+        await g(node, "deny", ctx=ACME_USER, approval_id=other)
+    # the default for every tool; a tool's own setting wins over it
+    await g(node, "set_approval_policy", self_approve=True)
+    await g(node, "set_approval_policy", tool_name="terminal", self_approve=False)
+    assert (await g(node, "deny", ctx=ACME_USER, approval_id=other))["decision"] == "denied"
+    again = await request(node, ctx=ACME_USER, input={"command": "make again"})
+    with pytest.raises(PermissionDenied, match="admin"):
+        await g(node, "approve", ctx=ACME_USER, approval_id=again)
+    # admins: anyone's, and with the policy their own too
+    own = await request(node, ctx=ACME, tool_name="write_file", input={"path": "a", "content": "b"})
+    assert (await g(node, "approve", ctx=ACME, approval_id=own))["decision"] == "approved"
+    assert (await g(node, "approve", ctx=CAROL, approval_id=again))["decision"] == "approved"
+    assert "approval_policy_set" in await audit_types(node)
