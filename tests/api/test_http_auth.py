@@ -372,13 +372,15 @@ async def test_users_act_only_as_themselves_and_in_their_own_sessions(client):
     assert r.status_code == 404
     r = await c.post("/api/v1/actors/agent_fsm/get_state", json={"session_id": sid}, headers=carol)
     assert r.status_code == 404
-    # admins act anywhere in the tenant; viewers read
+    # admins act anywhere in the tenant; viewers, like users, do not see other people's sessions
     r = await c.post(
         "/api/v1/actors/notebook/append", json={"session_id": "made-up", "text": "x"}, headers=admin
     )
     assert r.status_code == 200
-    r = await c.post("/api/v1/actors/notebook/read", json={"session_id": sid}, headers=viewer)
+    r = await c.post("/api/v1/actors/notebook/read", json={"session_id": sid}, headers=admin)
     assert r.json()["notes"] == ["hi"]
+    r = await c.post("/api/v1/actors/notebook/read", json={"session_id": sid}, headers=viewer)
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
     r = await c.post("/api/v1/actors/notebook/append", json={"session_id": sid, "text": "x"}, headers=viewer)
     assert r.status_code == 403
 
