@@ -165,6 +165,10 @@ DEFAULT_TABLE: Final[Mapping[tuple[str, str], Access]] = {
     ("kanban", "complete"): "write",
     ("kanban", "cancel"): "write",
     ("kanban", "archive"): "write",
+    # the claim protocol (the actor keeps it to the card's author, assignee or an admin, like complete)
+    ("kanban", "start"): "write",
+    ("kanban", "heartbeat"): "write",
+    ("kanban", "fail"): "write",
     ("kanban", "delete"): "admin",
     # goals (a user sets goals in their own sessions)
     ("goals", "list_goals"): "read",

@@ -82,6 +82,8 @@ TERMINAL_GRACE = 15.0
 """The terminal tool's timeout is its sandbox wall clock plus this (the sandbox kills first)."""
 MAX_RESULT_CHARS = 64_000
 MAX_TOOLS = 200
+MAX_OWNED_TOOLS = 20
+"""Tools one principal may own (self-written, not promoted): one user cannot fill the tenant's catalogue."""
 _AUDIT_INPUT_CHARS = 500
 
 
@@ -114,7 +116,8 @@ class ToolExecutor(GenServer):
     Args: ``workspace_root`` (folder of the session workspaces; the app passes ``<data_dir>/workspaces``),
     ``default_timeout`` (seconds), ``max_result_chars``, ``max_tools``, ``terminal`` (a dict of
     ``SandboxLimits`` fields for the terminal tool), ``sandbox_policy`` (a ``SandboxPolicy``, in-process only),
-    ``permissions`` (a ``PermissionTable``, in-process only; default ``DEFAULT_PERMISSIONS``, the HTTP edge's).
+    ``permissions`` (a ``PermissionTable``, in-process only; default ``DEFAULT_PERMISSIONS``, the HTTP edge's),
+    ``max_owned_tools`` (per principal).
     """
 
     state_version = 1
@@ -127,6 +130,7 @@ class ToolExecutor(GenServer):
         self.default_timeout = float(args.get("default_timeout", DEFAULT_TIMEOUT))
         self.max_result_chars = int(args.get("max_result_chars", MAX_RESULT_CHARS))
         self.max_tools = int(args.get("max_tools", MAX_TOOLS))
+        self.max_owned_tools = int(args.get("max_owned_tools", MAX_OWNED_TOOLS))
         terminal = {
             "wall_seconds": 30.0,
             "cpu_seconds": 10,
@@ -223,6 +227,12 @@ class ToolExecutor(GenServer):
             )
         if owner:
             record["owner"] = owner
+            owned = sum(1 for n, r in self.tools.items() if r.get("owner") == owner and n != name)
+            if owned >= self.max_owned_tools:
+                raise Conflict(
+                    f"{owner} already owns {self.max_owned_tools} tools (an admin may promote or remove some)",
+                    code="quota_exceeded",
+                )
         if not exists and len(self.tools) >= self.max_tools:
             raise Conflict(
                 f"this tenant already has {self.max_tools} registered tools", code="quota_exceeded"
@@ -354,12 +364,13 @@ class ToolExecutor(GenServer):
         """The turn's principal and roles against what the call does, as the HTTP edge would judge it."""
         ctx = current_context()
         permission = tool.permission_for(args)
-        if tool.effects_for(args) != MUTATING or is_writer(ctx):
-            if _allowed(ctx, permission, self.permissions):
-                return None
-            what, data = _describe_permission(permission, self.permissions)
-        else:
+        allowed = _allowed(ctx, permission, self.permissions)
+        if allowed and (tool.effects_for(args) != MUTATING or is_writer(ctx)):
+            return None
+        if allowed:  # a tool that changes things declared as a read: a viewer still may not run it
             what, data = "changes things", {"access": "write"}
+        else:
+            what, data = _describe_permission(permission, self.permissions)
         have = ", ".join(sorted(ctx.roles)) or "no role"
         self._audit(
             "permission_denied",
