@@ -81,3 +81,17 @@ async def test_a_viewers_turn_runs_read_tools_only(app_node):
     assert [t["title"] for t in listed["tasks"]] == ["A card"]
     call_tool("calculator", expression="6 * 7")
     assert (await chat(node, ACME_VIEWER, "vic-3", "six times seven"))["result"] == 42
+
+
+async def test_the_issue_repro_with_the_simulated_llm(app_node):
+    """issue 17 item 4 as reported: ``agent.chat {"message": "use kanban_delete task_id=t1"}`` by a user, here
+    the card's own author too (the kanban actor would let her; the permission table does not)."""
+    node = await app_node()
+    t = (await node.ask("kanban", "create", {"title": "Alice's card"}, ctx=ALICE))["task_id"]
+    for ctx, session in ((BOB, "bob-sim"), (ALICE, "alice-sim")):
+        message = {"message": f"use kanban_delete task_id={t}", "session_id": session}
+        assert (await node.ask("agent", "chat", message, ctx=ctx))["status"] == "ok"
+        assert await card_exists(node, t)
+        history = (await node.ask("agent", "get_history", {"session_id": session}, ctx=ctx))["messages"]
+        results = [m["content"] for m in history if m["role"] == "tool"]
+        assert results and "permission_denied" in str(results[0]), results
