@@ -474,6 +474,19 @@ class Quarantine(Protocol):
     async def list(self, limit: int = 100) -> list[QuarantinedRecord]: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One fact a backend's ``doctor()`` reports about where it would keep its data (``minihermes doctor``)."""
+
+    name: str
+    """What was looked at, e.g. "WAL", "pgvector", "schema"."""
+    status: str
+    """"ok", "warn", "fail" or "skip"."""
+    detail: str
+    required: bool = True
+    """A failed required finding means a node cannot run on this store."""
+
+
 class Store(Protocol):
     """A backend: the primitives above plus lifecycle. Opened by ``open_store``."""
 
@@ -500,3 +513,8 @@ class Store(Protocol):
 
     async def schema_version(self) -> int: ...
     async def apply_retention(self, rules: Sequence[RetentionRule], now: float) -> RetentionReport: ...
+
+    async def doctor(self) -> list[Finding]:
+        """Check, without opening the store (no schema is created or migrated), that it could open where it
+        is configured: the engine, its features and the stored schema version. Works on an unopened store."""
+        ...

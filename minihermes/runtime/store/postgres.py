@@ -32,6 +32,7 @@ from ._pg_channels import PgChannels
 from ._pg_checkpoints import PgCheckpoints
 from ._pg_coord import PgLocks, PgReminders
 from ._pg_data import PgBlobs, PgKV, PgQuarantine
+from ._pg_doctor import inspect
 from ._pg_engine import Conn, PgEngine
 from ._pg_events import PgEvents
 from ._pg_retention import apply_rules
@@ -44,6 +45,7 @@ from .base import (
     ChannelStore,
     CheckpointStore,
     EventLog,
+    Finding,
     KVStore,
     LockStore,
     Quarantine,
@@ -136,6 +138,7 @@ class PostgresStore:
         self.schema = schema
         self._where = f"host={params.get('host', '')!s} port={params.get('port', '')!s} dbname={params.get('dbname', '')!s}"
         self._password_file = None if password_file is None else Path(password_file)
+        self._secrets = [str(params["password"])] if params.get("password") else []
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._engine = PgEngine(dsn, kwargs, min_size=min_size, max_size=max_size, timeout=timeout)
         self._opening = asyncio.Lock()
@@ -186,6 +189,20 @@ class PostgresStore:
     async def schema_version(self) -> int:
         row = await self._engine.fetchone("SELECT value FROM meta WHERE key = 'schema_version'")
         return LATEST_VERSION if row is None else int(row[0])
+
+    async def doctor(self) -> list[Finding]:
+        """The server answers and is recent enough, pgvector and unaccent are there (or can be created), the
+        database is UTF-8, and the schema's version is one this MiniHermes opens. Read only, on a connection
+        of its own; the connection string and password never appear in a finding."""
+        secrets = list(self._secrets)
+        if self._password_file is not None:
+            try:
+                password = await asyncio.to_thread(_read_secret, self._password_file)
+            except StoreError as e:
+                return [Finding("server", "fail", str(e))]
+            self._engine.set_password(password)
+            secrets.append(password)
+        return await inspect(self._engine.connect, self.schema, self._where, secrets)
 
     async def apply_retention(self, rules: Sequence[RetentionRule], now: float) -> RetentionReport:
         """Apply every rule across all scopes in one transaction and purge expired KV rows. The report

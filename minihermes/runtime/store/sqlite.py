@@ -23,6 +23,7 @@ from ._common import check_number, parse_rules
 from ._sqlite_channels import SqliteChannels
 from ._sqlite_coord import SqliteLocks, SqliteReminders
 from ._sqlite_data import SqliteBlobs, SqliteCheckpoints, SqliteKV, SqliteQuarantine
+from ._sqlite_doctor import inspect
 from ._sqlite_engine import SqliteEngine
 from ._sqlite_events import SqliteEvents
 from ._sqlite_retention import apply_rules, incremental_vacuum
@@ -35,6 +36,7 @@ from .base import (
     ChannelStore,
     CheckpointStore,
     EventLog,
+    Finding,
     KVStore,
     LockStore,
     Quarantine,
@@ -135,6 +137,11 @@ class SqliteStore:
     async def schema_version(self) -> int:
         version = await self._engine.read(read_version)
         return LATEST_VERSION if version is None else version
+
+    async def doctor(self) -> list[Finding]:
+        """The folder is writable (made, with ``data_dir=``, as ``open`` would), SQLite is recent enough, WAL
+        and FTS5 work there, and the file's schema version is one this MiniHermes opens (read only)."""
+        return await asyncio.to_thread(inspect, self.path, make_dir=self._data_dir is not None)
 
     async def apply_retention(self, rules: Sequence[RetentionRule], now: float) -> RetentionReport:
         """Apply every rule across all scopes in one transaction and purge expired KV rows, then return free
