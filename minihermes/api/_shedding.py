@@ -252,6 +252,11 @@ class ShedGate:
         if not queue:
             del self._queues[tenant]
         self.waiting -= 1
+        if waiter.granted.done():
+            # its task was cancelled (its deadline, a disconnect) and has not run its cleanup yet: it leaves
+            # the queue here, and ``_forget`` will find it gone
+            self._drop_held(tenant)
+            return
         self.running += 1
         self._running_by[tenant] = self._running_by.get(tenant, 0) + 1
         waiter.granted.set_result(None)

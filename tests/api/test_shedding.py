@@ -214,3 +214,21 @@ def test_settings_come_from_the_http_table_of_the_app_config() -> None:
     assert concurrent >= 32 and queue == 4 * concurrent
     with pytest.raises(ValueError):
         SheddingConfig(tenant_max_share=0)
+
+
+async def test_a_waiter_cancelled_as_a_slot_frees_leaves_the_gate_consistent() -> None:
+    # The deadline cancels the waiting task (and with it the future it awaits) and, in the same loop pass, a
+    # slot frees: the slot must go to the next live waiter, never to the cancelled one.
+    gate = ShedGate(SheddingConfig(max_concurrent=1, max_queue=4, tenant_max_share=1.0))
+    await gate.acquire("acme", 1.0)
+    gone = asyncio.ensure_future(gate.acquire("acme", 30.0))
+    live = asyncio.ensure_future(gate.acquire("globex", 30.0))
+    await gate.wait_until(lambda g: g.waiting == 2)
+    gone.cancel()
+    gate.release("acme", 0.0)  # before the cancelled task ran its cleanup
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    await live
+    assert (gate.running, gate.waiting, gate.held("acme"), gate.held("globex")) == (1, 0, 0, 1)
+    gate.release("globex", 0.0)
+    assert (gate.running, gate.waiting) == (0, 0)
