@@ -55,17 +55,17 @@ from minihermes.runtime import (
     state,
 )
 
-from . import _llm_policy as policy
-from ._llm_policy import BudgetExceeded, Caller, Failure, LLMInternalError, LLMUnavailable
+from . import gateway as policy
 from .audit import fire_audit
 from .credentials import CredentialVault, check_api_key, check_phantom_token
+from .gateway import BudgetExceeded, Caller, Circuit, Failure, LLMInternalError, LLMUnavailable
 
 __all__ = ["BudgetExceeded", "LLMGateway", "LLMInternalError", "LLMUnavailable"]
 
 ADMIN_ROLES = frozenset({"admin", "system"})
 SESSION_ROLES = ADMIN_ROLES | {"user"}
 """A user may pin their session to another registered provider; changing the tenant's needs an admin."""
-DEFAULT_PROVIDER = "simulated"
+DEFAULT_PROVIDER = policy.OFFLINE_KIND
 
 BudgetScope = Literal["tenant", "user", "session", "cron_job"]
 
@@ -155,6 +155,7 @@ class LLMGateway(GenServer):
             messages, tools or [], max_tokens, temperature, cache_prefix_messages
         )
         progress = self._stream_progress(stream_topic)
+        _check_usage_keys("completion", session_id=session_id, user_id=user_id, cron_job=cron_job)
         caller = Caller(user_id or current_context().principal, session_id, cron_job)
         if self._clock.monotonic() > self._tick_due + self._settings.tick_interval:
             self._arm_tick()  # a tick was dropped (full mailbox): recovery must not stop for good
@@ -220,7 +221,7 @@ class LLMGateway(GenServer):
         circuit_state = self.circuits.get(name, {}).get("state", policy.CLOSED)
         if circuit_state == policy.OPEN or (circuit_state == policy.HALF_OPEN and name in self._trials):
             return Failure(name, "circuit_open")
-        if entry["kind"] in policy.NETWORK_KINDS and not (model or entry["model"]):
+        if not (model or entry["model"]) and policy.needs_model(entry["kind"]):
             # Registered without a model and switched to without one: there is nothing to ask for.
             await self._settle_failure(name, "misconfigured", retries=0)
             return Failure(name, "misconfigured")
@@ -344,10 +345,11 @@ class LLMGateway(GenServer):
         stats["retries"] += retries
         if ok is None:
             return None
-        circuit = self.circuits.setdefault(name, policy.new_circuit())
-        return policy.record_outcome(
-            circuit, ok=ok, error=error, now=self.host.now(), settings=self._settings
-        )
+        data = self.circuits.get(name)
+        if data is None:
+            data = self.circuits[name] = Circuit().to_dict()
+        circuit = Circuit.from_dict(data)  # changes the state's object in place
+        return circuit.record(ok=ok, error=error, now=self.host.now(), settings=self._settings)
 
     def _stats(self, name: str) -> dict[str, Any]:
         return self.provider_stats.setdefault(name, policy.empty_provider_stats())
@@ -452,8 +454,8 @@ class LLMGateway(GenServer):
             self._arm_tick()
         else:
             _require(ADMIN_ROLES, "timer_tick")
-        for name, circuit in self.circuits.items():
-            self._announce(name, policy.tick(circuit), reason="recovery tick")
+        for name, data in self.circuits.items():
+            self._announce(name, Circuit.from_dict(data).tick(), reason="recovery tick")
 
     # -- administration ---------------------------------------------------------------------------------
 
@@ -579,6 +581,7 @@ class LLMGateway(GenServer):
             key = ""
         elif not key:
             raise InvalidArgument(f"a {scope} budget needs a key ('*' for every {scope})", field="key")
+        _check_usage_keys("set_budget", key=key)
         if max_tokens is not None and max_tokens < 0:
             raise InvalidArgument("max_tokens must be >= 0 (null removes the budget)", field="max_tokens")
         if scope == "tenant" or key == "*":
@@ -601,6 +604,7 @@ class LLMGateway(GenServer):
     @call
     async def get_stats(self, session_id: str = "", user_id: str = "", cron_job: str = "") -> dict[str, Any]:
         """Usage (tenant, and the given user/session/cron job), per-provider stats and circuits."""
+        _check_usage_keys("get_stats", session_id=session_id, user_id=user_id, cron_job=cron_job)
         usage_by = {
             scope: dict(await self._ledger.get(scope, key))
             for scope, key in Caller(user_id, session_id, cron_job).keys()
@@ -647,7 +651,7 @@ class LLMGateway(GenServer):
 
     def _circuit_views(self) -> dict[str, dict[str, Any]]:
         return {
-            name: policy.circuit_view(self.circuits.get(name) or policy.new_circuit())
+            name: Circuit.from_dict(self.circuits.get(name) or Circuit().to_dict()).view()
             for name in sorted(self.providers)
         }
 
@@ -667,3 +671,16 @@ class LLMGateway(GenServer):
 def _require(roles: frozenset[str], op: str) -> None:
     if not current_context().roles & roles:
         raise PermissionDenied(f"{op} needs one of the roles: {', '.join(sorted(roles))}", op=op)
+
+
+MAX_USAGE_KEY = 256
+
+
+def _check_usage_keys(op: str, **keys: str) -> None:
+    """Users, sessions and cron jobs usage is counted for name KV keys: printable, at most 256 characters
+    (a NUL or an overlong one reached the store's own checks, a crash and a 500)."""
+    for field, key in keys.items():
+        if len(key) > MAX_USAGE_KEY or not key.isprintable():
+            raise InvalidArgument(
+                f"{op}: {field} must be at most {MAX_USAGE_KEY} printable characters", op=op, field=field
+            )

@@ -163,6 +163,7 @@ class SessionManager(GenServer):
         if limit < 1 or limit > MAX_LIST:
             raise InvalidArgument(f"limit must be between 1 and {MAX_LIST}", field="limit")
         if user_id:
+            _check_field("user_id", user_id)  # an overlong one reached the store's prefix check: a 500
             prefix = f"{_BY_USER}{quote(user_id, safe='')}:"
             ids = [key[len(prefix) :] for key, _ in await self.host.kv.list(prefix)]
             found = await asyncio.gather(*(self.host.kv.get(_SESSION + i) for i in ids))

@@ -237,6 +237,8 @@ class SkillTools(GenServer):
 
     async def _record(self, op: str, name: str) -> dict[str, Any]:
         """A tool the caller may see (another user's own tool is not there for them)."""
+        if not TOOL_NAME.match(name):  # no tool has such a name (a NUL in one crashed the store's key check)
+            raise NotFound(f"{op}: no self-written tool '{name[:80]}'", op=op, field="name")
         record = await self.host.kv.get(f"skill_tool:{name}")
         if not isinstance(record, dict) or not record.get("versions") or not access.can_use_tool(record):
             raise NotFound(f"{op}: no self-written tool '{name}'", op=op, field="name")
