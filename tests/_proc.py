@@ -8,18 +8,21 @@ import signal
 import sys
 from pathlib import Path
 
+from minihermes.runtime._loop import loop_name
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 async def spawn_module(module: str, *args: str) -> asyncio.subprocess.Process:
     """``python -m module args...`` from the repository root; stdout piped (the facts it acknowledges, one
-    per line), stderr dropped."""
+    per line), stderr dropped. The child runs on the test's event loop (``MINIHERMES_EVENT_LOOP``)."""
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         module,
         *args,
         cwd=ROOT,
+        env={**os.environ, "MINIHERMES_EVENT_LOOP": loop_name()},
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
     )

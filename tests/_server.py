@@ -33,11 +33,14 @@ def serve_process(
 ) -> Iterator[str]:
     """Start ``minihermes serve`` on a free loopback port with its data in ``data``, wait until ``/readyz``
     answers 200, yield its URL, stop it. The process gets no MINIHERMES_* variables of the test run, plus
-    ``env``. Its stderr goes to ``server.log`` beside ``data``; a traceback logged there fails the test (a bug
-    the responses may have hidden)."""
+    ``env``, except the event loop the suite runs on (``MINIHERMES_EVENT_LOOP``). Its stderr goes to
+    ``server.log`` beside ``data``; a traceback logged there fails the test (a bug the responses may have
+    hidden)."""
     port = free_port()
     log_file = data.parent / "server.log"
-    child_env = {k: v for k, v in os.environ.items() if not k.startswith("MINIHERMES_")} | (env or {})
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith("MINIHERMES_")}
+    child_env["MINIHERMES_EVENT_LOOP"] = os.environ.get("MINIHERMES_EVENT_LOOP", "auto")
+    child_env |= env or {}
     command = [sys.executable, "-m", "minihermes.cli.main", "serve", "--port", str(port)]
     with log_file.open("wb") as log:
         proc = subprocess.Popen(

@@ -13,6 +13,7 @@ from typing import Any
 
 from minihermes.agent.audit import AuditEvent, fire_audit
 from minihermes.runtime import ActorSpec, GenServer, Node, NodeOptions, SupervisorSpec, call, state
+from minihermes.runtime._loop import run as run_on_loop
 from minihermes.runtime.store._pg_testing import open_test_store
 
 from .conftest import ACME
@@ -62,4 +63,4 @@ async def main(data_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1]))
+    run_on_loop(main(sys.argv[1]))

@@ -152,8 +152,9 @@ async def test_without_stream_the_reply_is_json(server):
 
 
 async def test_a_client_that_disconnects_mid_stream_loses_nothing(server):
+    global GATE
     node, base = server
-    GATE.clear()
+    GATE = asyncio.Event()  # a fresh one: an Event belongs to the loop it is first used on (runs on both)
     async with httpx.AsyncClient(base_url=base, timeout=30) as c:
         r = await c.post(
             "/api/v1/actors/llm_gateway/register_provider",

@@ -15,6 +15,7 @@ import pytest
 
 from minihermes.agent.app import build_agent_node, default_config
 from minihermes.api import create_app
+from minihermes.runtime._loop import loop_name
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,6 +47,7 @@ class Server:
 
     async def start(self) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MINIHERMES_")}
+        env["MINIHERMES_EVENT_LOOP"] = loop_name()  # the server runs on the loop this test runs on
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -63,11 +65,14 @@ class Server:
             stderr=asyncio.subprocess.PIPE,
         )
         assert self.proc.stderr is not None
+        started = ""
         while True:
             line = (await asyncio.wait_for(self.proc.stderr.readline(), 60)).decode()
             assert line, "server exited before listening"
+            started += line
             if "HTTP API on" in line:
                 break
+        assert f"event loop: {env['MINIHERMES_EVENT_LOOP']}" in started, started
         self._drain = asyncio.ensure_future(self._drain_stderr())
 
     async def _drain_stderr(self) -> None:

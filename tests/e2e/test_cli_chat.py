@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 
 import pytest
+
+from minihermes.runtime._loop import loop_name
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -19,6 +22,7 @@ async def _chat(*args: str, stdin: str) -> str:
         "chat",
         *args,
         cwd=ROOT,
+        env={**os.environ, "MINIHERMES_EVENT_LOOP": loop_name()},  # the loop this test runs on
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

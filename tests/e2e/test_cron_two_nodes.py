@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from minihermes.agent.app import AGENT_CONFIG
+from minihermes.runtime._loop import loop_name
 
 from .conftest import ROOT, Server, free_port
 
@@ -32,6 +33,7 @@ class ConfiguredServer(Server):
 
     async def start(self) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MINIHERMES_")}
+        env["MINIHERMES_EVENT_LOOP"] = loop_name()  # the server runs on the loop this test runs on
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",

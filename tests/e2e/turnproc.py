@@ -16,6 +16,7 @@ from typing import Any
 
 from minihermes import MiniHermes
 from minihermes.llm import CompletionRequest, ScriptedProvider, register_provider
+from minihermes.runtime._loop import run as run_on_loop
 
 
 def respond(request: CompletionRequest) -> dict[str, Any]:
@@ -81,4 +82,4 @@ async def main(data_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1]))
+    run_on_loop(main(sys.argv[1]))

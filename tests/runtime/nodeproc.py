@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from minihermes.runtime import ActorSpec, GenServer, Node, NodeOptions, SupervisorSpec, Workflow, call
+from minihermes.runtime._loop import run as run_on_loop
 from minihermes.runtime.store._pg_testing import open_test_store
 
 
@@ -92,4 +93,4 @@ async def main(scenario: str, data_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    run_on_loop(main(sys.argv[1], sys.argv[2]))

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from minihermes.runtime import ActorSpec, ManualClock, ShuttingDown
+from minihermes.runtime._loop import loop_name
 from minihermes.runtime.store import RetentionRule
 
 from .actors import GATES, Counter, Slow
@@ -80,6 +81,7 @@ async def test_compaction_runs_on_its_own_timer(make_node, clock: ManualClock):
 
 
 @pytest.mark.slow
+@pytest.mark.both_loops  # signal handling differs between the loops
 async def test_serve_runs_the_demo_tree_and_stops_on_sigterm(tmp_path):
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -93,6 +95,7 @@ async def test_serve_runs_the_demo_tree_and_stops_on_sigterm(tmp_path):
         "--data-dir",
         str(tmp_path / "d"),
         cwd=ROOT,
+        env={**os.environ, "MINIHERMES_EVENT_LOOP": loop_name()},  # the loop this test runs on
         stderr=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.DEVNULL,
     )

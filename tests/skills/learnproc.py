@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from minihermes.runtime import ActorSpec, Node, NodeOptions, RequestContext, SupervisorSpec
+from minihermes.runtime._loop import run as run_on_loop
 from minihermes.runtime.store import open_store
 from minihermes.skills import SkillStore, SkillWorkflow
 from tests.skills.doubles import SUMS, HistoryAgent, SimGateway
@@ -48,4 +49,4 @@ async def main(data_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1]))
+    run_on_loop(main(sys.argv[1]))

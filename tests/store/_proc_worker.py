@@ -29,6 +29,7 @@ def _bare_runtime_package() -> None:
 _bare_runtime_package()
 
 from minihermes.runtime._clock import ManualClock  # noqa: E402
+from minihermes.runtime._loop import run as run_on_loop  # noqa: E402
 from minihermes.runtime.store import Store, open_store  # noqa: E402
 
 SCOPE = ("acme", "main")
@@ -114,4 +115,4 @@ async def main(mode: str, path: str, *args: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:]))
+    run_on_loop(main(*sys.argv[1:]))
