@@ -29,11 +29,14 @@ from ._errors import (
     parse_retry_after,
 )
 from ._provider import (
+    _BUILTIN,
     Provider,
     ProviderConfig,
     ProviderFactory,
     UnknownProviderError,
     create_provider,
+    network_kinds,
+    provider_class,
     provider_factory,
     provider_kinds,
     register_provider,
@@ -67,12 +70,8 @@ if TYPE_CHECKING:
     from ._ollama import OllamaProvider
     from ._openai import OpenAIProvider
 
-# The real adapters import their SDKs (seconds of start-up) only when first touched.
-_LAZY = {
-    "OpenAIProvider": "minihermes.llm._openai",
-    "AnthropicProvider": "minihermes.llm._anthropic",
-    "OllamaProvider": "minihermes.llm._ollama",
-}
+# The built-in adapters' classes, by name, imported when first touched (from the registry's "module:class").
+_LAZY = {attr: module for module, _, attr in (path.partition(":") for path in _BUILTIN.values())}
 
 
 def __getattr__(name: str) -> Any:
@@ -121,7 +120,9 @@ __all__ = [
     "collect_stream",
     "create_provider",
     "events_from_completion",
+    "network_kinds",
     "parse_retry_after",
+    "provider_class",
     "provider_factory",
     "provider_kinds",
     "register_provider",

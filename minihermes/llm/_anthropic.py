@@ -12,23 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
-
-import anthropic
-import httpx2
-from anthropic.types import (
-    InputJSONDelta,
-    RawContentBlockDeltaEvent,
-    RawContentBlockStartEvent,
-    RawContentBlockStopEvent,
-    RawMessageDeltaEvent,
-    RawMessageStartEvent,
-    RawMessageStreamEvent,
-    TextBlock,
-    ToolUseBlock,
-)
-from anthropic.types import Message as AnthropicMessage
-from anthropic.types import TextDelta as SDKTextDelta
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._common import ensure_object, httpx2_ssl_context, settle_stop_reason
 from ._errors import ErrorKind, ProviderError, error_for, guarded, kind_for_status, parse_retry_after
@@ -46,6 +30,23 @@ from ._types import (
     ToolSpec,
     Usage,
 )
+
+if TYPE_CHECKING:
+    import anthropic
+    import httpx2
+    from anthropic.types import (
+        InputJSONDelta,
+        RawContentBlockDeltaEvent,
+        RawContentBlockStartEvent,
+        RawContentBlockStopEvent,
+        RawMessageDeltaEvent,
+        RawMessageStartEvent,
+        RawMessageStreamEvent,
+        TextBlock,
+        ToolUseBlock,
+    )
+    from anthropic.types import Message as AnthropicMessage
+    from anthropic.types import TextDelta as SDKTextDelta
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,28 @@ _ERROR_TYPES: dict[str, ErrorKind] = {
 }
 
 T = TypeVar("T")
+
+
+def _import_sdk() -> None:
+    """Bind the SDK's names here: importing it takes seconds, so it waits for the first client (the
+    gateway imports ``AnthropicProvider.sdk_modules`` in a worker thread before it builds one)."""
+    global anthropic, httpx2, AnthropicMessage, SDKTextDelta, InputJSONDelta, TextBlock, ToolUseBlock
+    global RawContentBlockDeltaEvent, RawContentBlockStartEvent, RawContentBlockStopEvent
+    global RawMessageDeltaEvent, RawMessageStartEvent
+    import anthropic
+    import httpx2
+    from anthropic.types import (
+        InputJSONDelta,
+        RawContentBlockDeltaEvent,
+        RawContentBlockStartEvent,
+        RawContentBlockStopEvent,
+        RawMessageDeltaEvent,
+        RawMessageStartEvent,
+        TextBlock,
+        ToolUseBlock,
+    )
+    from anthropic.types import Message as AnthropicMessage
+    from anthropic.types import TextDelta as SDKTextDelta
 
 
 def _blocks(message: Message) -> list[dict[str, Any]]:
@@ -166,9 +189,16 @@ class AnthropicProvider(Provider):
     """
 
     kind = "anthropic"
+    network = True
+    needs_model = True
+    needs_key_at_default_url = True
+    default_base_url = DEFAULT_BASE_URL
+    probe_path = "/v1/models"
+    sdk_modules = ("anthropic", "httpx2")
 
     def __init__(self, config: ProviderConfig) -> None:
         super().__init__(config)
+        _import_sdk()
         self._secret = config.secret()
         # Passing the key explicitly (even an empty one) stops the client from looking for credentials in
         # the environment or in profile files.

@@ -73,6 +73,10 @@ class OllamaProvider(Provider):
     """
 
     kind = "ollama"
+    network = True
+    needs_model = True
+    default_base_url = DEFAULT_BASE_URL
+    probe_path = "/api/tags"
 
     def __init__(self, config: ProviderConfig) -> None:
         super().__init__(config)

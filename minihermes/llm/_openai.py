@@ -10,11 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
-
-import openai
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
-from openai.types.completion_usage import CompletionUsage
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._common import httpx2_ssl_context, parse_arguments, settle_stop_reason, stable_call_id
 from ._errors import ErrorKind, ProviderError, error_for, guarded, kind_for_status, parse_retry_after
@@ -32,6 +28,11 @@ from ._types import (
     Usage,
 )
 
+if TYPE_CHECKING:
+    import openai
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+    from openai.types.completion_usage import CompletionUsage
+
 log = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -47,6 +48,14 @@ _FINISH: dict[str | None, StopReason] = {
 }
 
 T = TypeVar("T")
+
+
+def _import_sdk() -> None:
+    """Bind the SDK's names here: importing it takes seconds, so it waits for the first client (the
+    gateway imports ``OpenAIProvider.sdk_modules`` in a worker thread before it builds one)."""
+    global openai, ChatCompletion, ChatCompletionChunk
+    import openai
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 
 def to_openai_messages(request: CompletionRequest) -> list[dict[str, Any]]:
@@ -106,9 +115,16 @@ class OpenAIProvider(Provider):
     """
 
     kind = "openai"
+    network = True
+    needs_model = True
+    needs_key_at_default_url = True
+    default_base_url = DEFAULT_BASE_URL
+    probe_path = "/models"
+    sdk_modules = ("openai",)
 
     def __init__(self, config: ProviderConfig) -> None:
         super().__init__(config)
+        _import_sdk()
         self._secret = config.secret()
         self._client = openai.AsyncOpenAI(
             api_key=self._secret or _NO_KEY,

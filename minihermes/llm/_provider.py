@@ -7,7 +7,7 @@ import importlib
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
@@ -50,6 +50,27 @@ class Provider(ABC):
 
     kind: str = ""
     """The registry name of this provider class."""
+
+    # -- what the provider declares about itself: the gateway's defaults and checks and ``minihermes doctor``
+    # read these from the registry (``provider_class``), so a new provider touches no other module. A module
+    # that defines a provider imports its SDK on first use (see ``sdk_modules``), so reading them is cheap.
+
+    network: ClassVar[bool] = False
+    """It talks to a server: every tenant starts with an unconfigured entry of this kind (an admin gives it
+    a model and a credential), and ``doctor`` probes it."""
+    needs_model: ClassVar[bool] = False
+    """A registration must name a model: the server has no model of its own to answer with."""
+    needs_key_at_default_url: ClassVar[bool] = False
+    """At ``default_base_url`` it cannot work without an API key, so the gateway fails a call with ``auth``
+    before sending anything; another ``base_url`` may be a local server that needs none."""
+    default_base_url: ClassVar[str] = ""
+    """Where it connects when the config names no ``base_url``."""
+    probe_path: ClassVar[str] = ""
+    """Appended to the base URL by ``doctor``: any HTTP answer there means the server is reachable (no
+    credential is sent). Empty: nothing to probe (an in-process provider)."""
+    sdk_modules: ClassVar[tuple[str, ...]] = ()
+    """Modules that take seconds to import (an official SDK), which the provider imports on first use: the
+    gateway imports them in a worker thread before it builds a client, so the event loop never stalls."""
 
     def __init__(self, config: ProviderConfig) -> None:
         self.config = config
@@ -105,8 +126,8 @@ class UnknownProviderError(ValueError):
         self.known = known
 
 
-# The built-in adapters are imported on first use: the official SDKs take seconds to import, and most
-# processes (tests, CLI, a node running only the simulated model) never need them.
+# The built-in adapters, "module:class", imported on first use (``llm/__init__.py`` derives its lazy names
+# from these). A new built-in provider is its module plus one line here; a plugin calls ``register_provider``.
 _BUILTIN: dict[str, str] = {
     "simulated": "minihermes.llm.simulated:SimulatedProvider",
     "scripted": "minihermes.llm._scripted:ScriptedProvider",
@@ -141,6 +162,20 @@ def provider_factory(kind: str) -> ProviderFactory:
         _REGISTRY[kind] = factory
         return factory
     return entry
+
+
+def provider_class(kind: str) -> type[Provider] | None:
+    """The class that ``kind`` builds, for the facts it declares (``network``, ``probe_path``, ...); None
+    when its factory is not a ``Provider`` class (it then declares nothing). Imports a built-in adapter's
+    module, which is cheap: SDKs load on first use. Raises ``UnknownProviderError`` like
+    ``provider_factory``."""
+    factory = provider_factory(kind)
+    return factory if isinstance(factory, type) and issubclass(factory, Provider) else None
+
+
+def network_kinds() -> list[str]:
+    """The registered kinds that talk to a server (``Provider.network``), sorted."""
+    return [kind for kind in provider_kinds() if getattr(provider_class(kind), "network", False)]
 
 
 def create_provider(kind: str, config: ProviderConfig | None = None) -> Provider:
