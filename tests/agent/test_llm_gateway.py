@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from minihermes.agent._llm_policy import GatewaySettings, UsageLedger
+from minihermes.agent.gateway import GatewaySettings, UsageLedger
 from minihermes.llm import AuthError, BadRequestError, RateLimitedError, UnavailableError, Usage
 from minihermes.runtime import ActorError, ConfigError, ManualClock, Node, RequestContext
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from minihermes.agent import _llm_policy as policy
+from minihermes.agent import gateway as policy
 from minihermes.llm import Message, MessageView
 from minihermes.runtime import InvalidArgument
 
