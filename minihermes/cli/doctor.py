@@ -2,8 +2,11 @@
 
 Checks, each ``ok``, ``warn``, ``fail`` or ``skip``; the exit code is 1 when a *required* one fails:
 
-- storage (required): the data dir exists or can be made and is writable; SQLite is recent enough, has FTS5
-  and runs in WAL mode there; the database's schema version is one this version can open;
+- storage (required): the node's store backend checks itself (``Store.doctor()``): for SQLite, the data dir
+  exists or can be made and is writable, SQLite is recent enough, has FTS5 and runs in WAL mode there; for
+  PostgreSQL, the server, pgvector, unaccent and the database's locale; for both, the stored schema version is
+  one this version can open. Skipped, rather than making ``./data``, when no data dir or config is named,
+  there is no ``./data`` and a MiniHermes server answers on the port;
 - sandbox: the isolation level of the terminal tool's sandbox (namespaces, seccomp, landlock, or rlimits
   only); ``minimal`` is a warning, not a failure (tools still run, less isolated);
 - port: the HTTP port is free, or a MiniHermes server answers on it (in use by anything else fails);
@@ -17,16 +20,18 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import sqlite3
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from minihermes.runtime import AppConfig
+from minihermes.runtime.store import Store, StoreError, open_store
+
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
-MIN_SQLITE = (3, 35, 0)
+DEFAULT_DATA = Path("./data")
+"""The data dir when none is named (the CLI's default)."""
 _PROBE_PATHS = {"openai": "/models", "anthropic": "/v1/models", "ollama": "/api/tags"}
 
 
@@ -42,84 +47,25 @@ class Check:
 # -- storage --------------------------------------------------------------------------------------------------
 
 
-def check_storage(data_dir: Path) -> list[Check]:
-    from minihermes.runtime.store._sqlite_schema import DB_FILENAME, LATEST_VERSION
+def node_store(config: AppConfig | None, data_dir: Path) -> Store:
+    """The store the node would open, unopened: its config's backend, else SQLite in ``data_dir``."""
+    if config is None:
+        return open_store("sqlite", data_dir=str(data_dir))
+    node = config.model.node
+    options = dict(node.backend_options)
+    if node.backend == "sqlite":
+        options.setdefault("data_dir", str(config.data_dir))
+    return open_store(node.backend, **options)
 
-    out: list[Check] = []
+
+async def check_storage(data_dir: Path, config: AppConfig | None = None) -> list[Check]:
+    """The node's store backend checks itself (``Store.doctor()``); each finding is a storage check."""
+    backend = config.model.node.backend if config is not None else "sqlite"
     try:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=data_dir, prefix=".doctor-", delete=True) as f:
-            f.write(b"x")
-            f.flush()
-        out.append(Check("storage", "data dir", OK, f"{data_dir.resolve()} is writable", True))
-    except OSError as e:
-        out.append(Check("storage", "data dir", FAIL, f"{data_dir}: {e.strerror or e}", True))
-        return out
-    version = sqlite3.sqlite_version_info
-    out.append(
-        Check(
-            "storage",
-            "sqlite",
-            OK if version >= MIN_SQLITE else FAIL,
-            f"SQLite {sqlite3.sqlite_version} (needs {'.'.join(map(str, MIN_SQLITE))} or later)",
-            True,
-        )
-    )
-    scratch = data_dir / ".doctor.db"
-    try:
-        conn = sqlite3.connect(scratch)
-        try:
-            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            out.append(Check("storage", "WAL", OK if mode == "wal" else FAIL, f"journal_mode={mode}", True))
-            try:
-                conn.execute("CREATE VIRTUAL TABLE t USING fts5(body)")
-                conn.execute("INSERT INTO t VALUES ('doctor check')")
-                hits = conn.execute("SELECT count(*) FROM t WHERE t MATCH 'doctor'").fetchone()[0]
-                out.append(
-                    Check("storage", "FTS5", OK if hits == 1 else FAIL, "full-text search works", True)
-                )
-            except sqlite3.OperationalError as e:
-                out.append(Check("storage", "FTS5", FAIL, f"FTS5 is not available: {e}", True))
-        finally:
-            conn.close()
-    except sqlite3.Error as e:
-        out.append(Check("storage", "WAL", FAIL, f"cannot open a database in {data_dir}: {e}", True))
-    finally:
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{scratch}{suffix}").unlink(missing_ok=True)
-    db = data_dir / DB_FILENAME
-    if not db.exists():
-        out.append(
-            Check(
-                "storage", "schema", OK, f"no database yet (created on first start, version {LATEST_VERSION})"
-            )
-        )
-        return out
-    try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
-        try:
-            row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
-        finally:
-            conn.close()
-    except sqlite3.Error as e:
-        out.append(Check("storage", "schema", FAIL, f"{db}: {e}", True))
-        return out
-    if row is None:
-        out.append(Check("storage", "schema", FAIL, f"{db} is not a MiniHermes database", True))
-        return out
-    have = int(row[0])
-    if have > LATEST_VERSION:
-        status, detail = (
-            FAIL,
-            f"schema version {have} is newer than this MiniHermes ({LATEST_VERSION}): upgrade",
-        )
-    elif have < LATEST_VERSION:
-        status, detail = OK, f"schema version {have}; migrated to {LATEST_VERSION} on next start"
-    else:
-        status, detail = OK, f"schema version {have} (current), journal_mode={mode}"
-    out.append(Check("storage", "schema", status, detail, True))
-    return out
+        findings = await node_store(config, data_dir).doctor()
+    except (ValueError, TypeError, OSError, ImportError, StoreError) as e:  # a refused config: no traceback
+        return [Check("storage", backend, FAIL, str(e), True)]
+    return [Check("storage", f.name, f.status, f.detail, f.required) for f in findings]
 
 
 # -- sandbox --------------------------------------------------------------------------------------------------
@@ -237,11 +183,26 @@ async def check_providers(listing: dict[str, Any], timeout: float) -> list[Check
 
 
 async def run_checks(
-    *, data_dir: Path, host: str, port: int, url: str | None, token: str | None, probe_timeout: float
+    *,
+    data_dir: Path | None,
+    host: str,
+    port: int,
+    url: str | None,
+    token: str | None,
+    probe_timeout: float,
+    config: AppConfig | None = None,
 ) -> list[Check]:
-    checks = await asyncio.to_thread(check_storage, data_dir)
-    checks += await asyncio.to_thread(check_sandbox)
+    """Every check. ``data_dir`` None: not named (``./data``, or the config's); ``config``: the node's."""
     port_check, ours = await check_port(host, port)
+    named = data_dir is not None or config is not None
+    if ours and not named and not await asyncio.to_thread(DEFAULT_DATA.exists):
+        # The server there keeps its storage wherever it was told to: ./data is not made just to look at it.
+        detail = f"no {DEFAULT_DATA} here; the server on {_hostport(host, port)} keeps its own (--data-dir names one)"
+        checks = [Check("storage", "data dir", SKIP, detail)]
+    else:
+        checks = await check_storage(data_dir or DEFAULT_DATA, config)
+    data_dir = data_dir or (config.data_dir if config is not None else DEFAULT_DATA)
+    checks += await asyncio.to_thread(check_sandbox)
     checks.append(port_check)
     # A server already running on this data dir owns it: ask it rather than starting a second node there.
     source = url or (f"http://{_hostport(host, port)}" if ours else None)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import uuid
 
 from typer.testing import CliRunner
 
 from minihermes.cli import doctor as dr
 from minihermes.cli.main import app
 from minihermes.embed import MiniHermes
+from minihermes.runtime import AppConfig
+from tests.store.conftest import PG_DSN, requires_postgres
 
 from .conftest import core_config
 
@@ -26,7 +29,7 @@ def _by(checks, group, name=None):
 
 
 def test_storage_checks_on_a_fresh_and_an_existing_data_dir(tmp_path):
-    fresh = dr.check_storage(tmp_path / "new")
+    fresh = asyncio.run(dr.check_storage(tmp_path / "new"))
     assert {c.name: c.status for c in fresh} == {
         "data dir": "ok",
         "sqlite": "ok",
@@ -41,13 +44,58 @@ def test_storage_checks_on_a_fresh_and_an_existing_data_dir(tmp_path):
             pass
 
     asyncio.run(make_db())
-    (schema,) = _by(dr.check_storage(tmp_path / "used"), "storage", "schema")
+    (schema,) = _by(asyncio.run(dr.check_storage(tmp_path / "used")), "storage", "schema")
     assert schema.status == "ok" and "(current), journal_mode=wal" in schema.detail
 
     blocked = tmp_path / "file"
     blocked.write_text("not a folder")
-    (data_dir,) = dr.check_storage(blocked / "data")
+    (data_dir,) = asyncio.run(dr.check_storage(blocked / "data"))
     assert data_dir.status == "fail" and data_dir.required
+
+
+def test_storage_is_checked_by_the_configured_backend(tmp_path):
+    cfg = AppConfig.from_toml(f'[node]\ndata_dir = "{tmp_path / "cfg-data"}"\n')
+    checks = asyncio.run(dr.check_storage(tmp_path / "ignored", cfg))
+    assert [c.name for c in checks] == ["data dir", "sqlite", "WAL", "FTS5", "schema"]
+    assert str(tmp_path / "cfg-data") in checks[0].detail and not (tmp_path / "ignored").exists()
+
+    unknown = AppConfig.from_toml('[node]\nbackend = "mongo"\n')
+    (check,) = asyncio.run(dr.check_storage(tmp_path, unknown))
+    assert check.status == "fail" and check.required and "unknown store backend 'mongo'" in check.detail
+
+
+@requires_postgres
+def test_a_postgres_node_is_checked_as_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCTOR_PG_DSN", PG_DSN)
+    schema = f"test_{uuid.uuid4().hex[:12]}"
+    cfg = AppConfig.from_toml(
+        f'[node]\nbackend = "postgres"\nbackend_options = {{ dsn_env = "DOCTOR_PG_DSN", schema = "{schema}" }}\n'
+    )
+    checks = asyncio.run(dr.check_storage(tmp_path / "d", cfg))
+    assert {c.name: c.status for c in checks} == {
+        "server": "ok",
+        "pgvector": "ok",
+        "unaccent": "ok",
+        "locale": "ok",
+        "schema": "ok",
+    }
+    assert not (tmp_path / "d").exists()  # no SQLite data dir for a PostgreSQL node
+
+
+async def test_a_server_on_the_port_spares_an_unnamed_data_dir(tmp_path, monkeypatch):
+    """Issue 19: without a data dir, a MiniHermes server on the port owns the storage: ./data is not made."""
+
+    async def server_answers(host, port):
+        return dr.Check("port", f"{host}:{port}", "ok", "in use by a MiniHermes server (ok)", True), True
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(dr, "check_port", server_answers)
+    checks = await dr.run_checks(
+        data_dir=None, host="127.0.0.1", port=_free_port(), url=None, token=None, probe_timeout=1
+    )
+    (storage,) = _by(checks, "storage")
+    assert storage.status == "skip" and "keeps its own" in storage.detail
+    assert not (tmp_path / "data").exists()
 
 
 def test_sandbox_level_is_reported():
