@@ -32,7 +32,6 @@ from minihermes.runtime.store import Store, StoreError, open_store
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 DEFAULT_DATA = Path("./data")
 """The data dir when none is named (the CLI's default)."""
-_PROBE_PATHS = {"openai": "/models", "anthropic": "/v1/models", "ollama": "/api/tags"}
 
 
 @dataclass
@@ -130,28 +129,42 @@ async def providers_from(url: str | None, data_dir: Path, token: str | None) -> 
         return reply
 
 
+def _declared(kind: str) -> Any:
+    """The provider class of ``kind``, for what it declares (``probe_path``, ``default_base_url``, ...);
+    None for a kind this process does not know."""
+    from minihermes.llm import UnknownProviderError, provider_class
+
+    try:
+        return provider_class(kind)
+    except (UnknownProviderError, ImportError):
+        return None
+
+
+def probe_paths() -> dict[str, str]:
+    """What is probed, by provider kind: each registered provider class that declares a ``probe_path``."""
+    from minihermes.llm import provider_kinds
+
+    return {kind: cls.probe_path for kind in provider_kinds() if (cls := _declared(kind)) and cls.probe_path}
+
+
 def _configured(entry: dict[str, Any]) -> bool:
-    if entry["kind"] not in _PROBE_PATHS:
+    cls = _declared(entry["kind"])
+    if cls is None or not cls.probe_path:
         return True
     return bool(entry.get("model")) and bool(
-        entry.get("base_url") or entry.get("credential") or entry["kind"] == "ollama"
+        entry.get("base_url") or entry.get("credential") or not cls.needs_key_at_default_url
     )
 
 
 async def probe_provider(entry: dict[str, Any], timeout: float) -> tuple[str, str]:
-    """``(status, detail)`` for one provider: any HTTP answer from its server is reachable."""
-    from minihermes.llm import _anthropic, _ollama, _openai
-
+    """``(status, detail)`` for one provider: any HTTP answer from its server (at the ``probe_path`` its
+    class declares) is reachable."""
     kind = entry["kind"]
-    if kind not in _PROBE_PATHS:
+    cls = _declared(kind)
+    if cls is None or not cls.probe_path:
         return OK, f"{kind} (in-process)"
-    defaults = {
-        "openai": _openai.DEFAULT_BASE_URL,
-        "anthropic": _anthropic.DEFAULT_BASE_URL,
-        "ollama": _ollama.DEFAULT_BASE_URL,
-    }
-    base = (entry.get("base_url") or defaults[kind]).rstrip("/")
-    target = base + _PROBE_PATHS[kind]
+    base = (entry.get("base_url") or cls.default_base_url).rstrip("/")
+    target = base + cls.probe_path
     try:
         async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client:
             resp = await client.get(target)
