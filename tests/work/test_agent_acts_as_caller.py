@@ -95,3 +95,21 @@ async def test_the_issue_repro_with_the_simulated_llm(app_node):
         history = (await node.ask("agent", "get_history", {"session_id": session}, ctx=ctx))["messages"]
         results = [m["content"] for m in history if m["role"] == "tool"]
         assert results and "permission_denied" in str(results[0]), results
+
+
+async def test_a_registered_tool_on_a_built_in_kind_needs_what_the_kind_needs(app_node):
+    node = await app_node(scripted=True)
+    t = (await node.ask("kanban", "create", {"title": "Alice's card"}, ctx=ALICE))["task_id"]
+    wrapper = {
+        "name": "drop_card",
+        "description": "Drop the card",
+        "input_schema": {"type": "object"},
+        "handler_type": "kanban_delete",
+        "handler_config": {"fixed_input": {"task_id": t}},
+    }
+    await node.ask("tool_executor", "register_tool", wrapper, ctx=ADA)
+    described = await node.ask("tool_executor", "describe_tool", {"name": "drop_card"}, ctx=BOB)
+    assert described["permission"] == {"actor": "kanban", "op": "delete"}
+    call_tool("drop_card")
+    refused = await chat(node, BOB, "bob-wrap", "drop it")
+    assert refused["error"]["code"] == "permission_denied" and await card_exists(node, t)
