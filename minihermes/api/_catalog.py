@@ -23,6 +23,18 @@ MIN_TIMEOUT = 0.001
 
 _REF_TEMPLATE = "#/components/schemas/{model}"
 
+LINKED_IDS: dict[tuple[str, str], str] = {
+    ("kanban", "create"): "task_id",
+    ("session_manager", "create_session"): "session_id",
+    ("cron_scheduler", "create_job"): "job_id",
+    ("skill_store", "propose_skill"): "skill_id",
+    ("guardrails", "request_approval"): "approval_id",
+    ("task_queue", "enqueue"): "msg_id",
+}
+"""Ops whose reply names what they created, by the reply field; the OpenAPI document links each to every
+other op of the same actor that takes that field (OpenAPI ``links``: clients and stateful fuzzers chain
+``kanban.create`` into ``kanban.show`` with the new ``task_id``)."""
+
 
 @dataclass(frozen=True, slots=True)
 class OpInfo:
@@ -112,11 +124,14 @@ def openapi_paths(catalog: dict[str, ActorInfo]) -> tuple[dict[str, Any], dict[s
     for actor in catalog.values():
         for o in actor.ops.values():
             components.update(o.defs)
-            ok = (
+            ok: dict[str, Any] = (
                 {"202": {"description": "Accepted (a cast: no reply)"}}
                 if o.kind == "cast"
                 else {"200": {"description": "The actor's reply", "content": _json({"type": "object"})}}
             )
+            links = _links(actor, o)
+            if links:
+                ok["200"]["links"] = links
             paths[f"/api/v1/actors/{actor.name}/{o.op}"] = {
                 "post": {
                     "tags": [actor.name],
@@ -141,8 +156,11 @@ def openapi_paths(catalog: dict[str, ActorInfo]) -> tuple[dict[str, Any], dict[s
                                 ("401", "Unauthenticated"),
                                 ("403", "Permission denied"),
                                 ("404", "Unknown actor, op, or missing object"),
+                                ("409", "Conflict, or a transition the object's state does not allow"),
                                 ("413", "Body too large"),
                                 ("422", "Invalid arguments"),
+                                ("429", "A budget is spent"),
+                                ("503", "Overloaded, shutting down, or no LLM provider available"),
                                 ("504", "The actor did not answer in time"),
                             )
                         },
@@ -162,6 +180,22 @@ def openapi_paths(catalog: dict[str, ActorInfo]) -> tuple[dict[str, Any], dict[s
         },
     }
     return paths, components
+
+
+def _links(actor: ActorInfo, producer: OpInfo) -> dict[str, Any]:
+    """The OpenAPI links of ``producer``'s reply: its new id into the ops of its actor that take it."""
+    field = LINKED_IDS.get((actor.name, producer.op))
+    if field is None or producer.kind != "call":
+        return {}
+    return {
+        o.op: {
+            "operationId": f"{actor.name}__{o.op}",
+            "requestBody": {field: f"$response.body#/{field}"},
+            "description": f"The {field} this call created",
+        }
+        for o in actor.ops.values()
+        if o is not producer and field in o.schema["properties"]
+    }
 
 
 def _describe(
