@@ -34,3 +34,16 @@ def forbidden(message: str, **details: Any) -> ApiError:
 
 def invalid(message: str, code: str = "invalid_argument", **details: Any) -> ApiError:
     return ApiError(422, code, message, **details)
+
+
+def refused(status: int, code: str, message: str, retry_after: int, **details: Any) -> ApiError:
+    """A request the load-shedding gate turns away (503 ``overloaded``, 429 ``tenant_over_share``): the
+    ``Retry-After`` header and the same number in the body."""
+    return ApiError(
+        status,
+        code,
+        message,
+        headers={"retry-after": str(retry_after)},
+        retry_after=retry_after,
+        **details,
+    )

@@ -44,7 +44,7 @@ from minihermes.runtime import RequestContext
 
 from ._catalog import MIN_TIMEOUT
 from ._core import _REQUEST_ID, API_PREFIX, ApiState, error_response, observe
-from ._errors import ApiError
+from ._errors import ApiError, refused
 
 log = logging.getLogger("minihermes.api")
 
@@ -113,14 +113,7 @@ class Shed(Exception):
         self.retry_after = retry_after
 
     def to_api_error(self, request_id: str) -> ApiError:
-        return ApiError(
-            self.status,
-            self.code,
-            self.message,
-            headers={"retry-after": str(self.retry_after)},
-            retry_after=self.retry_after,
-            request_id=request_id,
-        )
+        return refused(self.status, self.code, self.message, self.retry_after, request_id=request_id)
 
 
 @dataclass(slots=True)
@@ -185,7 +178,7 @@ class ShedGate:
                 "the server is at capacity and its queue is full; retry later",
                 self.retry_after(),
             )
-        if self.expected_wait() > wait:
+        if self.expected_wait(tenant) > wait:
             raise Shed(
                 503,
                 "overloaded",
@@ -229,10 +222,25 @@ class ShedGate:
             self._grant_next()
         self._notify()
 
-    def expected_wait(self) -> float:
-        """Seconds a request queued now would likely wait: the queue ahead of it, drained at the recent pace
-        (a slot frees every ``service / max_concurrent`` seconds). 0 before any request finished."""
-        return self._service * (self.waiting + 1) / self.max_concurrent
+    def expected_wait(self, tenant: str | None = None) -> float:
+        """Seconds a request of ``tenant`` queued now would likely wait: the waiters that go before it (all of
+        them without a tenant), drained at the recent pace (a slot frees every ``service / max_concurrent``
+        seconds). 0 before any request finished."""
+        return self._service * (self.ahead_of(tenant) + 1) / self.max_concurrent
+
+    def ahead_of(self, tenant: str | None) -> int:
+        """Waiters that a new waiter of ``tenant`` would let go first: its tenant's own, and each other
+        tenant's as long as that tenant runs no more than this one would by then (the order of
+        ``_grant_next``; completions meanwhile ignored)."""
+        if tenant is None:
+            return self.waiting
+        own = len(self._queues.get(tenant, ()))
+        mine = self._running_by.get(tenant, 0) + own
+        ahead = own
+        for other, queue in self._queues.items():
+            if other != tenant:
+                ahead += min(len(queue), max(0, mine - self._running_by.get(other, 0) + 1))
+        return ahead
 
     def retry_after(self) -> int:
         """Seconds until the queue ahead has likely drained (1 to MAX_RETRY_AFTER)."""

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from minihermes.api import AuthConfig, SheddingConfig, create_app
-from minihermes.api._shedding import GATE_KEY, ShedGate
+from minihermes.api._shedding import GATE_KEY, Shed, ShedGate
 from minihermes.runtime import ActorSpec, AppConfig, ConfigError, GenServer, Node, SupervisorSpec, call
 from minihermes.runtime.store import open_store
 
@@ -232,3 +232,26 @@ async def test_a_waiter_cancelled_as_a_slot_frees_leaves_the_gate_consistent() -
     assert (gate.running, gate.waiting, gate.held("acme"), gate.held("globex")) == (1, 0, 0, 1)
     gate.release("globex", 0.0)
     assert (gate.running, gate.waiting) == (0, 0)
+
+
+async def test_a_quiet_tenant_is_not_refused_for_a_busy_tenants_backlog() -> None:
+    # acme fills every slot and has a backlog; at its recent pace a newcomer at the back would wait too long,
+    # but globex runs nothing, so its request goes next (fair granting) and is queued, not refused.
+    gate = ShedGate(SheddingConfig(max_concurrent=2, max_queue=8, queue_timeout=1.0, tenant_max_share=1.0))
+    for _ in range(2):
+        await gate.acquire("acme", 1.0)
+    backlog = [asyncio.ensure_future(gate.acquire("acme", 30.0)) for _ in range(4)]
+    await gate.wait_until(lambda g: g.waiting == 4)
+    gate._service = 1.0  # one request holds a slot for 1 s: a slot frees every 0.5 s
+    assert gate.ahead_of("acme") == 4 and gate.ahead_of("globex") == 0
+    with pytest.raises(Shed) as refused:
+        await gate.acquire("acme", 1.0)  # 5th in line: 2.5 s > 1 s
+    assert refused.value.status == 503 and refused.value.retry_after >= 1
+    quiet = asyncio.ensure_future(gate.acquire("globex", 1.0))  # next in line: 0.5 s
+    await gate.wait_until(lambda g: g.waiting == 5)
+    gate.release("acme", 1.0)
+    await quiet
+    assert gate.held("globex") == 1 and gate.waiting == 4
+    for task in backlog:
+        task.cancel()
+    await asyncio.gather(*backlog, return_exceptions=True)
