@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -21,20 +19,11 @@ from rich.console import Console
 from minihermes.runtime import ConfigError
 
 from ._backend import Backend, CommandError, open_backend
+from ._connection import ConnectedTyper, connection
 from ._output import show
 
 EXIT_ERROR = 1
 EXIT_NOT_ENABLED = 3
-
-UrlOpt = Annotated[str | None, typer.Option("--url", help="A running server (default: the local data dir).")]
-DataDirOpt = Annotated[
-    Path, typer.Option("--data-dir", help="Data dir of the embedded node (without --url).")
-]
-TokenOpt = Annotated[
-    str | None, typer.Option("--token-env", help="Environment variable with a JWT or API key (with --url).")
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print the reply as JSON.")]
-DEFAULT_DATA = Path("./data")
 
 
 class NotEnabled(Exception):
@@ -57,22 +46,20 @@ async def pick_op(backend: Backend, actor: str, candidates: tuple[str, ...]) -> 
 
 
 def run_command(
-    *,
-    url: str | None,
-    data_dir: Path,
-    token_env: str | None,
-    as_json: bool,
     body: Callable[[Backend, Console], Awaitable[Any]],
+    *,
     columns: list[str] | None = None,
     title: str = "",
+    as_json: bool | None = None,
 ) -> None:
-    """Open the backend, run ``body``, show its reply; map failures to exit codes."""
+    """Open the backend the shared options name, run ``body``, show its reply (as JSON with ``--json`` or
+    ``as_json``); map failures to exit codes."""
+    conn = connection()
     console = Console()
     err = Console(stderr=True)
-    token = os.environ.get(token_env) if token_env else None
 
     async def main() -> Any:
-        async with open_backend(url=url, data_dir=data_dir, token=token) as backend:
+        async with open_backend(url=conn.url, data_dir=conn.data_dir, token=conn.token) as backend:
             return await body(backend, console)
 
     try:
@@ -88,7 +75,9 @@ def run_command(
         err.print(f"[red]error[/red] {e}")
         raise typer.Exit(EXIT_ERROR) from None
     if reply is not None:
-        show(console, reply, as_json=as_json, columns=columns, title=title)
+        show(
+            console, reply, as_json=conn.as_json if as_json is None else as_json, columns=columns, title=title
+        )
 
 
 def op_command(
@@ -110,9 +99,6 @@ def call(
     actor: Annotated[str, typer.Argument(help="Actor name, e.g. memory")],
     op: Annotated[str, typer.Argument(help="Op name, e.g. list_memories")],
     payload: Annotated[str, typer.Argument(help="Arguments as a JSON object")] = "{}",
-    url: UrlOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA,
-    token_env: TokenOpt = None,
 ) -> None:
     """Call any actor op (see docs/agent.md); prints the reply as JSON."""
     try:
@@ -129,12 +115,12 @@ def call(
             raise NotEnabled(actor, backend.where)
         return await backend.ask(actor, op, args)
 
-    run_command(url=url, data_dir=data_dir, token_env=token_env, as_json=True, body=body)
+    run_command(body, as_json=True)
 
 
 # -- memory ---------------------------------------------------------------------------------------------------
 
-memory_app = typer.Typer(help="Memories: list, search, store, forget.", no_args_is_help=True)
+memory_app = ConnectedTyper(help="Memories: list, search, store, forget.", no_args_is_help=True)
 _MEMORY_COLUMNS = ["key", "value", "scope", "tier", "score", "updated_at"]
 
 
@@ -143,19 +129,11 @@ def memory_list(
     scope: Annotated[str, typer.Option(help="global, agent or session (default: all)")] = "",
     tier: Annotated[str, typer.Option(help="core, reachable or deep (default: all)")] = "",
     limit: Annotated[int, typer.Option(help="At most this many.")] = 100,
-    url: UrlOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA,
-    token_env: TokenOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """List memories."""
     run_command(
-        url=url,
-        data_dir=data_dir,
-        token_env=token_env,
-        as_json=as_json,
+        op_command("memory", ("list_memories",), {"scope": scope, "tier": tier, "limit": limit}),
         columns=_MEMORY_COLUMNS,
-        body=op_command("memory", ("list_memories",), {"scope": scope, "tier": tier, "limit": limit}),
     )
 
 
@@ -163,19 +141,10 @@ def memory_list(
 def memory_search(
     query: Annotated[str, typer.Argument(help="Words to look for.")],
     limit: Annotated[int, typer.Option(help="At most this many.")] = 10,
-    url: UrlOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA,
-    token_env: TokenOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Search memories (best matches first)."""
     run_command(
-        url=url,
-        data_dir=data_dir,
-        token_env=token_env,
-        as_json=as_json,
-        columns=_MEMORY_COLUMNS,
-        body=op_command("memory", ("search_memories",), {"query": query, "limit": limit}),
+        op_command("memory", ("search_memories",), {"query": query, "limit": limit}), columns=_MEMORY_COLUMNS
     )
 
 
@@ -185,20 +154,10 @@ def memory_store(
     value: Annotated[str, typer.Argument(help="The fact.")],
     scope: Annotated[str, typer.Option(help="global, agent or session")] = "global",
     tier: Annotated[str, typer.Option(help="core, reachable or deep")] = "reachable",
-    url: UrlOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA,
-    token_env: TokenOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Remember a fact."""
     run_command(
-        url=url,
-        data_dir=data_dir,
-        token_env=token_env,
-        as_json=as_json,
-        body=op_command(
-            "memory", ("store_memory",), {"key": key, "value": value, "scope": scope, "tier": tier}
-        ),
+        op_command("memory", ("store_memory",), {"key": key, "value": value, "scope": scope, "tier": tier})
     )
 
 
@@ -206,61 +165,31 @@ def memory_store(
 def memory_forget(
     key: Annotated[str, typer.Argument(help="The key to forget.")],
     scope: Annotated[str, typer.Option(help="global, agent or session")] = "global",
-    url: UrlOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA,
-    token_env: TokenOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Forget a fact."""
-    run_command(
-        url=url,
-        data_dir=data_dir,
-        token_env=token_env,
-        as_json=as_json,
-        body=op_command("memory", ("delete_memory", "forget_memory"), {"key": key, "scope": scope}),
-    )
+    run_command(op_command("memory", ("delete_memory", "forget_memory"), {"key": key, "scope": scope}))
 
 
 # -- cron -----------------------------------------------------------------------------------------------------
 
-cron_app = typer.Typer(help="Cron jobs: list, create, pause, resume, run now, runs.", no_args_is_help=True)
+cron_app = ConnectedTyper(help="Cron jobs: list, create, pause, resume, run now, runs.", no_args_is_help=True)
 _JOB_COLUMNS = ["job_id", "schedule", "status", "next_run_at", "prompt"]
 
 
 def _cron(op: tuple[str, ...], payload: dict[str, Any], **kw: Any) -> None:
-    run_command(body=op_command("cron_scheduler", op, payload), **kw)
+    run_command(op_command("cron_scheduler", op, payload), **kw)
 
 
 @cron_app.command("list")
-def cron_list(
-    status: Annotated[str, typer.Option(help="Only jobs with this status.")] = "",
-    url: UrlOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA,
-    token_env: TokenOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+def cron_list(status: Annotated[str, typer.Option(help="Only jobs with this status.")] = "") -> None:
     """List cron jobs."""
-    _cron(
-        ("list_jobs",),
-        {"status": status},
-        url=url,
-        data_dir=data_dir,
-        token_env=token_env,
-        as_json=as_json,
-        columns=_JOB_COLUMNS,
-    )
+    _cron(("list_jobs",), {"status": status}, columns=_JOB_COLUMNS)
 
 
 @cron_app.command("show")
-def cron_show(
-    job_id: str,
-    url: UrlOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA,
-    token_env: TokenOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+def cron_show(job_id: str) -> None:
     """A job and its latest run."""
-    _cron(("get_job",), {"job_id": job_id}, url=url, data_dir=data_dir, token_env=token_env, as_json=as_json)
+    _cron(("get_job",), {"job_id": job_id})
 
 
 @cron_app.command("create")
@@ -273,10 +202,6 @@ def cron_create(
     session: Annotated[str, typer.Option(help="Session id (default: the job id).")] = "",
     tz: Annotated[str, typer.Option(help="Time zone of the schedule.")] = "UTC",
     replace: Annotated[bool, typer.Option(help="Redefine an existing job.")] = False,
-    url: UrlOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA,
-    token_env: TokenOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Create a cron job."""
     payload = {
@@ -287,18 +212,12 @@ def cron_create(
         "tz": tz,
         "replace": replace,
     }
-    _cron(("create_job",), payload, url=url, data_dir=data_dir, token_env=token_env, as_json=as_json)
+    _cron(("create_job",), payload)
 
 
 def _job_op(name: str, ops: tuple[str, ...], doc: str) -> None:
-    def command(
-        job_id: str,
-        url: UrlOpt = None,
-        data_dir: DataDirOpt = DEFAULT_DATA,
-        token_env: TokenOpt = None,
-        as_json: JsonOpt = False,
-    ) -> None:
-        _cron(ops, {"job_id": job_id}, url=url, data_dir=data_dir, token_env=token_env, as_json=as_json)
+    def command(job_id: str) -> None:
+        _cron(ops, {"job_id": job_id})
 
     command.__doc__ = doc
     cron_app.command(name)(command)
@@ -314,45 +233,26 @@ _job_op("delete", ("delete_job",), "Delete a job.")
 def cron_runs(
     job_id: str,
     limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 20,
-    url: UrlOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA,
-    token_env: TokenOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """A job's runs and their results."""
     _cron(
         ("job_runs", "list_runs"),
         {"job_id": job_id, "limit": limit},
-        url=url,
-        data_dir=data_dir,
-        token_env=token_env,
-        as_json=as_json,
         columns=["run_id", "scheduled_at", "status", "attempt", "result", "error"],
     )
 
 
 # -- kanban ---------------------------------------------------------------------------------------------------
 
-kanban_app = typer.Typer(help="The kanban board: list, create, move, show.", no_args_is_help=True)
+kanban_app = ConnectedTyper(help="The kanban board: list, create, move, show.", no_args_is_help=True)
 _TASK_COLUMNS = ["task_id", "title", "status", "assignee", "priority", "updated_at"]
 
 
 @kanban_app.command("list")
-def kanban_list(
-    status: Annotated[str, typer.Option(help="Only tasks in this column.")] = "",
-    url: UrlOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA,
-    token_env: TokenOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+def kanban_list(status: Annotated[str, typer.Option(help="Only tasks in this column.")] = "") -> None:
     """List the board's tasks."""
     run_command(
-        url=url,
-        data_dir=data_dir,
-        token_env=token_env,
-        as_json=as_json,
-        columns=_TASK_COLUMNS,
-        body=op_command("kanban", ("list", "list_tasks"), {"status": status or None}),
+        op_command("kanban", ("list", "list_tasks"), {"status": status or None}), columns=_TASK_COLUMNS
     )
 
 
@@ -362,10 +262,6 @@ def kanban_create(
     body_text: Annotated[str, typer.Option("--body", help="What is to be done.")] = "",
     assignee: Annotated[str, typer.Option(help="Who (or which profile) takes it.")] = "",
     priority: Annotated[int, typer.Option(help="Higher is picked first.")] = 0,
-    url: UrlOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA,
-    token_env: TokenOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Create a task."""
     payload = {
@@ -374,47 +270,19 @@ def kanban_create(
         "assignee": assignee or None,
         "priority": priority or None,
     }
-    run_command(
-        url=url,
-        data_dir=data_dir,
-        token_env=token_env,
-        as_json=as_json,
-        body=op_command("kanban", ("create", "create_task"), payload),
-    )
+    run_command(op_command("kanban", ("create", "create_task"), payload))
 
 
 @kanban_app.command("move")
 def kanban_move(
     task_id: str,
     status: Annotated[str, typer.Argument(help="The column to move it to.")],
-    url: UrlOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA,
-    token_env: TokenOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Move a task to another column."""
-    run_command(
-        url=url,
-        data_dir=data_dir,
-        token_env=token_env,
-        as_json=as_json,
-        body=op_command("kanban", ("move", "move_task"), {"task_id": task_id, "status": status}),
-    )
+    run_command(op_command("kanban", ("move", "move_task"), {"task_id": task_id, "status": status}))
 
 
 @kanban_app.command("show")
-def kanban_show(
-    task_id: str,
-    url: UrlOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA,
-    token_env: TokenOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+def kanban_show(task_id: str) -> None:
     """One task with its history."""
-    run_command(
-        url=url,
-        data_dir=data_dir,
-        token_env=token_env,
-        as_json=as_json,
-        body=op_command("kanban", ("show", "get_task"), {"task_id": task_id}),
-    )
+    run_command(op_command("kanban", ("show", "get_task"), {"task_id": task_id}))

@@ -15,9 +15,13 @@ from minihermes.runtime import AppConfig, ConfigError, Node, RedactSecrets, buil
 from minihermes.runtime._loop import loop_name, tune_gc
 from minihermes.runtime._loop import run as run_main
 
+from ._connection import NO_JSON, ConnectedTyper, connected, connection
+
 app = typer.Typer(help="MiniHermes: a runtime for self-improving AI agents.", no_args_is_help=True)
-keys_app = typer.Typer(
-    help="API keys for the HTTP API (stored hashed in the data dir).", no_args_is_help=True
+keys_app = ConnectedTyper(
+    help="API keys for the HTTP API (stored hashed in the data dir).",
+    no_args_is_help=True,
+    options=("data_dir",),
 )
 app.add_typer(keys_app, name="keys")
 
@@ -179,71 +183,77 @@ async def _serve(cfg: AppConfig, host: str, port: int, auth: Any) -> None:
 # -- chat -----------------------------------------------------------------------------------------------------
 
 
-@app.command()
 def chat(
     session: Annotated[
         str,
         typer.Option(help="Session id (kept across runs; a user-role caller gets a new one of their own)."),
     ] = "cli",
-    url: Annotated[str | None, typer.Option(help="A running server, e.g. http://127.0.0.1:8091")] = None,
-    data_dir: Annotated[Path, typer.Option(help="Data dir of the embedded node (without --url).")] = Path(
-        "./data"
-    ),
-    token_env: Annotated[str | None, typer.Option(help="Environment variable with a JWT or API key.")] = None,
 ) -> None:
     """Chat with the agent in the terminal: against an embedded node, or a running server with --url."""
     from .chat import run_chat
 
-    token = os.environ.get(token_env) if token_env else None
-    raise typer.Exit(run_main(run_chat(session=session, url=url, data_dir=data_dir, token=token)))
+    conn = connection()
+    raise typer.Exit(
+        run_main(run_chat(session=session, url=conn.url, data_dir=conn.data_dir, token=conn.token))
+    )
+
+
+app.command()(connected(chat, NO_JSON))
 
 
 # -- doctor ---------------------------------------------------------------------------------------------------
 
 
-@app.command()
 def doctor(
-    data_dir: Annotated[Path, typer.Option(help="The node's data dir.")] = Path("./data"),
     host: Annotated[str, typer.Option(help="Address 'serve' binds.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="HTTP port 'serve' uses.")] = 8091,
-    url: Annotated[str | None, typer.Option(help="Read providers from this running server.")] = None,
-    token_env: Annotated[str | None, typer.Option(help="Environment variable with a JWT or API key.")] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="The node's app config (TOML): its store backend is checked.")
+    ] = None,
     probe_timeout: Annotated[float, typer.Option(help="Seconds to wait for each provider.")] = 3.0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the checks as JSON.")] = False,
 ) -> None:
     """Check providers, storage, sandbox isolation and the HTTP port; exit code 1 when a required check fails."""
     from rich.console import Console
 
     from . import doctor as dr
 
+    conn = connection()
     logging.disable(logging.WARNING)  # the embedded node's start-up lines are not findings
+    try:
+        cfg = None if config is None else _load_config("agent", config, conn.data_dir_option)
+    except ConfigError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
     checks = asyncio.run(
         dr.run_checks(
-            data_dir=data_dir,
+            data_dir=conn.data_dir_option,
             host=host,
             port=port,
-            url=url,
-            token=dr.env_token(token_env),
+            url=conn.url,
+            token=conn.token,
             probe_timeout=probe_timeout,
+            config=cfg,
         )
     )
-    console = Console()
-    if as_json:
+    if conn.as_json:
         import json
 
         typer.echo(json.dumps({"checks": dr.as_dicts(checks), "ok": dr.exit_code(checks) == 0}, indent=2))
     else:
-        console.print(dr.render(checks))
+        Console().print(dr.render(checks))
     raise typer.Exit(dr.exit_code(checks))
+
+
+app.command()(connected(doctor))
 
 
 # -- keys -----------------------------------------------------------------------------------------------------
 
 
-async def _with_store(data_dir: Path, fn: Any) -> Any:
+async def _with_store(fn: Any) -> Any:
     from minihermes.runtime.store import open_store
 
-    store = open_store("sqlite", data_dir=str(data_dir))
+    store = open_store("sqlite", data_dir=str(connection().data_dir))
     await store.open()
     try:
         return await fn(store)
@@ -257,7 +267,6 @@ def keys_create(
     principal: Annotated[str, typer.Option(help="Who the key acts as.")],
     roles: Annotated[str, typer.Option(help="Comma-separated: admin, user, viewer.")] = "user",
     name: Annotated[str, typer.Option(help="A label.")] = "",
-    data_dir: Annotated[Path, typer.Option(help="The node's data dir.")] = Path("./data"),
 ) -> None:
     """Create an API key; the key is printed once and stored only as a hash."""
     from minihermes.api import create_api_key
@@ -266,7 +275,6 @@ def keys_create(
     try:
         new = asyncio.run(
             _with_store(
-                data_dir,
                 lambda s: create_api_key(s, tenant=tenant, principal=principal, roles=role_list, name=name),
             )
         )
@@ -280,12 +288,11 @@ def keys_create(
 @keys_app.command("list")
 def keys_list(
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys.")] = None,
-    data_dir: Annotated[Path, typer.Option(help="The node's data dir.")] = Path("./data"),
 ) -> None:
     """List keys (ids and who they act as; never the keys)."""
     from minihermes.api import list_api_keys
 
-    for info in asyncio.run(_with_store(data_dir, lambda s: list_api_keys(s, tenant=tenant))):
+    for info in asyncio.run(_with_store(lambda s: list_api_keys(s, tenant=tenant))):
         state = "revoked" if info.revoked_at is not None else "active"
         typer.echo(
             f"{info.key_id}\t{info.tenant}\t{info.principal}\t{','.join(info.roles)}\t{state}\t{info.name}"
@@ -295,12 +302,11 @@ def keys_list(
 @keys_app.command("revoke")
 def keys_revoke(
     key_id: Annotated[str, typer.Argument(help="Key id (or the key).")],
-    data_dir: Annotated[Path, typer.Option(help="The node's data dir.")] = Path("./data"),
 ) -> None:
     """Revoke a key: requests with it are refused from now on."""
     from minihermes.api import revoke_api_key
 
-    if not asyncio.run(_with_store(data_dir, lambda s: revoke_api_key(s, key_id))):
+    if not asyncio.run(_with_store(lambda s: revoke_api_key(s, key_id))):
         typer.echo("error: no active key with that id", err=True)
         raise typer.Exit(1)
     typer.echo("revoked")
@@ -311,7 +317,7 @@ def _scripting() -> None:
     from .mcp_servers import mcp_app
     from .skills import skills_app
 
-    app.command("call")(call)
+    app.command("call")(connected(call, NO_JSON))
     app.add_typer(skills_app, name="skills")
     app.add_typer(cron_app, name="cron")
     app.add_typer(kanban_app, name="kanban")

@@ -6,9 +6,10 @@ from typing import Annotated
 
 import typer
 
-from .commands import DEFAULT_DATA, DataDirOpt, JsonOpt, TokenOpt, UrlOpt, op_command, run_command
+from ._connection import ConnectedTyper
+from .commands import op_command, run_command
 
-mcp_app = typer.Typer(help="MCP servers whose tools the agent may use.", no_args_is_help=True)
+mcp_app = ConnectedTyper(help="MCP servers whose tools the agent may use.", no_args_is_help=True)
 
 
 def _pairs(items: list[str], what: str) -> dict[str, str]:
@@ -23,20 +24,11 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
 
 
 @mcp_app.command("list")
-def mcp_list(
-    url: UrlOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA,
-    token_env: TokenOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+def mcp_list() -> None:
     """Servers, whether they are connected, and their tools."""
     run_command(
-        url=url,
-        data_dir=data_dir,
-        token_env=token_env,
-        as_json=as_json,
+        op_command("mcp_manager", ("list_servers",), {}),
         columns=["name", "transport", "command", "url", "connected", "review", "tools"],
-        body=op_command("mcp_manager", ("list_servers",), {}),
     )
 
 
@@ -54,10 +46,6 @@ def mcp_add(
     review: Annotated[bool, typer.Option(help="Calls wait for a person's approval by default.")] = True,
     timeout: Annotated[float, typer.Option(help="Seconds per request to the server.")] = 30.0,
     replace: Annotated[bool, typer.Option(help="Replace a server of that name.")] = False,
-    url: UrlOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA,
-    token_env: TokenOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Connect to an MCP server and register its tools (stdio with --command, or --server-url)."""
     if bool(command) == bool(server_url):
@@ -75,30 +63,14 @@ def mcp_add(
         payload |= {"url": server_url, "headers": _pairs(header or [], "header")}
     if tool:
         payload["tools"] = list(tool)
-    run_command(
-        url=url,
-        data_dir=data_dir,
-        token_env=token_env,
-        as_json=as_json,
-        body=op_command("mcp_manager", ("add_server",), payload),
-    )
+    run_command(op_command("mcp_manager", ("add_server",), payload))
 
 
 def _server_op(name: str, op: str, doc: str) -> None:
     def command(
         server: Annotated[str, typer.Argument(help="Server name.")],
-        url: UrlOpt = None,
-        data_dir: DataDirOpt = DEFAULT_DATA,
-        token_env: TokenOpt = None,
-        as_json: JsonOpt = False,
     ) -> None:
-        run_command(
-            url=url,
-            data_dir=data_dir,
-            token_env=token_env,
-            as_json=as_json,
-            body=op_command("mcp_manager", (op,), {"name": server}),
-        )
+        run_command(op_command("mcp_manager", (op,), {"name": server}))
 
     command.__doc__ = doc
     mcp_app.command(name)(command)

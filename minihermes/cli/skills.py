@@ -16,9 +16,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ._backend import Backend, CommandError
-from .commands import DEFAULT_DATA, DataDirOpt, JsonOpt, TokenOpt, UrlOpt, op_command, pick_op, run_command
+from ._connection import ConnectedTyper
+from .commands import op_command, pick_op, run_command
 
-skills_app = typer.Typer(
+skills_app = ConnectedTyper(
     help="Skills: list, show, pin, archive, roll back, import, export.", no_args_is_help=True
 )
 _SKILL_COLUMNS = ["skill_id", "name", "status", "pinned", "version", "uses", "success_rate", "description"]
@@ -40,19 +41,11 @@ def _progress(console: Console) -> Progress:
 def skills_list(
     status: Annotated[str, typer.Option(help="active, stale, archived, pinned, ... (default: all)")] = "",
     limit: Annotated[int, typer.Option(help="At most this many.")] = 1000,
-    url: UrlOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA,
-    token_env: TokenOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """List skills, newest first."""
     run_command(
-        url=url,
-        data_dir=data_dir,
-        token_env=token_env,
-        as_json=as_json,
+        op_command("skill_store", ("list_skills",), {"status": status, "limit": limit}),
         columns=_SKILL_COLUMNS,
-        body=op_command("skill_store", ("list_skills",), {"status": status, "limit": limit}),
     )
 
 
@@ -60,56 +53,26 @@ def skills_list(
 def skills_show(
     skill_id: str,
     version: Annotated[int, typer.Option(help="A version (default: the current one).")] = 0,
-    url: UrlOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA,
-    token_env: TokenOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """A skill with its procedure."""
-    run_command(
-        url=url,
-        data_dir=data_dir,
-        token_env=token_env,
-        as_json=as_json,
-        body=op_command("skill_store", ("get_skill",), {"skill_id": skill_id, "version": version}),
-    )
+    run_command(op_command("skill_store", ("get_skill",), {"skill_id": skill_id, "version": version}))
 
 
 @skills_app.command("search")
 def skills_search(
     query: str,
     limit: Annotated[int, typer.Option(help="At most this many.")] = 10,
-    url: UrlOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA,
-    token_env: TokenOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Search skills by words."""
     run_command(
-        url=url,
-        data_dir=data_dir,
-        token_env=token_env,
-        as_json=as_json,
+        op_command("skill_store", ("search_skills",), {"query": query, "limit": limit}),
         columns=[*_SKILL_COLUMNS, "score"],
-        body=op_command("skill_store", ("search_skills",), {"query": query, "limit": limit}),
     )
 
 
 def _skill_op(name: str, op: str, doc: str) -> None:
-    def command(
-        skill_id: str,
-        url: UrlOpt = None,
-        data_dir: DataDirOpt = DEFAULT_DATA,
-        token_env: TokenOpt = None,
-        as_json: JsonOpt = False,
-    ) -> None:
-        run_command(
-            url=url,
-            data_dir=data_dir,
-            token_env=token_env,
-            as_json=as_json,
-            body=op_command("skill_store", (op,), {"skill_id": skill_id}),
-        )
+    def command(skill_id: str) -> None:
+        run_command(op_command("skill_store", (op,), {"skill_id": skill_id}))
 
     command.__doc__ = doc
     skills_app.command(name)(command)
@@ -124,38 +87,18 @@ _skill_op("recover", "recover", "Bring an archived skill back.")
 def skills_archive(
     skill_id: str,
     reason: Annotated[str, typer.Option(help="Why (kept with the skill).")] = "",
-    url: UrlOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA,
-    token_env: TokenOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Archive a skill (never deleted; recover brings it back)."""
-    run_command(
-        url=url,
-        data_dir=data_dir,
-        token_env=token_env,
-        as_json=as_json,
-        body=op_command("skill_store", ("archive",), {"skill_id": skill_id, "reason": reason}),
-    )
+    run_command(op_command("skill_store", ("archive",), {"skill_id": skill_id, "reason": reason}))
 
 
 @skills_app.command("rollback")
 def skills_rollback(
     skill_id: str,
     version: int,
-    url: UrlOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA,
-    token_env: TokenOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Make an earlier version the current one."""
-    run_command(
-        url=url,
-        data_dir=data_dir,
-        token_env=token_env,
-        as_json=as_json,
-        body=op_command("skill_store", ("rollback",), {"skill_id": skill_id, "version": version}),
-    )
+    run_command(op_command("skill_store", ("rollback",), {"skill_id": skill_id, "version": version}))
 
 
 def skill_files(folder: Path) -> list[Path]:
@@ -216,38 +159,23 @@ async def export_files(backend: Backend, console: Console, folder: Path, status:
 @skills_app.command("import")
 def skills_import(
     folder: Annotated[Path, typer.Argument(help="Folder of <name>/SKILL.md folders (or of .md files).")],
-    url: UrlOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA,
-    token_env: TokenOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Import SKILL.md files from this machine (admin-curated: active at once)."""
 
     async def body(backend: Backend, console: Console) -> Any:
         return await import_files(backend, Console(stderr=True), skill_files(folder))
 
-    run_command(
-        url=url,
-        data_dir=data_dir,
-        token_env=token_env,
-        as_json=as_json,
-        body=body,
-        columns=["skill_id", "name", "version", "status"],
-    )
+    run_command(body, columns=["skill_id", "name", "version", "status"])
 
 
 @skills_app.command("export")
 def skills_export(
     folder: Annotated[Path, typer.Argument(help="Where to write <name>/SKILL.md folders.")],
     status: Annotated[str, typer.Option(help="Only skills with this status.")] = "",
-    url: UrlOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA,
-    token_env: TokenOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Export skills as SKILL.md folders on this machine."""
 
     async def body(backend: Backend, console: Console) -> Any:
         return await export_files(backend, Console(stderr=True), folder, status)
 
-    run_command(url=url, data_dir=data_dir, token_env=token_env, as_json=as_json, body=body)
+    run_command(body)

@@ -107,3 +107,17 @@ async def test_export_never_writes_outside_the_folder(remote, tmp_path):
     await export_files(remote, Console(record=True), out, "")
     written = [p for p in tmp_path.rglob("SKILL.md")]
     assert written and all(out in p.parents for p in written)
+
+
+def test_keys_are_made_listed_and_revoked_in_the_named_data_dir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    d = ["--data-dir", str(tmp_path / "keys-dir")]
+    made = runner.invoke(app, ["keys", "create", "--tenant", "acme", "--principal", "ann", *d])
+    assert made.exit_code == 0, made.output
+    key = made.stdout.strip()
+    (row,) = runner.invoke(app, ["keys", "list", *d]).stdout.splitlines()
+    key_id = row.split("\t")[0]
+    assert row.split("\t")[1:5] == ["acme", "ann", "user", "active"] and key not in row
+    assert runner.invoke(app, ["keys", "revoke", key_id, *d]).stdout.strip() == "revoked"
+    assert runner.invoke(app, ["keys", "list", *d]).stdout.split("\t")[4] == "revoked"
+    assert not (tmp_path / "data").exists()  # the default data dir was never used

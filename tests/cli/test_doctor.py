@@ -212,3 +212,33 @@ def test_the_command_prints_json_and_sets_the_exit_code(tmp_path):
         s.listen()
         taken = CliRunner().invoke(app, ["doctor", "--data-dir", str(tmp_path / "d"), "--port", port])
     assert taken.exit_code == 1 and "in use by another program" in taken.stdout
+
+
+def test_the_command_without_data_dir_leaves_no_data_dir_behind_a_server(tmp_path, monkeypatch):
+    """Issue 19, as typed: ``minihermes doctor`` next to a running server does not make ./data."""
+
+    async def server_answers(host, port):
+        return dr.Check("port", f"{host}:{port}", "ok", "in use by a MiniHermes server (ok)", True), True
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(dr, "check_port", server_answers)
+    result = CliRunner().invoke(app, ["doctor", "--port", str(_free_port()), "--json"])
+    (storage,) = [c for c in json.loads(result.stdout)["checks"] if c["group"] == "storage"]
+    assert storage["status"] == "skip" and not (tmp_path / "data").exists()
+
+
+@requires_postgres
+def test_the_command_checks_the_store_a_config_names(tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCTOR_PG_DSN", PG_DSN)
+    config = tmp_path / "node.toml"
+    config.write_text(
+        f'[node]\nbackend = "postgres"\n'
+        f'backend_options = {{ dsn_env = "DOCTOR_PG_DSN", schema = "test_{uuid.uuid4().hex[:12]}" }}\n'
+    )
+    port = str(_free_port())
+    result = CliRunner().invoke(
+        app, ["doctor", "--config", str(config), "--data-dir", str(tmp_path / "d"), "--port", port, "--json"]
+    )
+    storage = {c["name"]: c["status"] for c in json.loads(result.stdout)["checks"] if c["group"] == "storage"}
+    assert storage == {"server": "ok", "pgvector": "ok", "unaccent": "ok", "locale": "ok", "schema": "ok"}
+    assert PG_DSN not in result.output
