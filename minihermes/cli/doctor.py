@@ -29,9 +29,9 @@ import httpx
 from minihermes.runtime import AppConfig
 from minihermes.runtime.store import Store, StoreError, open_store
 
+from ._connection import DEFAULT_DATA
+
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
-DEFAULT_DATA = Path("./data")
-"""The data dir when none is named (the CLI's default)."""
 
 
 @dataclass
@@ -210,7 +210,7 @@ async def run_checks(
     named = data_dir is not None or config is not None
     if ours and not named and not await asyncio.to_thread(DEFAULT_DATA.exists):
         # The server there keeps its storage wherever it was told to: ./data is not made just to look at it.
-        detail = f"no {DEFAULT_DATA} here; the server on {_hostport(host, port)} keeps its own (--data-dir names one)"
+        detail = f"no ./{DEFAULT_DATA} here; the server on {_hostport(host, port)} keeps its own (--data-dir names one)"
         checks = [Check("storage", "data dir", SKIP, detail)]
     else:
         checks = await check_storage(data_dir or DEFAULT_DATA, config)
