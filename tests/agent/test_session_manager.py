@@ -116,7 +116,10 @@ async def test_users_see_only_their_own_sessions(make_node):
     listed = await node.ask("session_manager", "list_sessions", {}, ctx=ACME_USER)
     assert {s["session_id"] for s in listed["sessions"]} == {mine["session_id"], admin_made["session_id"]}
     assert (await node.ask("session_manager", "list_sessions", {}, ctx=ACME))["total"] == 3
-    assert (await node.ask("session_manager", "list_sessions", {}, ctx=ACME_VIEWER))["total"] == 3
+    # a viewer owns no session and sees none of the users' (their transcripts are theirs)
+    assert (await node.ask("session_manager", "list_sessions", {}, ctx=ACME_VIEWER))["total"] == 0
+    with pytest.raises(NotFound):
+        await node.ask("session_manager", "get_session", {"session_id": mine["session_id"]}, ctx=ACME_VIEWER)
     only_carol = await node.ask("session_manager", "list_sessions", {"user_id": "carol"}, ctx=ACME)
     assert [s["session_id"] for s in only_carol["sessions"]] == [theirs["session_id"]]
 
