@@ -26,7 +26,7 @@ from typing import Any
 
 from minihermes.agent._history import HistoryViews
 from minihermes.agent._tools_handlers import workspace_path
-from minihermes.agent.audit import fire_audit, sees_own_only
+from minihermes.audit import fire_audit, sees_own_only
 from minihermes.context import forget as forgetting
 from minihermes.context import prompt, search_tool, session_index
 from minihermes.context.assembly import TURN_META, TurnSettings, gather_turn, list_tools

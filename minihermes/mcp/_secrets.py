@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from minihermes.agent.credentials import CredentialVault, SecretKV
+from minihermes.credentials import CredentialVault, SecretKV
 
 from ._connection import MCPUnavailable
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from minihermes.agent._tools_handlers import safe_component
-from minihermes.agent.audit import fire_audit
+from minihermes.audit import fire_audit
 from minihermes.runtime import (
     ActorError,
     Conflict,

@@ -8,7 +8,7 @@ import uuid
 from collections import Counter, OrderedDict
 from typing import Any, Literal
 
-from minihermes.agent.audit import fire_audit
+from minihermes.audit import fire_audit
 from minihermes.runtime import Conflict, GenServer, InvalidArgument, NotFound, current_context
 
 from . import _access as access

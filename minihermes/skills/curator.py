@@ -20,7 +20,7 @@ import json
 from collections import defaultdict
 from typing import Any
 
-from minihermes.agent.audit import fire_audit
+from minihermes.audit import fire_audit
 from minihermes.runtime import ActorError, GenServer, call, cast, state
 
 from . import _access as access

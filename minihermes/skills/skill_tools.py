@@ -32,7 +32,7 @@ from minihermes.agent._tools_handlers import (
     register_builtin_tool,
     safe_component,
 )
-from minihermes.agent.audit import fire_audit
+from minihermes.audit import fire_audit
 from minihermes.runtime import Conflict, GenServer, InvalidArgument, NotFound, call, current_context
 from minihermes.tools.sandbox import SandboxPolicy, make_workspace
 

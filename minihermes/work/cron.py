@@ -24,7 +24,7 @@ import os
 import uuid
 from typing import Any, Literal
 
-from minihermes.agent.audit import fire_audit
+from minihermes.audit import fire_audit
 from minihermes.context.forget import session_owner
 from minihermes.runtime import (
     Conflict,

@@ -26,7 +26,7 @@ import uuid
 from typing import Any, Literal
 from urllib.parse import quote, unquote
 
-from minihermes.agent.audit import fire_audit
+from minihermes.audit import fire_audit
 from minihermes.context.forget import session_owner
 from minihermes.runtime import (
     ActorError,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from minihermes.agent.audit import fire_audit
+from minihermes.audit import fire_audit
 from minihermes.runtime import ActorError, InvalidArgument, NotFound, Workflow, call
 
 from ._turns import run_turn_once

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from minihermes.agent.audit import fire_audit
+from minihermes.audit import fire_audit
 from minihermes.runtime import ActorError, GenServer, call, cast, current_context
 from minihermes.runtime.store import ChannelMessage
 

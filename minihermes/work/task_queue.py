@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from minihermes.agent.audit import fire_audit
+from minihermes.audit import fire_audit
 from minihermes.runtime import (
     Deferred,
     GenServer,

@@ -1,0 +1,206 @@
+"""What every subsystem uses to audit and to keep secrets out: ``fire_audit``, ``scrub_secrets``, and who
+sees only their own data (``is_restricted``, ``sees_own_only``).
+
+The trail itself is the ``audit_event`` actor (``minihermes.agent.audit``): every event is appended to the
+``audit`` stream of the tenant's EventLog, whose hash chain makes any later edit or deletion detectable.
+Values that look like credentials are scrubbed before they are written: callers must not put secrets in
+events, and this is the second line of defence.
+
+Senders never wait. Actors audit what they do with :func:`fire_audit`, which appends the event itself, from
+the sender's node, before the sender goes on: the append is queued on the store ahead of anything the sender
+saves afterwards, so on SQLite (one writer, commits in queue order) an action's checkpoint is never durable
+without its event, and a SIGKILL can lose both or neither. On PostgreSQL, where the two commit on connections
+of their own, the reply to the message being handled (and ``wait_saved``) waits for the event's commit too
+(``host.hold``), so nothing a reply acknowledged is missing from the trail. Once the event is committed,
+``audit_event`` is told (``forward_event``, a cast) so that its subscribers get it; an overloaded or distant
+``audit_event`` costs only that.
+
+This module sits below the agent and the subsystems (work, skills, mcp): it imports only the runtime and
+``minihermes.context.redact``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import re
+from typing import Any
+
+from minihermes.context.redact import redact_text
+from minihermes.runtime import (
+    ActorNotFound,
+    Host,
+    InvalidArgument,
+    Overloaded,
+    RequestContext,
+    ShuttingDown,
+    current_context,
+)
+
+log = logging.getLogger("minihermes.agent.audit")
+"""The audit trail's logger (named as before the helpers left ``minihermes.agent.audit``)."""
+
+STREAM = "audit"
+"""The EventLog stream (per tenant) holding the audit trail."""
+
+MAX_DETAIL_CHARS = 4000
+MAX_DATA_BYTES = 16_384
+_EVENT_TYPE = re.compile(r"[^A-Za-z0-9_.:\-]")
+_MS_THRESHOLD = 1e11
+"""A ``since`` or ``timestamp`` above this is in milliseconds (1e11 seconds is the year 5138)."""
+
+REDACTED = "[REDACTED]"
+_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+(?!\[REDACTED\])[A-Za-z0-9._~+/=\-]{8,}")
+"""Audit is stricter than stored text about authorization headers: 8 characters are enough."""
+_SECRET_KEYS = re.compile(
+    r"(?i)^(api[_-]?key|x-api-key|apikey|password|passwd|secret|client[_-]?secret|authorization|"
+    r"access[_-]?token|refresh[_-]?token|id[_-]?token|private[_-]?key|cookie|set-cookie)$|"
+    r"(_api_key|_secret|_password)$"
+)
+
+
+def scrub_secrets(value: Any, _depth: int = 0) -> Any:
+    """A copy of a JSON value with credential-looking strings replaced by ``[REDACTED]``: values under
+    secret-named keys (``api_key``, ``password``, ``authorization``, ...) and substrings shaped like API
+    keys or tokens (``sk-...``, ``Bearer ...``, JWTs, cloud and chat provider keys)."""
+    if isinstance(value, str):
+        # The credential shapes (and "password: ...") that history and memory redact, plus short bearers.
+        return redact_text(_BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", value))
+    if _depth > 32:
+        return "[TRUNCATED]"
+    if isinstance(value, dict):
+        return {
+            str(k): REDACTED
+            if _SECRET_KEYS.search(str(k)) and v not in (None, "")
+            else scrub_secrets(v, _depth + 1)
+            for k, v in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        return [scrub_secrets(v, _depth + 1) for v in value]
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return scrub_secrets(str(value), _depth + 1)
+
+
+def is_restricted(ctx: RequestContext) -> bool:
+    """True for end users (role ``user`` without ``admin``): they see only what they own."""
+    return "user" in ctx.roles and not ctx.roles & {"admin", "system"}
+
+
+def sees_own_only(ctx: RequestContext) -> bool:
+    """True for every caller who is neither an admin nor the runtime (users and viewers): of other
+    principals' sessions, transcripts and private data they see nothing. Viewers own nothing, so they see
+    only what is shared in the tenant (and the operator views their access class grants, such as the audit
+    trail and pending approvals)."""
+    return not ctx.roles & {"admin", "system"}
+
+
+def fire_audit(
+    host: Host,
+    event_type: str,
+    detail: str = "",
+    *,
+    session_id: str = "",
+    data: dict[str, Any] | None = None,
+) -> bool:
+    """Append one audit event to the tenant's trail without waiting (see the module docstring: queued on
+    the store before anything the caller saves next; on a store that may commit it later, the reply to the
+    current message waits for it). Returns False, logging why, when nothing was queued:
+    no ``audit_event`` actor in this node's tree, data that cannot be stored, a closed store. An audit
+    failure never fails the operation being audited."""
+    if not host.has_actor("audit_event"):
+        return False
+    record = audit_record(event_type, detail, session_id, data, host.now())
+    try:
+        written = host.events.append_nowait(STREAM, record)
+    except (TypeError, ValueError) as e:  # not storable JSON (a NaN in the data): dropped, counted
+        audit_not_written(host, record, e)
+        return False
+    except Exception as e:  # anything else the store refuses at once: the audited operation goes on
+        host.incr_counter("audit_dropped_total")
+        log.warning("audit event %s dropped: %r", record["event_type"], e)
+        return False
+    written.add_done_callback(functools.partial(_fired, host, record))
+    if not host.commits_in_order:
+        host.hold(written)  # PostgreSQL: the reply to what is audited waits for the event's commit too
+    return True
+
+
+def audit_record(
+    event_type: str,
+    detail: str,
+    session_id: str,
+    data: dict[str, Any] | None,
+    now: float,
+    timestamp: float = 0,
+) -> dict[str, Any]:
+    """The stored form of an event in the current request context: type, scrubbed and bounded detail and
+    data, session, principal, the node's time (``ts``), the request id, and ``reported_ts`` when the sender
+    gave a ``timestamp`` (seconds or ms)."""
+    ctx = current_context()
+    clean_type = _EVENT_TYPE.sub("_", event_type)[:64] or "unspecified"
+    text = scrub_secrets(detail)
+    if len(text) > MAX_DETAIL_CHARS:
+        text = text[:MAX_DETAIL_CHARS] + "...[truncated]"
+    body = scrub_secrets(data or {})
+    size = len(json.dumps(body, default=str))
+    if size > MAX_DATA_BYTES:
+        body = {"truncated": True, "size": size}
+    record: dict[str, Any] = {
+        "event_type": clean_type,
+        "detail": text,
+        "session_id": session_id[:200],
+        "data": body,
+        "principal": ctx.principal,
+        "ts": now,
+    }
+    if ctx.request_id:
+        record["request_id"] = ctx.request_id
+    if timestamp > 0:
+        record["reported_ts"] = as_seconds(timestamp)
+    return record
+
+
+def _fired(host: Host, record: dict[str, Any], written: asyncio.Future[Any]) -> None:
+    """A fired event is committed (or failed): counted, and ``audit_event`` told for its subscribers. Runs in
+    the sender's context (the future's callback), so the cast goes to the sender's tenant."""
+    if not audit_written(host, record, written):
+        return
+    try:
+        host.send("audit_event", "forward_event", {"seq": written.result().seq})
+    except (ActorNotFound, InvalidArgument, Overloaded, ShuttingDown) as e:
+        # Written all the same: only live subscribers miss it (poll_events still has it).
+        host.incr_counter("audit_forward_dropped_total")
+        log.debug("audit event %s not forwarded: %s", record["event_type"], e.message)
+
+
+def audit_written(host: Host, record: dict[str, Any], written: asyncio.Future[Any]) -> bool:
+    """Whether an append of ``record`` was written: counted if so, logged and counted as failed if not."""
+    error = asyncio.CancelledError() if written.cancelled() else written.exception()
+    if error is not None:
+        audit_not_written(host, record, error)
+        return False
+    host.incr_counter("audit_events_total", event_type=record["event_type"])
+    return True
+
+
+def audit_not_written(host: Host, record: dict[str, Any], error: BaseException) -> None:
+    log.error("audit event %s not written: %r", record["event_type"], error)
+    host.incr_counter("audit_write_failed_total")
+
+
+def as_seconds(value: float) -> float:
+    return value / 1000.0 if value > _MS_THRESHOLD else float(value)
+
+
+__all__ = [
+    "REDACTED",
+    "STREAM",
+    "audit_record",
+    "fire_audit",
+    "is_restricted",
+    "scrub_secrets",
+    "sees_own_only",
+]
