@@ -30,6 +30,7 @@ from minihermes.audit import fire_audit, sees_own_only
 from minihermes.context import forget as forgetting
 from minihermes.context import prompt, search_tool, session_index
 from minihermes.context.assembly import TURN_META, TurnSettings, gather_turn, list_tools
+from minihermes.context.embeddings import Embedder, embedder_if_known, load_embedder
 from minihermes.context.redact import redact, redact_text
 from minihermes.context.tokens import count_tokens, tools_tokens
 from minihermes.runtime import (
@@ -44,7 +45,6 @@ from minihermes.runtime import (
     current_context,
     state,
 )
-from minihermes.skills._semantic import Embedder, embedder_if_known, load_embedder
 
 MAX_MESSAGE_CHARS = 100_000
 DEFAULT_TOKEN_BUDGET = 32_000
@@ -445,7 +445,11 @@ class Agent(GenServer):
                     "turn_id": turn["turn_id"],
                 },
             )
-            turn["paused"] = {"approval_id": approval["approval_id"], "tool_call": call_}
+            turn["paused"] = {
+                "approval_id": approval["approval_id"],
+                "tool_call": call_,
+                "self_approve": bool(approval.get("self_approve")),
+            }
             await self.host.checkpoint()
             self._audit("approval_requested", f"tool={call_['name']} approval={approval['approval_id']}")
             return "paused"
@@ -792,6 +796,7 @@ class Agent(GenServer):
             "turn_id": turn["turn_id"],
             "approval_id": paused["approval_id"],
             "pending_tool": {"name": paused["tool_call"]["name"], "input": paused["tool_call"]["input"]},
+            "requester_may_decide": bool(paused.get("self_approve")),
         }
         self._publish({"type": "final", "reply": reply})
         return reply

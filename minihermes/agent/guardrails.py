@@ -393,7 +393,12 @@ class Guardrails(GenFSM):
                 and (a["tool"], a["session_id"], a["turn_id"]) == (tool_name, session_id, turn_id)
                 and _canonical(a["input"]) == encoded
             ):
-                return {"status": "ok", "approval_id": a["approval_id"], "existing": True}
+                return {
+                    "status": "ok",
+                    "approval_id": a["approval_id"],
+                    "existing": True,
+                    "self_approve": self._self_approves(tool_name),
+                }
         if sum(1 for a in self.approvals.values() if a["status"] == "pending") >= MAX_PENDING:
             raise Overloaded(f"request_approval: {MAX_PENDING} approvals are already pending")
         approval_id = f"apr-{uuid.uuid4().hex}"
@@ -413,7 +418,12 @@ class Guardrails(GenFSM):
             "note": "",
         }
         self.host.incr_counter("approvals_requested_total")
-        return {"status": "ok", "approval_id": approval_id, "existing": False}
+        return {
+            "status": "ok",
+            "approval_id": approval_id,
+            "existing": False,
+            "self_approve": self._self_approves(tool_name),
+        }
 
     @call
     def set_approval_policy(self, self_approve: bool, tool_name: str = "") -> dict[str, Any]:

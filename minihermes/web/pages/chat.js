@@ -99,10 +99,19 @@ async function render(root, ctx) {
       await loadHistory();
       if (result.turn?.response) toast(`Resumed turn: ${result.turn.status}`);
     };
-    box.append(
+    // Deciding is the guardrail policy's call: admins, or the requester where the policy lets them.
+    const mayDecide = (ctx.me.roles || []).includes("admin") || reply.requester_may_decide === true;
+    const buttons = [
       opButton(ctx, "guardrails", "approve", "Approve", decide("approve"), { class: "good" }),
       opButton(ctx, "guardrails", "deny", "Deny", decide("deny"), { class: "bad" }),
-    );
+    ];
+    if (!mayDecide) {
+      for (const b of buttons) {
+        b.disabled = true;
+        b.title = "an admin decides this call (the guardrail policy does not let requesters approve it)";
+      }
+    }
+    box.append(...buttons);
     log.append(box);
   }
 
