@@ -55,10 +55,10 @@ from rich.table import Table
 
 from minihermes.agent.memory import Memory
 from minihermes.context import recall, session_index
+from minihermes.context.embeddings import Embedder
+from minihermes.context.embeddings import load_embedder as load_session_embedder
 from minihermes.runtime import ActorSpec, GenServer, Node, NodeOptions, RequestContext, SupervisorSpec, call
 from minihermes.runtime.store import open_store
-from minihermes.skills._semantic import Embedder
-from minihermes.skills._semantic import load_embedder as load_session_embedder
 
 DATA = Path("/work/shared/data/locomo/locomo10.json")
 MODES = ("fts5-plain", "memory", "session-bm25", "session")

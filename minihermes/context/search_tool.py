@@ -16,9 +16,9 @@ from typing import Any
 from minihermes.agent._tools_catalog import READ, UNTRUSTED, Kind
 from minihermes.agent._tools_handlers import ToolEnv, register_builtin_tool
 from minihermes.runtime import RequestContext, current_context
-from minihermes.skills._semantic import Embedder
 
 from . import session_index
+from .embeddings import Embedder
 
 MAX_LIMIT = 50
 _ADMIN = frozenset({"admin", "system"})

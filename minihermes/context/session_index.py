@@ -14,7 +14,7 @@ speaker's name and the day and month it was said (``_dates``). A search takes th
 message's speaker, and the message's own length (a substantive message over a "thanks!").
 
 With the semantic extra installed (``minihermes[semantic]``: all-MiniLM-L6-v2, loaded by
-``minihermes.skills._semantic.load_embedder``), each indexed message also gets two sentence embeddings in the
+``minihermes.context.embeddings.load_embedder``), each indexed message also gets two sentence embeddings in the
 store's vector index (``embed_turn``, from the same ``TurnDocs`` as the text side, run off the event loop
 after the turn is indexed): the message as ``"<speaker>: <text>"`` and its window as lines of the same form.
 A search then embeds the query and fuses (``fuse_dense``): the union of the re-ranked BM25 candidates and the ``DENSE_CANDIDATES`` nearest messages,
@@ -33,10 +33,10 @@ from typing import Any
 from urllib.parse import quote
 
 from minihermes.runtime import Host
-from minihermes.skills._semantic import Embedder, embedder_if_known, load_embedder
 
 from ._dates import date_terms, query_dates
 from ._text import search_query_terms, search_stem, search_terms, snippet
+from .embeddings import Embedder, embedder_if_known, load_embedder
 from .redact import redact_text
 
 INDEX = "transcripts"

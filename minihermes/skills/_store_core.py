@@ -9,6 +9,7 @@ from collections import Counter, OrderedDict
 from typing import Any, Literal
 
 from minihermes.audit import fire_audit
+from minihermes.context.embeddings import Embedder, load_embedder
 from minihermes.runtime import Conflict, GenServer, InvalidArgument, NotFound, current_context
 
 from . import _access as access
@@ -24,7 +25,7 @@ from ._model import (
     needs_approval,
     procedure_tools,
 )
-from ._semantic import Embedder, load_embedder, skill_text
+from ._semantic import skill_text
 from ._text import jaccard, term_counts, tokens
 
 Scope = Literal["user", "tenant"]

