@@ -55,7 +55,7 @@ def _owner_of(record: dict[str, Any]) -> str:
 
 async def put_record(host: Host, record: dict[str, Any], old: dict[str, Any] | None) -> None:
     """The record, then the tuples that changed with it: ``["skill_trigger", trigger, id]`` and
-    ``["skill_tag", tag, id, name]`` (the seed's pattern-readable indexes). Only added or removed entries
+    ``["skill_tag", tag, id, name]`` (pattern-readable indexes). Only added or removed entries
     are written or taken: the tuple space indexes the first element only, so a take scans every tuple of
     its kind, which merges (that only add words) never need."""
     await host.kv.put(record_key(record["skill_id"]), record)

@@ -1,4 +1,4 @@
-"""``curator`` (one per tenant): ages skills out and consolidates near-duplicates (seed 004 "Curator").
+"""``curator`` (one per tenant): ages skills out and consolidates near-duplicates, never deleting one.
 
 A durable daily reminder (``host.set_reminder``, so it survives restarts) runs ``curate``:
 

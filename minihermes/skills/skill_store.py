@@ -1,9 +1,9 @@
 """``skill_store`` (one per tenant): learned and imported procedures, their versions, matching and lifecycle.
 
-Storage, one primitive per access pattern (seed 000 "Three Storage Layers"): the record (metadata, status,
+Storage, one primitive per access pattern: the record (metadata, status,
 usage, provenance) in KV under ``skill:<id>``; every version's procedure in a Blob ``skill/<id>/v<n>`` (never
 deleted, so ``rollback`` can restore any of them); tuples ``["skill_trigger", trigger, id]`` and
-``["skill_tag", tag, id, name]`` for pattern reads (the seed's indexes); the FTS5 text
+``["skill_tag", tag, id, name]`` for pattern reads; the FTS5 text
 index ``skills`` for ``search_skills``. ``match_skills`` runs on an in-memory BM25 index (``_index.py``)
 rebuilt from the KV records on activation: a store query per match would not meet 10 ms at 100k skills.
 

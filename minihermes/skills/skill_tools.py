@@ -1,4 +1,4 @@
-"""``skill_tools`` (one per tenant): Python tools the agent writes for itself (seed 001 "Self-Improvement").
+"""``skill_tools`` (one per tenant): Python tools the agent writes for itself, tested in the sandbox first.
 
 The LLM calls ``skill_manage`` with ``action: create``, a tool name, a description, its parameters, the code
 (defining ``run(**input)``) and a test. The tool is registered only when the code passes the static check

@@ -1,4 +1,4 @@
-"""``skill_workflow``: learn a skill from one finished turn, durably (seed 000 "Skill Learning").
+"""``skill_workflow``: learn a skill from one finished turn, durably, off the reply's path.
 
 One workflow instance per turn (``skill_workflow/learn-<hash of turn id>``), started by ``skill_store`` on
 ``evaluate_for_learning``. Steps, each checkpointed before the next starts, so a crash or SIGKILL resumes at
