@@ -1,5 +1,5 @@
-"""The app config (TOML): node settings, retention, service links and the supervision tree, in the seeds'
-``app-config.toml`` format. A bad config fails at start-up with a message naming the field."""
+"""The app config (TOML): node settings, retention, service links and the supervision tree, in the
+``app-config.toml`` format of docs/configuration.md. A bad config fails at start-up with a message naming the field."""
 
 from __future__ import annotations
 
