@@ -1,1 +1,1 @@
-"""The agent application: the seeds' actors on the MiniHermes runtime (see docs/agent.md)."""
+"""The agent application: its actors on the MiniHermes runtime (see docs/agent.md)."""

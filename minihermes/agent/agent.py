@@ -831,7 +831,7 @@ class Agent(GenServer):
                 f"Outcome: {reply['status']}: {reply['response'][:500]}"
             )
             # Keyed by what happened: the same task done the same way again refreshes one episode instead of
-            # piling up copies that crowd everything else out of recall (seed 002's memory dilution).
+            # piling up copies that crowd everything else out of recall (memory dilution).
             digest = hashlib.sha256(f"{turn['user_id']}\x1f{value}".encode()).hexdigest()[:20]
             self._send(
                 "memory",

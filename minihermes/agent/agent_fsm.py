@@ -1,4 +1,4 @@
-"""``agent_fsm``: the lifecycle of one session's agent (seed 003 part 9.3), a virtual actor per session.
+"""``agent_fsm``: the lifecycle of one session's agent, a virtual actor per session.
 
 States ``idle``, ``processing``, ``tool_executing``, ``responding``; the table below is the only definition
 of which moves are valid. The agent loop drives it; an invalid move is an ``invalid_transition`` error and

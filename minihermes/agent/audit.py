@@ -1,4 +1,4 @@
-"""``audit_event``: the tenant's append-only, hash-chained audit trail (seed 000 "Audit Trail").
+"""``audit_event``: the tenant's append-only, hash-chained audit trail; senders never wait for it.
 
 Every event is appended to the ``audit`` stream of the tenant's EventLog, whose hash chain makes any later
 edit or deletion detectable (``verify``). Values that look like credentials are scrubbed before they are
@@ -124,7 +124,7 @@ class AuditEvent(GenEvent):
         self, event_type: str = "", since: float = 0, limit: int = 100, session_id: str = ""
     ) -> dict[str, Any]:
         """The newest ``limit`` events matching the filters, oldest first. ``since`` is epoch seconds (or
-        milliseconds, as the seed's clients send)."""
+        milliseconds, as some clients send)."""
         limit = _check_limit(limit)
         if since < 0:
             raise InvalidArgument("since must be >= 0", field="since")

@@ -1,4 +1,4 @@
-"""``health_monitor``: polls the health of every service on a timer (seed 000 / seed 003 pattern 3).
+"""``health_monitor``: polls the health of every service on a timer, never by subscription.
 
 It never subscribes to anything: every tick it reads the node's view of each actor type
 (``host.service_status()``: up, instances, restarts, crashes) and, optionally, the member counts of process
@@ -10,7 +10,7 @@ A service is degraded when it is not up, or when it crashed ``crash_threshold`` 
 scope (a retention rule ``kind="tuples", selector="health_snapshot"`` can age them out; the monitor also keeps
 at most ``max_snapshots``). Changes between ok and degraded are logged and audited in the system tenant.
 
-Args (ActorSpec args / config): ``poll_interval`` (seconds or "5s"; the seed's ``poll_interval_ms`` also
+Args (ActorSpec args / config): ``poll_interval`` (seconds or "5s"; ``poll_interval_ms`` also
 works; default 5 s), ``crash_threshold`` (3), ``crash_window`` (60 s), ``groups`` (process groups that must
 have members, e.g. ``["svc:audit"]``), ``max_snapshots`` (720).
 """

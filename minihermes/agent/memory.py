@@ -1,11 +1,11 @@
-"""Memory (one per tenant): facts stored under keys, in three scopes and three tiers (seed 000 "Memory").
+"""Memory (one per tenant): facts stored under keys, in three scopes and three tiers.
 
 - Scopes say who sees a fact: ``global`` (every agent and session of the tenant), ``agent`` (one agent id),
   ``session`` (one session).
 - Tiers say how it is used: ``core`` facts are injected into every system prompt (``core_snapshot``),
   ``reachable`` ones are recalled or searched on demand, ``deep`` ones are archival (bigger values allowed).
 
-Each fact also has a **kind** (seed 002): ``semantic`` (facts, configuration, rules; the default),
+Each fact also has a **kind**: ``semantic`` (facts, configuration, rules; the default),
 ``episodic`` (past conversations and task traces: the agent writes one per turn, private to its user) or
 ``declarative`` (skill manuals). Search ranks by relevance times exponential temporal decay (half-life
 ``half_life_days``; pinned and core memories exempt), fusing cosine similarity when the semantic extra is
@@ -29,7 +29,7 @@ Each fact lives in three primitives, each for its access pattern: ``kv`` holds t
 scope, owner, key and, for a private fact, its holder: the source of truth), the ``text`` index
 ``memories`` ranks facts for ``search_memories`` (SQLite FTS5, BM25 over the analysed key and value) and the
 tuple space holds ``["memory", scope, owner, key, tier]`` (shared) or ``[..., tier, holder]`` (private) for
-listing by pattern (None is a wildcard), as in the seeds. Two users' facts under the same key are two
+listing by pattern (None is a wildcard). Two users' facts under the same key are two
 records. Writes go to kv first; a reader that finds an index entry without its kv record skips it, so a crash
 between the writes can hide a fact from a listing or a search until it is stored again, never show a deleted
 one.

@@ -1,4 +1,4 @@
-"""``session_manager``: the tenant's sessions (seed 003 part 9.2), one instance per tenant.
+"""``session_manager``: the tenant's sessions, one instance per tenant.
 
 A session's metadata lives in the tenant's KV under ``session:<id>``; a secondary index
 ``session_map:<channel>:<user_id>`` points at the newest session of a channel and user, so a webhook that
