@@ -167,7 +167,7 @@ class Usage(BaseModel):
 
 
 class Completion(BaseModel):
-    """The normalized answer of any provider (the seed's ``{content, stop_reason, tool_calls, usage}``)."""
+    """The normalized answer of any provider (as a dict: ``{content, stop_reason, tool_calls, usage}``)."""
 
     model_config = ConfigDict(frozen=True)
 

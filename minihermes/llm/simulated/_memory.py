@@ -13,7 +13,7 @@ _KEY_PARAMS = ("key", "name", "id", "topic")
 _VALUE_PARAMS = ("value", "content", "text", "fact", "memory")
 _QUERY_PARAMS = ("query", "q", "search", "text", "key")
 RESULT_KEY = "last_calc"
-"""Where "remember the result" stores, as in the seed's example."""
+"""Where "remember the result" stores, as in the README's example."""
 
 _REMEMBER = re.compile(
     r"^(?:remember|memori[sz]e|note(?:\s+down)?|store|save|keep\s+in\s+mind|don't\s+forget|do\s+not\s+forget"
