@@ -4,7 +4,7 @@ Bad input is always a 4xx: a body over the limit is 413 (refused from ``Content-
 or as soon as a chunked body passes the limit), a content type that cannot hold JSON is 415, and bytes that
 are not a JSON object (invalid UTF-8, invalid JSON, NaN, too deep, lone surrogates, a list) are 422.
 
-``curl -d '{...}'`` sends ``application/x-www-form-urlencoded``; the seed's examples are written that way, so
+``curl -d '{...}'`` sends ``application/x-www-form-urlencoded``; the curl examples in the docs are written that way, so
 that type (and ``text/plain``) is read as JSON too.
 """
 
