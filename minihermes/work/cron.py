@@ -1,6 +1,6 @@
 """The cron scheduler (one per tenant): recurring and one-shot agent prompts that survive node failures.
 
-Seed 000's distributed cron, made exact. A durable reminder ticks the scheduler; each tick takes the
+Distributed cron, each scheduled time dispatched once. A durable reminder ticks the scheduler; each tick takes the
 tenant's ``cron_leader`` lock (TTL longer than the tick), so with several nodes on one store only one
 schedules; it reads the due index earliest first, and sends each due run to the ``cron:pending`` channel
 with its run id (``<job_id>@<scheduled ms>``) as the dedup key. A leader that dies after sending but before

@@ -1,4 +1,4 @@
-"""``delegate_task``: short-lived delegation to a child agent session (seed 001), as an LLM tool.
+"""``delegate_task``: short-lived delegation to a child agent session, as an LLM tool.
 
 The parent's tool call starts a turn in a fresh child session with its own iteration budget, a time budget
 and only the tools of the named toolsets, and returns the child's final answer as the summary. The parent is

@@ -1,4 +1,4 @@
-"""Goals (one per tenant): persistent objectives a session works toward across turns (seed 004 ``/goal``).
+"""Goals (one per tenant): persistent objectives a session works toward across turns.
 
 A goal belongs to a session (or, set for session ``*``, to every session of the tenant) and lives in the tenant's KV, so it survives restarts and is there in every
 later turn of that session (the agent lists the active ones into its prompt before each turn). After each

@@ -1,4 +1,4 @@
-"""The kanban board (one per tenant): durable tasks that agents and people share (seed 004).
+"""The kanban board (one per tenant): durable tasks that agents and people share.
 
 Cards live in the tenant's KV (``kanban:task:<id>``) and every change is a compare-and-set on the card, so
 two nodes on one store never both win a claim. Each card has an event stream (``kanban:<id>`` in the

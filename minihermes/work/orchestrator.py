@@ -6,7 +6,7 @@ gateway; with the simulated provider, or when the LLM's plan is unusable, the de
 (``orch:<task_id>:<n>``), and checkpoints each result as a workflow step. After a crash or a SIGKILL the node
 re-activates the workflow: finished sub-tasks return their saved results, and a sub-task whose agent turn
 was running is finished from that turn rather than started again (``_turns.run_turn_once``).
-``status(task_id)`` reports progress; ``cancel(task_id)`` stops it (the seed's ``signal cancel``).
+``status(task_id)`` reports progress; ``cancel(task_id)`` stops it (the workflow's ``cancel`` signal).
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ class Orchestrator(Workflow):
 
     @call
     async def workflow_run(self, task: str, task_id: str) -> Any:
-        """Run (or join) the orchestration and reply with its result (seed 003's ``workflow_run``)."""
+        """Run (or join) the orchestration and reply with its result."""
         if not task.strip():
             raise InvalidArgument("workflow_run: task must not be empty", field="task")
         return await self.run(task=task, task_id=task_id)

@@ -3,7 +3,7 @@
 Forms accepted (``parse_schedule``):
 
 - a 5-field cron expression (``"0 9 * * 1-5"``), evaluated in the job's time zone (IANA name, default UTC);
-- the seed's intervals ``every_1m`` / ``every_5m`` / ``every_1h`` / ``every_24h`` and the general
+- the intervals ``every_1m`` / ``every_5m`` / ``every_1h`` / ``every_24h`` and the general
   ``every_<n><unit>``, ``every <n><unit>`` (``every 2h``, ``every 90 s``) and a bare ``30m``; units s, m, h, d;
 - a one-shot ISO 8601 time (``2026-05-01T09:00:00+02:00``; a naive time is read in the job's time zone).
 

@@ -1,4 +1,4 @@
-"""The task queue (one per tenant): durable background work on the runtime's channels (seed 003).
+"""The task queue (one per tenant): durable background work on the runtime's channels.
 
 ``enqueue(task_type, payload)`` puts a task on the channel ``tasks:<task_type>``; ``dequeue`` hands tasks out
 (from one type, or from every type seen), invisible to other consumers for the visibility timeout; ``ack``
