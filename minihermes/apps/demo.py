@@ -45,7 +45,7 @@ class Notebook(GenServer):
 
 
 class Lifecycle(GenFSM):
-    """The seed's agent lifecycle table."""
+    """An agent's lifecycle: idle -> processing -> tool_executing -> responding -> idle."""
 
     states = ("idle", "processing", "tool_executing", "responding")
     initial = "idle"
