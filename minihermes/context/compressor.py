@@ -1,5 +1,5 @@
-"""``context_compressor`` (one per tenant): long conversations without truncation (seed 000 "Context
-Compression", seed 004 "Smart-Tail").
+"""``context_compressor`` (one per tenant): long conversations without truncation:
+the middle is summarized, the head and the tail stay as they were.
 
 ``check_and_compress(messages, token_budget)`` measures the history in tokens; above ``threshold`` of the
 budget (default 75%) it keeps the head and a token-budgeted tail verbatim, keeps load-bearing tool results

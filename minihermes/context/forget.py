@@ -1,4 +1,4 @@
-"""Forgetting across stores (seed 003 hardening: deletion semantics).
+"""Forgetting across stores: what is deleted is deleted everywhere it went.
 
 ``memory.forget`` deletes its own records and then calls ``forget_elsewhere`` for the rest of what a session,
 a user or a tenant left behind: the session-search index, the compressor's archives of full histories, the

@@ -1,8 +1,8 @@
-"""Prompt assembly (seed 004): a stable prefix that stays byte-identical across the turns of a session, then
+"""Prompt assembly: a stable prefix that stays byte-identical across the turns of a session, then
 what changes per turn.
 
 Stable prefix (one system message; prompt caches key on it): identity from ``SOUL.md`` (a workspace or
-data-dir ``SOUL.md`` replaces the default shipped with the package, which carries seed 000's function calling
+data-dir ``SOUL.md`` replaces the default shipped with the package, which carries the function calling
 discipline), the project context from the workspace (``.hermes.md``, else ``AGENTS.md``), and the core memory
 snapshot taken when the session's prefix was built. Tool schemas travel beside it, sorted by name.
 

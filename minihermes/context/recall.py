@@ -1,4 +1,4 @@
-"""Ranking memories for recall (seed 002 "memory dilution"): relevance times exponential temporal decay.
+"""Ranking memories for recall: relevance times exponential temporal decay.
 
 - Lexical relevance of a candidate from the FTS5 index: the share of the query's content words it contains,
   weighted by its BM25 score relative to the best candidate (so a memory holding every word, with rare words,

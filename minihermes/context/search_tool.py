@@ -1,4 +1,4 @@
-"""``session_search``: the LLM tool over past session transcripts (seed 004's session_search()).
+"""``session_search``: the LLM tool over past session transcripts.
 
 The handler runs inside ``tool_executor`` and queries the index directly in the caller's tenant, rather than
 asking the ``agent`` actor: the agent that issued the call is waiting for this very result, so an ``ask`` to

@@ -1,5 +1,5 @@
-"""The session-search index: every finished turn's messages, searchable with FTS5 (seed 004's second memory
-tier, ``session_search()``).
+"""The session-search index: every finished turn's messages, searchable with FTS5 (the memory
+tier of past transcripts, read by ``session_search``).
 
 Two indexes in the tenant's scope hold the same documents: ``transcripts`` (the whole tenant, for admins)
 and ``transcripts~u~<user>`` (one user's sessions), so a user's search is a query on their own index and
