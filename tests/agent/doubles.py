@@ -14,7 +14,7 @@ WEATHER = {
     "handler_type": "service_link",
     "handler_config": {"link_name": "openweather", "path": "/data/2.5/weather", "method": "GET"},
 }
-"""A runtime tool behind a service link (seed 000's weather example), for registration tests."""
+"""A runtime tool behind a service link (a weather API), for registration tests."""
 
 SCRIPTS: dict[str, list[dict[str, Any]]] = {}
 REQUESTS: list[dict[str, Any]] = []

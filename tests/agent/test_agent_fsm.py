@@ -1,4 +1,4 @@
-"""agent_fsm: the seed 003 lifecycle table, one durable FSM per session."""
+"""agent_fsm: the lifecycle table, one durable FSM per session."""
 
 from __future__ import annotations
 

@@ -111,7 +111,7 @@ async def test_defaults_follow_the_tools_classification(make_node):
         ("calculator", None): ("allow", "read_only"),
         ("memory_recall", None): ("allow", "read_only"),
         ("read_file", None): ("allow", "read_only"),
-        ("memory_store", None): ("allow", "default"),  # mutating but trusted: seed's "remember the result"
+        ("memory_store", None): ("allow", "default"),  # mutating but trusted: "remember the result"
         ("terminal", None): ("review", "review_by_default"),
         ("write_file", None): ("review", "review_by_default"),
         ("send_report", None): ("review", "review_by_default"),  # mutating service-link tool
@@ -178,7 +178,7 @@ async def test_a_mutating_call_after_untrusted_content_goes_to_review(make_node,
         node, "calculator", {"expression": "1"}, session_id="s1", turn_id="t1", after_untrusted=True
     )
     assert reading["decision"] == "allow"
-    # seed 000's "calculate 42 * 17 and remember the result": trusted tools only, no review
+    # the documented "calculate 42 * 17 and remember the result": trusted tools only, no review
     assert (await check(node, "calculator", {"expression": "42 * 17"}, turn_id="t2"))["decision"] == "allow"
     assert (await check(node, "memory_store", {"key": "last", "value": "714"}, turn_id="t2"))[
         "decision"
@@ -201,7 +201,7 @@ async def test_explicit_policies_win_and_persist(make_node, tmp_path):
     await g(node, "set_policy", tool_name="terminal", decision="allow")
     await g(
         node, "set_policy", tool_name="delete_file", decision="deny"
-    )  # the seed's example: no such tool yet
+    )  # the documented example: no such tool yet
     await g(node, "set_policy", tool_name="memory_store", decision="review")
     assert (await check(node, "calculator"))[("decision")] == "deny"
     assert (await check(node, "calculator"))["reason"] == "policy"

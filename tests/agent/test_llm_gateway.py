@@ -162,7 +162,7 @@ async def test_the_well_known_providers_exist_but_answer_only_once_configured(ma
     node = await make_node(tree(max_retries=0))
     listed = await ask(node, "list_providers")
     assert [p["name"] for p in listed["providers"]] == ["anthropic", "ollama", "openai", "simulated"]
-    # The seed's example: switching to a name nobody configured works, and takes effect on the next call...
+    # The documented example: switching to a name nobody configured works, and takes effect on the next call...
     reply = await ask(node, "switch_provider", provider="anthropic", model="claude-opus-4-8")
     assert (reply["provider"], reply["model"]) == ("anthropic", "claude-opus-4-8")
     # ...which fails without a key (nothing is sent: the test would fail on any non-loopback connect),

@@ -18,7 +18,7 @@ async def test_call_returns_the_actors_reply(client):
 
 
 async def test_seed_style_bodies_work_as_written(client):
-    """curl -d sends application/x-www-form-urlencoded; the seed's bodies also carry "op"."""
+    """curl -d sends application/x-www-form-urlencoded; scripted clients' bodies also carry "op"."""
     c = client()
     body = '{"op":"echo","text":"hi"}'
     r = await c.post(

@@ -208,7 +208,7 @@ async def test_never_splits_a_tool_call_from_its_result(make_node):
 
 
 async def test_load_bearing_tool_results_stay_verbatim(make_node):
-    """The seed's case: a calculation result from turn 3 is still needed at turn 50."""
+    """A calculation result from turn 3 is still needed at turn 50."""
     node = await make_node(specs(gateway=False))
     msgs = conversation(3)
     msgs.append({"role": "user", "content": "compute 42 * 17"})

@@ -1,4 +1,4 @@
-"""Seed 000's test-script flows, end to end over HTTP, written as its curl examples send them."""
+"""The documented test-script flows, end to end over HTTP, sent as the curl examples send them."""
 
 from __future__ import annotations
 

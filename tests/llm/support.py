@@ -214,7 +214,7 @@ class FakeTools:
     def run(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
         self.calls.append((name, dict(args)))
         if name == "calculator":
-            # The seed's demo calculator: eval without builtins (fine for a test's own inputs).
+            # A demo calculator: eval without builtins (fine for a test's own inputs).
             try:
                 value = eval(args["expression"], {"__builtins__": {}})
             except ZeroDivisionError:

@@ -192,7 +192,7 @@ async def test_a_registered_tool_is_used_when_the_request_names_it(model: Simula
 async def test_it_never_loops_even_if_the_agent_drops_tool_calls_from_history(
     model: SimulatedProvider,
 ) -> None:
-    # An agent that records assistant messages without their tool_calls (as the seed's loop does) must
+    # An agent that records assistant messages without their tool_calls (as a naive loop does) must
     # still see the turn end: results are matched to steps by the model's own call ids.
     history: list[dict[str, Any]] = [{"role": "user", "content": "calculate 6 * 7 and remember the result"}]
     tools = FakeTools()

@@ -1,4 +1,4 @@
-"""App config parsing: the seeds' format, and errors that name the field."""
+"""App config parsing: the documented format, and errors that name the field."""
 
 from __future__ import annotations
 

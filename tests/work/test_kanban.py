@@ -28,19 +28,19 @@ async def test_the_fifteen_operations(app_node):
     assert (await card(node, t1))["status"] == "ready" and (await card(node, t2))["status"] == "todo"
     await kb(node, "update", task_id=t1, title="Research topic", priority=5)
     await kb(node, "assign", task_id=t1, assignee="alice")
-    await kb(node, "comment", task_id=t1, text="start with the seed docs")
+    await kb(node, "comment", task_id=t1, text="start with the requirements")
     with pytest.raises(ActorError) as e:
         await kb(node, "move", task_id=t2, status="ready")  # waits for t1
     assert e.value.code == "conflict"
     await kb(node, "block", task_id=t1, reason="no access")
     await kb(node, "unblock", task_id=t1)
     await kb(node, "start", task_id=t1, worker="w1")
-    done = await kb(node, "complete", task_id=t1, summary="sources: seeds 000-004", worker="w1")
+    done = await kb(node, "complete", task_id=t1, summary="sources: requirements", worker="w1")
     assert done["unblocked"] == [t2]
     shown = await kb(node, "show", task_id=t2)
     assert shown["task"]["status"] == "ready"
     assert shown["dependencies"] == [
-        {"task_id": t1, "title": "Research topic", "status": "done", "summary": "sources: seeds 000-004"}
+        {"task_id": t1, "title": "Research topic", "status": "done", "summary": "sources: requirements"}
     ]
     events = [e["type"] for e in (await kb(node, "show", task_id=t1))["events"]]
     assert events == [
