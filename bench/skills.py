@@ -1,5 +1,5 @@
 """Skill matching: latency at 1k / 10k / 100k skills and precision on a labelled query set, side by side with
-the seed's substring matcher.
+a naive substring matcher.
 
     .venv/bin/python bench/skills.py             # 1k, 10k, 100k (index) + the skill_store actor at 10k
     .venv/bin/python bench/skills.py --quick     # 1k and 10k, actor at 1k
@@ -11,10 +11,10 @@ paraphrased requests, each labelled with the skill(s) that should match.
 
 - ``bm25``: ``minihermes.skills.SkillIndex``, what ``skill_store.match_skills`` ranks with (in memory,
   rebuilt from the store on activation).
-- ``seed``: the seed's ``match_skills`` (000, "Skill Matching at Query Time"): every trigger tuple scanned,
+- ``seed``: the naive ``match_skills`` the project was first specified with: every trigger tuple scanned,
   a skill matches when a trigger equals a query word or any query word is a substring of a trigger;
   unranked (first three found). Run on an in-memory list of the tuples, i.e. without the TupleSpace
-  read the seed does on every query, so its latency here is a lower bound.
+  read it does on every query, so its latency here is a lower bound.
 - ``actor``: ``match_skills`` asked of a running ``skill_store`` (mailbox, index, procedure fetch), skills
   imported through ``import_skills`` (slow: every skill is several durable writes, so the actor run uses
   2k skills by default; its cost over the index is the ``ask`` round trip). BM25 only unless
@@ -120,7 +120,7 @@ def build_index(skills: list[dict[str, Any]]) -> SkillIndex:
 
 
 class SeedMatcher:
-    """The seed's trigger scan (see the module docstring)."""
+    """The naive trigger scan (see the module docstring)."""
 
     def __init__(self, skills: list[dict[str, Any]]) -> None:
         self.tuples = [("skill_trigger", t.lower(), s["skill_id"]) for s in skills for t in s["triggers"]]
