@@ -157,20 +157,17 @@ def _configured(entry: dict[str, Any]) -> bool:
 
 
 async def probe_provider(entry: dict[str, Any], timeout: float) -> tuple[str, str]:
-    """``(status, detail)`` for one provider: any HTTP answer from its server (at the ``probe_path`` its
-    class declares) is reachable."""
+    """``(status, detail)`` for one provider, as its class probes its server (``Provider.probe``: by
+    default any HTTP answer at its ``probe_path`` is reachable; no credential is sent)."""
     kind = entry["kind"]
     cls = _declared(kind)
-    if cls is None or not cls.probe_path:
+    found = await cls.probe(entry.get("base_url"), timeout) if cls is not None else None
+    if found is None:
         return OK, f"{kind} (in-process)"
-    base = (entry.get("base_url") or cls.default_base_url).rstrip("/")
-    target = base + cls.probe_path
-    try:
-        async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client:
-            resp = await client.get(target)
-    except httpx.HTTPError as e:
-        return FAIL, f"{base}: unreachable ({type(e).__name__})"
-    return OK, f"{base}: answers (HTTP {resp.status_code}), model {entry.get('model') or '?'}"
+    reachable, detail = found
+    if not reachable:
+        return FAIL, detail
+    return OK, f"{detail}, model {entry.get('model') or '?'}"
 
 
 async def check_providers(listing: dict[str, Any], timeout: float) -> list[Check]:

@@ -103,6 +103,24 @@ class Provider(ABC):
     ) -> None:
         await self.aclose()
 
+    @classmethod
+    async def probe(cls, base_url: str | None, timeout: float) -> tuple[bool, str] | None:
+        """Whether the provider's server can be reached, for ``minihermes doctor``: ``(reachable, finding)``,
+        or None when there is no server to probe. By default a GET of ``probe_path`` under ``base_url`` (else
+        ``default_base_url``) where any HTTP answer counts; no credential is sent. A provider reached some
+        other way overrides this."""
+        if not cls.probe_path:
+            return None
+        import httpx  # only the doctor probes
+
+        base = (base_url or cls.default_base_url).rstrip("/")
+        try:
+            async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client:
+                resp = await client.get(base + cls.probe_path)
+        except httpx.HTTPError as e:
+            return False, f"{base}: unreachable ({type(e).__name__})"
+        return True, f"{base}: answers (HTTP {resp.status_code})"
+
     def model_for(self, request: CompletionRequest) -> str:
         """The model to ask for: the request's, else the configured one."""
         return request.model or self.config.model

@@ -104,3 +104,19 @@ def test_a_factory_that_is_not_a_provider_class_declares_nothing() -> None:
     assert provider_class("plain") is None
     assert "plain" not in gateway.default_providers() and "plain" not in doctor.probe_paths()
     assert not gateway.needs_model("plain") and not gateway.needs_model("never-registered")
+
+
+@pytest.mark.usefixtures("fresh_registry")
+async def test_a_provider_reached_another_way_probes_itself() -> None:
+    class SocketProvider(tiny_provider("")):  # type: ignore[misc]
+        kind = "socket"
+        probe_path = ""
+
+        @classmethod
+        async def probe(cls, base_url: str | None, timeout: float) -> tuple[bool, str] | None:
+            return False, f"{base_url}: no such socket"
+
+    register_provider("socket", SocketProvider)
+    status, detail = await doctor.probe_provider({"kind": "socket", "base_url": "unix:/x"}, timeout=1)
+    assert (status, detail) == ("fail", "unix:/x: no such socket")
+    assert (await doctor.probe_provider({"kind": "simulated"}, timeout=1)) == ("ok", "simulated (in-process)")
