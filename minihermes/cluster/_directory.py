@@ -18,7 +18,7 @@ from typing import Any
 from nats.js.errors import KeyDeletedError, KeyNotFoundError
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
-from minihermes.runtime._node import RegistryEntry
+from minihermes.runtime import RegistryEntry
 from minihermes.runtime.store import Scope
 
 from ._heartbeat import HeartbeatThread

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import nats
 from nats.aio.client import Client
@@ -26,10 +26,16 @@ from nats.js.api import KeyValueConfig
 from nats.js.errors import BucketNotFoundError
 from nats.js.kv import KeyValue
 
-from minihermes.runtime import ActorError, AskTimeout, RequestContext, ShuttingDown
-from minihermes.runtime._cell import Cell, CellKey
-from minihermes.runtime._node import RegistryEntry
-from minihermes.runtime._pubsub import Bridge
+from minihermes.runtime import (
+    ActorError,
+    AskTimeout,
+    Bridge,
+    CellKey,
+    NodePort,
+    RegistryEntry,
+    RequestContext,
+    ShuttingDown,
+)
 from minihermes.runtime.store import Scope
 
 from ._directory import Directory, cancel_quietly
@@ -38,9 +44,6 @@ from ._leases import Holder, LeaseTable
 from ._settings import ClusterSettings
 from ._topics import TopicBridge
 from ._wire import Signer, Subjects, Unauthenticated
-
-if TYPE_CHECKING:
-    from minihermes.runtime import Node
 
 log = logging.getLogger("minihermes.cluster")
 
@@ -62,14 +65,15 @@ class _Retry(Exception):
 
 
 class Cluster:
-    """A node's membership of a cluster: ``node.fabric = Cluster(settings)`` before ``node.start()``."""
+    """A node's membership of a cluster: ``node.fabric = Cluster(settings)`` before ``node.start()``. It
+    reaches its node only through ``NodePort`` (``minihermes.runtime``)."""
 
     def __init__(self, settings: ClusterSettings) -> None:
         self.settings = settings
         self.subjects = Subjects(settings.name)
         self.signer = Signer(settings.secret)
         self.pubsub_bridge: Bridge | None = TopicBridge(self)
-        self._node: Node | None = None
+        self._node: NodePort | None = None
         self._nc: Client | None = None
         self._dir: Directory | None = None
         self._leases: LeaseTable | None = None
@@ -85,7 +89,7 @@ class Cluster:
     # -- lifecycle ----------------------------------------------------------------------------------------
 
     @property
-    def node(self) -> Node:
+    def node(self) -> NodePort:
         assert self._node is not None, "the cluster fabric is not started"
         return self._node
 
@@ -99,7 +103,7 @@ class Cluster:
         assert self._dir is not None, "the cluster fabric is not started"
         return self._dir
 
-    async def start(self, node: Node) -> None:
+    async def start(self, node: NodePort) -> None:
         self._node = node
         s = self.settings
         self._nc = nc = await nats.connect(
@@ -257,7 +261,7 @@ class Cluster:
         if kind == "send":
             node.send(target, op, payload, ctx=ctx)
         else:
-            node._deliver_system(target, op, payload, ctx)
+            node.deliver_system(target, op, payload, ctx)
         return {"status": "accepted"}
 
     async def _request(
@@ -340,7 +344,7 @@ class Cluster:
         if self.directory.beat_overdue():
             self._fence()
         try:
-            if not node._accepting:
+            if not node.accepting:
                 raise ShuttingDown("the node is shutting down")
             kind, target, op = str(body["k"]), str(body["t"]), str(body["o"])
             payload = body.get("p") or {}
@@ -368,10 +372,10 @@ class Cluster:
         held = self._leases.held.get(Subjects.lease_key(ck))
         return fence(self._fence_epoch, held[1]) if held is not None else None
 
-    def cell_removed(self, cell: Cell) -> None:
+    def cell_removed(self, ck: CellKey) -> None:
         if self._leases is None:
             return
-        node, ck = self.node, cell.ck
+        node = self.node
         self.spawn(self.leases.release(ck, lambda: node.is_active_here(ck)), "mh-release")
 
     def _node_down(self, node_id: str, boot: str) -> None:
@@ -444,11 +448,7 @@ class Cluster:
             node.metrics.incr("cluster_fenced_total")
             log.error("heartbeat overdue: stopping %d leased actors (they may move)", len(dropped))
         for ck in dropped:
-            cell = node._cells.get(ck)
-            if cell is not None:
-                node._remove(cell)
-                node.spawn(cell.kill("lease lost"))
-                node.fail_pending(cell, "lease lost")
+            node.evict_here(ck, "lease lost")
 
     # -- notices: channel wake-ups, reminders, topics ---------------------------------------------------------
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from nats.js.errors import APIError, KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from minihermes.runtime._cell import CellKey
+from minihermes.runtime import CellKey
 
 from ._directory import Directory
 from ._wire import Signer, Subjects

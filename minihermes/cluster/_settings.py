@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from minihermes.runtime import ConfigError
 
 if TYPE_CHECKING:
-    from minihermes.runtime._config import ClusterModel
+    from minihermes.runtime import ClusterModel
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,11 +34,18 @@ from minihermes.llm import (
     events_from_completion,
     register_provider,
 )
-from minihermes.runtime import ActorError, AppConfig, GenServer, Node, RequestContext, call
-from minihermes.runtime._cell import Cell
-from minihermes.runtime._config import ClusterModel
-from minihermes.runtime._loop import run as run_main
-from minihermes.runtime._loop import tune_gc
+from minihermes.runtime import (
+    ActorError,
+    AppConfig,
+    Cell,
+    ClusterModel,
+    GenServer,
+    Node,
+    RequestContext,
+    call,
+    tune_gc,
+)
+from minihermes.runtime import run_loop as run_main
 from minihermes.runtime.store import backend_names
 
 ECHO_KIND = "cluster_echo"
@@ -127,18 +134,7 @@ class NodeRecord:
             " started REAL, ended REAL)"
         )
         self._node = node
-        started, exited = node._cell_started, node._cell_exited
-
-        def on_started(cell: Cell) -> None:
-            self._record(cell, "start")
-            started(cell)
-
-        def on_exited(cell: Cell, reason: str, abnormal: bool) -> None:
-            self._record(cell, "exit")
-            exited(cell, reason, abnormal)
-
-        node._cell_started = on_started  # type: ignore[method-assign]
-        node._cell_exited = on_exited  # type: ignore[method-assign]
+        node.observe_cells(self._record)
 
     def _record(self, cell: Cell, event: str) -> None:
         if cell.spec.dynamic:

@@ -10,9 +10,9 @@ from ._actor import call as call
 from ._actor import cast as cast
 from ._app import build_node
 from ._behaviors import GenEvent, GenFSM, GenServer, in_states
-from ._cell import Deferred
+from ._cell import Cell, CellKey, Deferred
 from ._clock import Clock, ManualClock, SystemClock
-from ._config import AppConfig, known_roles, parse_duration, register_actor_type
+from ._config import AppConfig, ClusterModel, known_roles, parse_duration, register_actor_type
 from ._context import (
     DEFAULT_NAMESPACE,
     DEFAULT_TENANT,
@@ -23,6 +23,7 @@ from ._context import (
     reset_context,
     set_context,
 )
+from ._directory import RegistryEntry
 from ._errors import (
     ActorCrashed,
     ActorError,
@@ -39,11 +40,14 @@ from ._errors import (
     UnknownOp,
     WorkflowCancelled,
 )
+from ._fabric import Fabric, NodePort
 from ._host import Host
 from ._links import LinkError, RedactSecrets, ServiceLink, ServiceLinks
+from ._loop import run as run_loop
+from ._loop import tune_gc
 from ._metrics import Metrics
 from ._node import MAX_KEY_CHARS, SYSTEM_SCOPE, Node, NodeOptions, valid_key
-from ._pubsub import PubSub, Subscription
+from ._pubsub import Bridge, PubSub, Subscription
 from ._spec import ActorSpec, SupervisorSpec
 from ._workflow import Workflow
 
@@ -61,10 +65,15 @@ __all__ = [
     "ActorSpec",
     "AppConfig",
     "AskTimeout",
+    "Bridge",
+    "Cell",
+    "CellKey",
     "Clock",
+    "ClusterModel",
     "ConfigError",
     "Conflict",
     "Deferred",
+    "Fabric",
     "GenEvent",
     "GenFSM",
     "GenServer",
@@ -76,11 +85,13 @@ __all__ = [
     "Metrics",
     "Node",
     "NodeOptions",
+    "NodePort",
     "NotFound",
     "Overloaded",
     "PermissionDenied",
     "PubSub",
     "RedactSecrets",
+    "RegistryEntry",
     "RequestContext",
     "ServiceLink",
     "ServiceLinks",
@@ -100,7 +111,9 @@ __all__ = [
     "parse_duration",
     "register_actor_type",
     "reset_context",
+    "run_loop",
     "set_context",
     "state",
+    "tune_gc",
     "valid_key",
 ]

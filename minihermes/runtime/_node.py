@@ -1,65 +1,76 @@
-"""The node: routes messages to cells, runs the supervision tree, timers, reminders, groups and registry."""
+"""The node: routes messages to cells, admits them (mailbox and per-tenant in-flight limits), and runs the
+supervision tree from start to stop. What else a node keeps is in modules of its own, each owned by the node
+and reached through its methods here (a facade: ``Host`` and the fabric call the node):
+
+- ``_directory``: process groups and the registry (with other nodes' members and entries, via the fabric);
+- ``_relations``: monitors and links (``__DOWN__``, ``__EXIT__``);
+- ``_timers``: ``send_after``, ask deadline buckets, reminders, retention;
+- ``_activation``: activating dynamic actors, restoring checkpoints, deactivation, fence-outs, durable
+  re-activation;
+- ``_fabric``: the ``Fabric`` and ``NodePort`` protocols, and fabrics by name.
+
+The message path (``ask``, ``send``, ``deliver_system``, ``_route``, ``_admit``) stays here and calls none of
+them.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import difflib
 import functools
-import json
 import logging
 import signal
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from ._activation import FENCE_LOOP_WINDOW, Activation
 from ._actor import Actor, Handler
 from ._cell import FENCED_OUT, Cell, CellKey, Deferred, Owner, Scope, current_cell
-from ._clock import Clock, SystemClock, TimerHandle
-from ._context import SYSTEM_CONTEXT, SYSTEM_TENANT, RequestContext, current_context
+from ._clock import Clock, SystemClock
+from ._context import SYSTEM_CONTEXT, RequestContext, current_context
+from ._directory import Directory, RegistryEntry
 from ._errors import (
     ActorCrashed,
     ActorError,
     ActorNotFound,
-    AskTimeout,
     InvalidArgument,
     Overloaded,
     ShuttingDown,
     UnknownOp,
 )
+from ._fabric import Fabric, NodePort
 from ._links import ServiceLinks
-from ._mailbox import DEACTIVATE, Envelope
+from ._mailbox import Envelope
 from ._metrics import Metrics
-from ._pubsub import Bridge, PubSub, Subscription
+from ._pubsub import PubSub, Subscription
+from ._relations import Relations
+from ._scopes import RUNTIME_SCOPE, SYSTEM_SCOPE
 from ._spec import ActorSpec, SupervisorSpec
 from ._supervisor import DynamicChild, Supervisor
-from .store import Checkpoint, RetentionRule, Store
+from ._timers import DEADLINE_BUCKET, Timers
+from .store import RetentionRule, Store
+
+__all__ = [
+    "DEADLINE_BUCKET",
+    "DEFAULT_ASK_TIMEOUT",
+    "FENCE_LOOP_WINDOW",
+    "INLINE_YIELD_EVERY",
+    "MAX_KEY_CHARS",
+    "RUNTIME_SCOPE",
+    "SYSTEM_SCOPE",
+    "Fabric",
+    "Node",
+    "NodeOptions",
+    "NodePort",
+    "RegistryEntry",
+    "valid_key",
+]
 
 log = logging.getLogger("minihermes.runtime")
 
-SYSTEM_SCOPE: Scope = (SYSTEM_TENANT, "default")
-RUNTIME_SCOPE: Scope = (SYSTEM_TENANT, "__runtime__")
-FENCE_LOOP_WINDOW = 5.0
-"""Seconds within which a second fence-out of one actor on a node fails its messages instead of forwarding."""
 DEFAULT_ASK_TIMEOUT = 30.0
-
-
-@dataclass(slots=True)
-class RegistryEntry:
-    object_id: str
-    object_type: str
-    category: str
-    capabilities: list[str]
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "object_id": self.object_id,
-            "object_type": self.object_type,
-            "object_category": self.category,
-            "capabilities": list(self.capabilities),
-            "metadata": dict(self.metadata),
-        }
 
 
 @dataclass(slots=True)
@@ -77,37 +88,6 @@ class NodeOptions:
     inline_calls: bool = True
     """A plain (not async) call to an idle actor runs in its caller's task (``Cell.call_inline``): the same
     contract without a task wake-up. False sends every message through the actor's own loop."""
-
-
-class Fabric(Protocol):
-    """What a node needs from a cluster fabric (``minihermes.cluster``). A node without one runs alone and
-    never calls it: the in-node paths do not change.
-
-    Dynamic actors (virtual and per-tenant) are active on at most one node of the cluster: when a message is
-    for one that is not active here, the node hands it to the fabric, which takes the actor's lease and
-    calls ``Node.activate_here`` or forwards the message to the node holding the lease."""
-
-    pubsub_bridge: Bridge | None
-
-    async def start(self, node: Node) -> None: ...
-    async def stop(self) -> None: ...
-    async def ask(
-        self, target: str, op: str, payload: dict[str, Any] | None, timeout: float | None, ctx: RequestContext
-    ) -> Any: ...
-    def send(
-        self, target: str, op: str, payload: dict[str, Any], ctx: RequestContext, system: bool
-    ) -> None: ...
-    def cell_removed(self, cell: Cell) -> None: ...
-    def fence_of(self, ck: CellKey) -> int | None:
-        """The checkpoint fence of the lease this node holds for ``ck`` (increasing with every new holder), or
-        None when it holds none."""
-        ...
-
-    def directory_changed(self) -> None: ...
-    def remote_members(self, group: str, scope: Scope) -> list[str]: ...
-    def remote_entries(self, scope: Scope) -> list[RegistryEntry]: ...
-    def channel_sent(self, scope: Scope, channel: str) -> None: ...
-    def reminders_changed(self) -> None: ...
 
 
 class _Elsewhere(Exception):
@@ -155,20 +135,12 @@ class Node:
         self._cells: dict[CellKey, Cell] = {}
         self._inflight: dict[str, int] = {}
         self._inflight_total = 0
-        self._groups: dict[Scope, dict[str, list[str]]] = {}
-        self._registry: dict[Scope, dict[str, RegistryEntry]] = {}
-        self._timers: dict[str, tuple[Cell, TimerHandle]] = {}
         self._bg: set[asyncio.Task[Any]] = set()
         self._accepting = False
         self._started = False
-        self._reminder_timer: TimerHandle | None = None
-        self._reminder_due: float | None = None
-        self._retention_timer: TimerHandle | None = None
         self._channel_events: dict[tuple[Scope, str], asyncio.Event] = {}
-        self._fenced: dict[CellKey, float] = {}
-        """When each recently fenced-out actor was (``_fenced_out``), to stop a forwarding loop."""
+        self._cell_observers: list[Callable[[Cell, str], None]] = []
         self.pubsub = PubSub()
-        self._deadlines: dict[int, dict[asyncio.Future[Any], tuple[str, str, float]]] = {}
         self._inline_streak = 0
         self._inlining = False
         """A handler runs inline (``Cell.call_inline``): casts it sends go through the mailbox."""
@@ -176,6 +148,14 @@ class Node:
         self.failed: asyncio.Event = asyncio.Event()
         self.fabric: Fabric | None = None
         """Set (before ``start``) to join a cluster; see ``minihermes.cluster``."""
+        self._directory = Directory(self)
+        self._relations = Relations(self)
+        self._scheduler = Timers(self)
+        self._activation = Activation(self)
+        # The message path fills the deadline buckets itself (no call into the scheduler per ask); tests and
+        # tools peek at the pending timers under their old name.
+        self._deadlines = self._scheduler.deadlines
+        self._timers = self._scheduler.timers
         for spec in tree.walk():
             if spec.name in self._specs:
                 raise ValueError(f"two actors are named {spec.name!r}")
@@ -198,11 +178,7 @@ class Node:
         await self.root.start()
         self._started = True
         await self.resume_durable()
-        await self._arm_reminders()
-        if self.options.retention:
-            self._retention_timer = self.clock.call_later(
-                self.options.retention_interval, self._retention_tick
-            )
+        await self._scheduler.start()
         log.info("node %s started (%d actor types)", self.node_id, len(self._specs))
 
     async def stop(self, deadline: float | None = None) -> None:
@@ -212,9 +188,7 @@ class Node:
             return
         self._accepting = False
         self._started = False
-        for h in (self._reminder_timer, self._retention_timer):
-            if h is not None:
-                h.cancel()
+        self._scheduler.stop_wake_ups()
         limit = self.options.shutdown_deadline if deadline is None else deadline
         if self.root is not None:
             try:
@@ -222,9 +196,7 @@ class Node:
             except TimeoutError:
                 log.warning("shutdown deadline of %.1fs passed; killing remaining actors", limit)
                 await self.root.kill("shutdown")
-        for _, (_, handle) in list(self._timers.items()):
-            handle.cancel()
-        self._timers.clear()
+        self._scheduler.stop()
         for t in list(self._bg):
             t.cancel()
         if self.fabric is not None:
@@ -233,6 +205,11 @@ class Node:
         await self.links.aclose()
         await self.store.close()
         log.info("node %s stopped", self.node_id)
+
+    @property
+    def accepting(self) -> bool:
+        """Whether the node takes new work from outside (false once it is stopping)."""
+        return self._accepting
 
     def install_signal_handlers(self, on_stop: Callable[[], Any]) -> None:
         loop = asyncio.get_running_loop()
@@ -349,16 +326,7 @@ class Node:
             self._activate(self.spec(name), scope, key)
 
     def _activate(self, spec: ActorSpec, scope: Scope, key: str) -> Cell:
-        owner = self._owners.get(spec.name)
-        if not spec.dynamic or not isinstance(owner, DynamicChild) or not owner.running:
-            raise ActorNotFound(f"actor '{spec.name}' is not running", actor=spec.name)
-        cell = Cell(self, spec, scope, key, owner)
-        if self.fabric is not None:
-            # Leased here: the cell claims its checkpoint with the lease's revision and fences every save.
-            cell.fence = self.fabric.fence_of(cell.ck)
-        self._cells[cell.ck] = cell
-        cell.start()
-        return cell
+        return self._activation.activate(spec, scope, key)
 
     def _check_accepting(self) -> None:
         """A stopping node takes no new work from outside; its actors may still message each other."""
@@ -448,7 +416,9 @@ class Node:
         bucket = self._deadlines.get(slot)
         if bucket is None:
             bucket = self._deadlines[slot] = {}
-            self.clock.call_later(slot * DEADLINE_BUCKET - self.clock.monotonic(), self._expire_slot, slot)
+            self.clock.call_later(
+                slot * DEADLINE_BUCKET - self.clock.monotonic(), self._scheduler.expire_slot, slot
+            )
         bucket[fut] = (target, op, limit)
         try:
             return await fut
@@ -498,7 +468,7 @@ class Node:
             self._check_accepting()
         self.fabric.send(target, op, payload, ctx, system)
 
-    def _deliver_system(self, target: str, op: str, payload: dict[str, Any], ctx: RequestContext) -> None:
+    def deliver_system(self, target: str, op: str, payload: dict[str, Any], ctx: RequestContext) -> None:
         """Runtime-originated cast (timers, reminders, DOWN/EXIT): never raises; drops what cannot land."""
         try:
             cell, handler = self._route(target, op, payload, ctx)
@@ -514,13 +484,6 @@ class Node:
         except ActorError as e:
             self.metrics.incr("system_messages_dropped_total")
             log.warning("dropped %s to %s: %s", op, target, e.message)
-
-    def _deliver_ck(self, ck: CellKey, op: str, payload: dict[str, Any]) -> None:
-        scope, name, key = ck
-        spec = self._specs.get(name)
-        if spec is None or op not in spec.cls._handlers:
-            return
-        self._deliver_system(f"{name}/{key}" if key else name, op, payload, self.system_context_for(scope))
 
     @staticmethod
     def _sender() -> str:
@@ -589,7 +552,7 @@ class Node:
             tenant=scope[0], namespace=scope[1], principal="system", roles=frozenset({"system"})
         )
 
-    # -- cells: start, exit, restore ----------------------------------------------------------------------
+    # -- cells: the node's table of live cells; start and exit -------------------------------------------
 
     def register_owner(self, name: str, owner: Owner) -> None:
         self._owners[name] = owner
@@ -605,114 +568,53 @@ class Node:
     def cells(self, name: str | None = None) -> list[Cell]:
         return [c for c in self._cells.values() if name is None or c.spec.name == name]
 
+    def observe_cells(self, observer: Callable[[Cell, str], None]) -> None:
+        """Call ``observer(cell, "start" | "exit")`` as each cell's actor instance starts and exits (for test
+        harnesses that record where actors ran; not on the message path)."""
+        self._cell_observers.append(observer)
+
     def _cell_started(self, cell: Cell) -> None:
         self.metrics.incr("actor_starts_total", actor=cell.spec.name)
+        for observe in self._cell_observers:
+            observe(cell, "start")
 
     def _cell_exited(self, cell: Cell, reason: str, abnormal: bool) -> None:
-        for tid in [t for t, (c, _) in self._timers.items() if c is cell]:
-            self._timers.pop(tid)[1].cancel()
+        for observe in self._cell_observers:
+            observe(cell, "exit")
+        self._scheduler.cancel_all(cell)
         if cell.idle_timer is not None:
             cell.idle_timer.cancel()
             cell.idle_timer = None
         for t in list(cell.tasks):
             t.cancel()
-        if self.fabric is not None and (cell.groups or cell.registered):
-            self.fabric.directory_changed()
-        for scope, group in cell.groups:
-            members = self._groups.get(scope, {}).get(group)
-            if members and cell.address in members:
-                members.remove(cell.address)
-        cell.groups.clear()
-        for scope in cell.registered:
-            self._registry.get(scope, {}).pop(cell.address, None)
-        cell.registered.clear()
+        self._directory.forget(cell)
         self.spawn(self._release_receipt(cell.receipt))
-        for ref, watcher in list(cell.monitors.items()):
-            self._deliver_ck(
-                watcher, "__DOWN__", {"monitor_ref": ref, "down_from": cell.address, "down_reason": reason}
-            )
-        cell.monitors.clear()
-        for ref, target_ck in list(cell.watching.items()):
-            watched = self._cells.get(target_ck)
-            if watched is not None:
-                watched.monitors.pop(ref, None)
-        cell.watching.clear()
-        links, cell.links = cell.links, set()
-        for other_ck in links:
-            other = self._cells.get(other_ck)
-            if other is None:
-                continue
-            other.links.discard(cell.ck)
-            if not abnormal:
-                continue
-            if other.trap_exit:
-                self._deliver_ck(other_ck, "__EXIT__", {"exit_from": cell.address, "exit_reason": reason})
-            else:
-                self.spawn(other.kill(f"linked actor {cell.address} exited: {reason}", abnormal=True))
+        self._relations.cell_down(cell, reason, abnormal)
         if abnormal:
             self.metrics.incr("actor_crashes_total", actor=cell.spec.name)
             cell.owner.cell_failed(cell, reason)
         elif reason == FENCED_OUT:
-            self._fenced_out(cell)
+            self._activation.fenced_out(cell)
         elif reason == "deactivated":
-            self._remove(cell)
-            leftovers = cell.mailbox.envelopes()
-            if leftovers:
-                fresh = self._activate(cell.spec, cell.scope, cell.key)
-                for env in leftovers:
-                    fresh.mailbox.put(env)
+            self._activation.deactivated(cell)
         elif cell.kill_reason is None:
             cell.owner.cell_exited(cell, reason)
-
-    def _fenced_out(self, cell: Cell) -> None:
-        """A newer holder of the actor's lease claimed its checkpoint: this node lost the lease without
-        noticing (frozen past its heartbeat). The cell goes (its lease with it) and what was queued for it is
-        forwarded, through the fabric, to whichever node holds the actor now."""
-        self.metrics.incr("actor_fenced_total", actor=cell.spec.name)
-        leftovers = cell.mailbox.envelopes()
-        cell.mailbox.drain()
-        self._remove(cell)
-        now = self.clock.monotonic()
-        again = now - self._fenced.get(cell.ck, -FENCE_LOOP_WINDOW) < FENCE_LOOP_WINDOW
-        self._fenced[cell.ck] = now
-        if len(self._fenced) > 1024:
-            self._fenced = {ck: t for ck, t in self._fenced.items() if now - t < FENCE_LOOP_WINDOW}
-        if again:
-            # Fenced out twice in a row here: this node's leases fence below what was claimed before (a lease
-            # bucket made anew under running nodes?). Forwarding would come back here: fail instead.
-            log.error(
-                "actor %s fenced out again within %.0f s: failing its messages",
-                cell.address,
-                FENCE_LOOP_WINDOW,
-            )
-        for env in leftovers:
-            self._release(env)
-            if self.fabric is None or again:  # fences come from a fabric's leases: nothing to forward to
-                if env.reply is not None and not env.reply.done():
-                    env.reply.set_exception(ActorNotFound(f"{cell.address} is gone ({FENCED_OUT})"))
-                continue
-            if env.reply is None:
-                self.fabric.send(cell.address, env.op, env.payload, env.ctx, env.system)
-            else:
-                self.spawn(self._forward(cell.address, env, env.reply))
-
-    async def _forward(self, target: str, env: Envelope, reply: asyncio.Future[Any]) -> None:
-        assert self.fabric is not None
-        try:
-            result = await self.fabric.ask(target, env.op, env.payload, None, env.ctx)
-        except Exception as e:  # the fabric answers with ActorErrors; anything else reaches the caller as is
-            if not reply.done():
-                reply.set_exception(e)
-        else:
-            if not reply.done():
-                reply.set_result(result)
 
     def _remove(self, cell: Cell) -> None:
         cell.removed = True
         if self._cells.get(cell.ck) is cell:
             del self._cells[cell.ck]
             if self.fabric is not None and cell.spec.dynamic:
-                self.fabric.cell_removed(cell)
+                self.fabric.cell_removed(cell.ck)
+
+    def evict_here(self, ck: CellKey, reason: str) -> None:
+        """The fabric lost ck's lease (this node's heartbeat is overdue): the cell goes at once, its instance
+        is killed and its queued asks fail (``actor_not_found``), so that it no longer acts here."""
+        cell = self._cells.get(ck)
+        if cell is not None:
+            self._remove(cell)
+            self.spawn(cell.kill(reason))
+            self.fail_pending(cell, reason)
 
     def fail_pending(self, cell: Cell, reason: str) -> None:
         """Answer every queued ask of a cell that will not run again."""
@@ -725,192 +627,44 @@ class Node:
     async def _restore(
         self, cell: Cell, inst: Actor, reader: Callable[[], Any] | None = None
     ) -> tuple[bool, Any]:
-        """Load the cell's checkpoint into inst; also run ``reader`` (``Actor.preload``), in the same trip
-        to a store thread where the store can. Returns (whether the saved state was migrated, so that it is
-        saved again; what ``reader`` returned). A leased cell claims its checkpoint with its fence
-        (``FencedOut`` if a newer holder has: the activation fails)."""
-        checkpoints = self.store.checkpoints
-        preloaded: Any = None
-        if cell.fence is not None:
-            load = checkpoints.claim(cell.scope, cell.address, cell.fence)
-            if reader is None:
-                cp = await load
-            else:
-                cp, preloaded = await asyncio.gather(load, asyncio.to_thread(reader))
-        elif reader is None:
-            cp = await checkpoints.load(cell.scope, cell.address)
-        else:
-            cp, preloaded = await checkpoints.load_with(cell.scope, cell.address, reader)
-        return (False if cp is None else await self._load_into(cell, inst, cp)), preloaded
-
-    async def _load_into(self, cell: Cell, inst: Actor, cp: Checkpoint) -> bool:
-        """Apply a saved state (migrated if older; quarantined if corrupt). True if it was migrated."""
-        cls = type(inst)
-        migrated = False
-        try:
-            data = json.loads(cp.data)
-            if not isinstance(data, dict):
-                raise ValueError("checkpoint is not an object")
-            for name, array in cp.items.items():  # append-only fields, saved item by item
-                if name in cls._state_fields:  # also one no longer append-only: its items are its value
-                    data[name] = json.loads(array)
-            cell.stored_items = tuple(n for n in cp.items if n in cls._log_fields)
-            # Rows of a field that is no longer append-only (now in the document) or gone: dropped with the
-            # next checkpoint, so that they can never come back in place of the document's value.
-            cell.drop_items = tuple((n, 0, ()) for n in cp.items if n not in cls._log_fields)
-            if cp.state_version > cls.state_version:
-                raise ValueError(
-                    f"saved by state_version {cp.state_version}, newer than this code's {cls.state_version}"
-                )
-            if cp.state_version < cls.state_version:
-                data = cls.migrate_state(cp.state_version, data)
-                migrated = True
-            inst.load_state(data)
-        except (ValueError, TypeError) as e:
-            reason = f"corrupt checkpoint: {e}"
-            log.error("actor %s: %s; starting from empty state (row quarantined)", cell.address, reason)
-            kept = cp.data
-            if cp.items:  # the item rows go with the checkpoint: keep them too, as text beside the document
-                kept = json.dumps(
-                    {
-                        "document": cp.data.decode("utf-8", "replace"),
-                        "items": {name: array.decode("utf-8", "replace") for name, array in cp.items.items()},
-                    }
-                ).encode()
-            await self.store.quarantine.put("checkpoint", cell.scope, cell.address, reason, kept)
-            await self.store.checkpoints.delete(cell.scope, cell.address)
-            await self.store.events.append(
-                RUNTIME_SCOPE,
-                "incidents",
-                {"kind": "quarantined", "actor": cell.address, "scope": list(cell.scope), "reason": reason},
-            )
-            self.metrics.incr("quarantined_total")
-            fresh = cls()
-            for name in cls._state_fields:
-                setattr(inst, name, getattr(fresh, name))
-        return migrated
+        """Load the cell's checkpoint into inst (``Activation.restore``)."""
+        return await self._activation.restore(cell, inst, reader)
 
     def _arm_idle(self, cell: Cell) -> None:
-        """(Re)arm deactivation for when the cell will have been idle for idle_timeout."""
-        idle = cell.spec.idle_timeout
-        if not cell.spec.virtual or not idle:
-            return
-        if cell.idle_timer is not None:
-            cell.idle_timer.cancel()
-        remaining = idle - (self.clock.monotonic() - cell.last_active)
-        cell.idle_timer = self.clock.call_later(max(0.0, remaining), cell.mailbox.put, DEACTIVATE)
+        self._activation.arm_idle(cell)
 
-    # -- timers and reminders -----------------------------------------------------------------------------
+    # -- timers and reminders (``_timers``) ----------------------------------------------------------------
 
     def send_after(
         self, cell: Cell, delay: float, op: str, payload: dict[str, Any], target: str | None = None
     ) -> str:
-        timer_id = uuid.uuid4().hex
-        ctx = current_context()
-        dest = target or cell.address
-
-        def fire() -> None:
-            self._timers.pop(timer_id, None)
-            self._deliver_system(dest, op, payload, ctx)
-
-        self._timers[timer_id] = (cell, self.clock.call_later(delay, fire))
-        return timer_id
-
-    def _expire_slot(self, slot: int) -> None:
-        for fut, (target, op, limit) in list(self._deadlines.pop(slot, {}).items()):
-            _expire(fut, target, op, limit)
+        return self._scheduler.send_after(cell, delay, op, payload, target)
 
     def cancel_timer(self, timer_id: str) -> bool:
-        entry = self._timers.pop(timer_id, None)
-        if entry is None:
-            return False
-        entry[1].cancel()
-        return True
-
-    async def _arm_reminders(self) -> None:
-        if not self._started:
-            return
-        nxt = await self.store.reminders.next_fire_at()
-        if nxt is None:
-            return
-        if self._reminder_timer is not None and self._reminder_due is not None and self._reminder_due <= nxt:
-            return
-        if self._reminder_timer is not None:
-            self._reminder_timer.cancel()
-        self._reminder_due = nxt
-        self._reminder_timer = self.clock.call_later(
-            max(0.0, nxt - self.clock.time()), lambda: self.spawn(self._fire_reminders())
-        )
+        return self._scheduler.cancel(timer_id)
 
     async def reminders_changed(self) -> None:
         """Re-arm the wake-up after a reminder was added or moved (on every node of a cluster)."""
-        if self.fabric is not None:
-            self.fabric.reminders_changed()
-        await self.rearm_reminders()
+        await self._scheduler.reminders_changed()
 
     async def rearm_reminders(self) -> None:
         """Re-arm this node's wake-up from the store (a cluster fabric calls it when another node changed
         the reminders, and now and then in case a notice was missed)."""
-        if self._reminder_timer is not None:
-            self._reminder_timer.cancel()
-            self._reminder_timer = None
-            self._reminder_due = None
-        await self._arm_reminders()
-
-    async def _fire_reminders(self) -> None:
-        self._reminder_timer = None
-        self._reminder_due = None
-        now = self.clock.time()
-        for r in await self.store.reminders.due(now):
-            if not await self.store.reminders.advance(r, now):
-                continue  # another node fired it
-            ctx = RequestContext.from_dict(r.context) if isinstance(r.context, dict) else None
-            self.metrics.incr("reminders_fired_total")
-            self._deliver_system(
-                r.target, r.op, dict(r.payload or {}), ctx or self.system_context_for(r.scope)
-            )
-        await self._arm_reminders()
-
-    def _retention_tick(self) -> None:
-        async def run() -> None:
-            try:
-                await self.compact()
-            finally:
-                if self._started:
-                    self._retention_timer = self.clock.call_later(
-                        self.options.retention_interval, self._retention_tick
-                    )
-
-        self.spawn(run())
+        await self._scheduler.rearm_reminders()
 
     async def compact(self) -> dict[str, int]:
-        report = await self.store.apply_retention(self.options.retention, self.clock.time())
-        if any(report.deleted.values()):
-            log.info("retention: %s", report.deleted)
-        return dict(report.deleted)
+        """Apply the retention rules now (also run every ``retention_interval``)."""
+        return await self._scheduler.compact()
 
-    # -- durable activations (workflows resume after a restart) -------------------------------------------
+    # -- durable activations (workflows resume after a restart; ``_activation``) ---------------------------
 
     async def mark_durable(self, cell: Cell, active: bool) -> None:
-        key = f"resume:{cell.scope[0]}:{cell.scope[1]}:{cell.address}"
-        if active:
-            await self.store.kv.put(
-                RUNTIME_SCOPE,
-                key,
-                {"tenant": cell.scope[0], "namespace": cell.scope[1], "address": cell.address},
-            )
-        else:
-            await self.store.kv.delete(RUNTIME_SCOPE, key)
+        await self._activation.mark_durable(cell, active)
 
     async def resume_durable(self) -> None:
         """Send ``__resume__`` to every actor marked durable-active (``Host.mark_durable``): one that is not
         running is activated, and resumes in ``on_init``. At start-up, and in a cluster when a node dies."""
-        for key, entry in await self.store.kv.list(RUNTIME_SCOPE, "resume:"):
-            try:
-                ctx = self.system_context_for((entry["tenant"], entry["namespace"]))
-                self._deliver_system(entry["address"], "__resume__", {}, ctx)
-            except (KeyError, TypeError, ActorError) as e:
-                log.error("cannot resume %s: %s", key, e)
+        await self._activation.resume_durable()
 
     # -- channels: local wake-ups for blocking receive ----------------------------------------------------
 
@@ -949,132 +703,49 @@ class Node:
     def publish(self, topic: str, event: Any, *, ctx: RequestContext | None = None) -> int:
         return self.pubsub.publish((ctx or current_context()).scope, topic, event)
 
-    # -- process groups and registry ----------------------------------------------------------------------
+    # -- process groups and registry (``_directory``) ------------------------------------------------------
 
     def join(self, cell: Cell, group: str, scope: Scope) -> None:
-        members = self._groups.setdefault(scope, {}).setdefault(group, [])
-        if cell.address not in members:
-            members.append(cell.address)
-        cell.groups.add((scope, group))
-        if self.fabric is not None:
-            self.fabric.directory_changed()
+        self._directory.join(cell, group, scope)
 
     def leave(self, cell: Cell, group: str, scope: Scope) -> None:
-        members = self._groups.get(scope, {}).get(group, [])
-        if cell.address in members:
-            members.remove(cell.address)
-        cell.groups.discard((scope, group))
-        if self.fabric is not None:
-            self.fabric.directory_changed()
+        self._directory.leave(cell, group, scope)
 
     def members(self, group: str, scope: Scope) -> list[str]:
         """Members visible from scope: the scope's own, then the shared system services."""
-        out = list(self._groups.get(scope, {}).get(group, ()))
-        if scope != SYSTEM_SCOPE:
-            out.extend(m for m in self._groups.get(SYSTEM_SCOPE, {}).get(group, ()) if m not in out)
-        if self.fabric is not None:
-            out.extend(m for m in self.fabric.remote_members(group, scope) if m not in out)
-        return out
+        return self._directory.members(group, scope)
 
     def local_directory(self) -> dict[str, Any]:
         """This node's groups and registry entries, by scope (what a fabric shares with other nodes)."""
-        groups = {
-            f"{s[0]}/{s[1]}": {g: list(m) for g, m in table.items() if m} for s, table in self._groups.items()
-        }
-        registry = {
-            f"{s[0]}/{s[1]}": [e.to_dict() for e in table.values()] for s, table in self._registry.items()
-        }
-        return {
-            "groups": {k: v for k, v in groups.items() if v},
-            "registry": {k: v for k, v in registry.items() if v},
-        }
+        return self._directory.local()
 
     def register(self, cell: Cell, entry: RegistryEntry, scope: Scope) -> None:
-        self._registry.setdefault(scope, {})[entry.object_id] = entry
-        cell.registered.add(scope)
-        if self.fabric is not None:
-            self.fabric.directory_changed()
+        self._directory.register(cell, entry, scope)
 
     def discover(
         self, scope: Scope, category: str | None, capability: str | None, object_type: str | None = None
     ) -> list[RegistryEntry]:
-        pools: Iterable[dict[str, RegistryEntry]] = [self._registry.get(scope, {})]
-        if scope != SYSTEM_SCOPE:
-            pools = [*pools, self._registry.get(SYSTEM_SCOPE, {})]
-        if self.fabric is not None:
-            seen = {oid for pool in pools for oid in pool}
-            remote = {e.object_id: e for e in self.fabric.remote_entries(scope) if e.object_id not in seen}
-            pools = [*pools, remote]
-        return [
-            e
-            for pool in pools
-            for e in pool.values()
-            if (category is None or e.category == category)
-            and (capability is None or capability in e.capabilities)
-            and (object_type is None or e.object_type == object_type)
-        ]
+        return self._directory.discover(scope, category, capability, object_type)
 
-    # -- monitors and links -------------------------------------------------------------------------------
+    # -- monitors and links (``_relations``) ---------------------------------------------------------------
 
     def monitor(self, watcher: Cell, target: str) -> str:
-        ref = uuid.uuid4().hex[:16]
-        ctx = current_context()
-        try:
-            cell, _ = self._route_any(target, ctx)
-        except ActorError:
-            self._deliver_ck(
-                watcher.ck, "__DOWN__", {"monitor_ref": ref, "down_from": target, "down_reason": "noproc"}
-            )
-            return ref
-        cell.monitors[ref] = watcher.ck
-        watcher.watching[ref] = cell.ck
-        return ref
+        return self._relations.monitor(watcher, target)
 
     def demonitor(self, watcher: Cell, ref: str) -> bool:
-        target = watcher.watching.pop(ref, None)
-        if target is None:
-            return False
-        cell = self._cells.get(target)
-        if cell is not None:
-            cell.monitors.pop(ref, None)
-        return True
+        return self._relations.demonitor(watcher, ref)
 
     def link(self, cell: Cell, target: str) -> None:
-        other, _ = self._route_any(target, current_context())
-        if other is cell:
-            raise InvalidArgument("an actor cannot link to itself", field="target")
-        cell.links.add(other.ck)
-        other.links.add(cell.ck)
+        self._relations.link(cell, target)
 
     def unlink(self, cell: Cell, target: str) -> None:
-        other, _ = self._route_any(target, current_context())
-        cell.links.discard(other.ck)
-        other.links.discard(cell.ck)
-
-    def _route_any(self, target: str, ctx: RequestContext) -> tuple[Cell, None]:
-        """Find a running cell by address (activating a virtual one), without an op."""
-        name, _, key = target.partition("/")
-        spec = self.spec(name)
-        if spec.virtual and not key:
-            raise InvalidArgument(f"'{name}' is keyed: give '{name}/<key>'", field="target")
-        scope = ctx.scope if spec.dynamic else SYSTEM_SCOPE
-        cell = self._cells.get((scope, name, key))
-        if cell is None or cell.removed or cell.task is None or cell.task.done():
-            if not spec.dynamic:
-                raise ActorNotFound(f"actor '{target}' is not running", actor=target)
-            if self.fabric is not None and (cell is None or cell.removed):
-                # Activating it here would bypass its cluster lease; monitors and links stay in one node.
-                raise ActorNotFound(f"actor '{target}' is not active on this node", actor=target)
-            cell = self._activate(spec, scope, key)
-        return cell, None
+        self._relations.unlink(cell, target)
 
 
-def _expire(fut: asyncio.Future[Any], target: str, op: str, limit: float) -> None:
-    if not fut.done():
-        fut.set_exception(AskTimeout(f"{target}.{op} did not answer within {limit:g}s", actor=target, op=op))
+if TYPE_CHECKING:  # mypy checks that a node is what its fabric may call
+    _port: type[NodePort] = Node
 
 
-DEADLINE_BUCKET = 0.25
 INLINE_YIELD_EVERY = 64
 """An ask answered inline with no loop pass yields to the event loop on every 64th (per node)."""
 MAX_KEY_CHARS = 512
