@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import nats
 from nats.aio.client import Client
@@ -45,6 +45,9 @@ from ._settings import ClusterSettings
 from ._topics import TopicBridge
 from ._wire import Signer, Subjects, Unauthenticated
 
+if TYPE_CHECKING:
+    from minihermes.runtime import ClusterModel
+
 log = logging.getLogger("minihermes.cluster")
 
 _RETRY_CODES = frozenset({"not_owner", "shutting_down"})
@@ -67,6 +70,11 @@ class _Retry(Exception):
 class Cluster:
     """A node's membership of a cluster: ``node.fabric = Cluster(settings)`` before ``node.start()``. It
     reaches its node only through ``NodePort`` (``minihermes.runtime``)."""
+
+    @classmethod
+    def from_model(cls, model: ClusterModel) -> Cluster:
+        """The fabric for a ``[cluster]`` section (registered as fabric ``nats``: ``build_node`` calls it)."""
+        return cls(ClusterSettings.from_model(model))
 
     def __init__(self, settings: ClusterSettings) -> None:
         self.settings = settings

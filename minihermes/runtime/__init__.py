@@ -40,7 +40,7 @@ from ._errors import (
     UnknownOp,
     WorkflowCancelled,
 )
-from ._fabric import Fabric, NodePort
+from ._fabric import Fabric, FabricFactory, NodePort, fabric_names, get_fabric, open_fabric, register_fabric
 from ._host import Host
 from ._links import LinkError, RedactSecrets, ServiceLink, ServiceLinks
 from ._loop import run as run_loop
@@ -74,6 +74,7 @@ __all__ = [
     "Conflict",
     "Deferred",
     "Fabric",
+    "FabricFactory",
     "GenEvent",
     "GenFSM",
     "GenServer",
@@ -106,10 +107,14 @@ __all__ = [
     "call",
     "cast",
     "current_context",
+    "fabric_names",
+    "get_fabric",
     "in_states",
     "known_roles",
+    "open_fabric",
     "parse_duration",
     "register_actor_type",
+    "register_fabric",
     "reset_context",
     "run_loop",
     "set_context",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ._clock import Clock
 from ._config import AppConfig
+from ._fabric import open_fabric
 from ._links import ServiceLinks
 from ._node import Node
 from .store import open_store
@@ -19,9 +20,8 @@ def build_node(config: AppConfig, *, clock: Clock | None = None) -> Node:
     node = Node(
         store, config.tree, options=config.node_options, clock=clock, links=ServiceLinks(config.links)
     )
-    if config.model.cluster.enabled:
-        # Imported only for clustered nodes: the fabric is a plug-in over the runtime (nats-py and all).
-        from minihermes.cluster import Cluster, ClusterSettings
-
-        node.fabric = Cluster(ClusterSettings.from_model(config.model.cluster))
+    cluster = config.model.cluster
+    if cluster.enabled:
+        # A fabric is a plug-in registered by name (``register_fabric``), imported only for clustered nodes.
+        node.fabric = open_fabric(cluster.fabric, cluster)
     return node

@@ -136,6 +136,8 @@ class ClusterModel(_Model):
     password and secret may come from the environment (``MINIHERMES_NATS_URL``, ...) instead."""
 
     enabled: bool = False
+    fabric: str = "nats"
+    """The fabric, by name (``minihermes.runtime.register_fabric``); the built-in one is ``nats``."""
     name: str = Field(default="minihermes", pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,31}$")
     nats_url: str | None = None
     user: str | None = None

@@ -1,8 +1,18 @@
-"""The two sides of a cluster fabric: ``Fabric`` is what a node calls on its fabric; ``NodePort`` is what a
-fabric may call on its node (``Node`` implements it with public methods)."""
+"""The two sides of a cluster fabric, and fabrics by name.
+
+``Fabric`` is what a node calls on its fabric; ``NodePort`` is what a fabric may call on its node (``Node``
+implements it with public methods). A fabric is a plug-in over the runtime: the runtime names the built-in
+one as a lazy "module:attribute" string and imports no cluster code until a clustered node is built.
+
+    register_fabric("mine", "mypkg.fabric:MyFabric.from_model")   # factory(cluster_model) -> Fabric
+    node.fabric = open_fabric(config.model.cluster.fabric, config.model.cluster)
+"""
 
 from __future__ import annotations
 
+import difflib
+import importlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ._cell import CellKey
@@ -12,6 +22,7 @@ from ._pubsub import Bridge
 from .store import Scope
 
 if TYPE_CHECKING:
+    from ._config import ClusterModel
     from ._metrics import Metrics
     from ._node import NodeOptions
     from ._pubsub import PubSub
@@ -114,3 +125,50 @@ class Fabric(Protocol):
     def remote_entries(self, scope: Scope) -> list[RegistryEntry]: ...
     def channel_sent(self, scope: Scope, channel: str) -> None: ...
     def reminders_changed(self) -> None: ...
+
+
+FabricFactory = Callable[["ClusterModel"], Fabric]
+"""Called with the ``[cluster]`` section; returns an unstarted fabric (``node.fabric = ...``)."""
+
+# Built-ins are "module:attribute" strings (the attribute may be dotted), imported on first use: the runtime
+# imports no fabric (nor its client library) unless a clustered node is built.
+_fabrics: dict[str, FabricFactory | str] = {
+    "nats": "minihermes.cluster:Cluster.from_model",
+}
+
+
+def register_fabric(name: str, factory: FabricFactory | str, *, replace: bool = False) -> None:
+    """Make a fabric available under name (``[cluster] fabric = name``): a factory or a "module:attribute"."""
+    if not isinstance(name, str) or not name:
+        raise ValueError("fabric name must be a non-empty str")
+    if name in _fabrics and not replace:
+        raise ValueError(f"fabric {name!r} is already registered (pass replace=True to override)")
+    _fabrics[name] = factory
+
+
+def fabric_names() -> list[str]:
+    return sorted(_fabrics)
+
+
+def get_fabric(name: str) -> FabricFactory:
+    """The factory registered under name; ValueError with the known names (and a suggestion) if none."""
+    entry = _fabrics.get(name)
+    if entry is None:
+        known = fabric_names()
+        close = difflib.get_close_matches(str(name), known, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"unknown cluster fabric {name!r}.{hint} Known fabrics: {', '.join(known)}")
+    if isinstance(entry, str):
+        module_name, _, attribute = entry.partition(":")
+        found: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            found = getattr(found, part)
+        factory: FabricFactory = found
+        _fabrics[name] = factory
+        return factory
+    return entry
+
+
+def open_fabric(name: str, settings: ClusterModel) -> Fabric:
+    """Build the fabric registered under name from a ``[cluster]`` section (not started: the node starts it)."""
+    return get_fabric(name)(settings)

@@ -1,4 +1,4 @@
-"""The node's side of a cluster fabric (``NodePort``); the cluster uses nothing else of the runtime."""
+"""The node's side of a cluster fabric (``NodePort``), fabrics by name, and the runtime's import direction."""
 
 from __future__ import annotations
 
@@ -15,17 +15,81 @@ from minihermes.runtime import (
     ActorCrashed,
     ActorNotFound,
     ActorSpec,
+    AppConfig,
     Cell,
+    ClusterModel,
     Node,
     NodePort,
     RequestContext,
+    build_node,
+    fabric_names,
+    get_fabric,
+    open_fabric,
+    register_fabric,
 )
+from minihermes.runtime import _fabric as fabric_module
 
 from .actors import GATES, Counter, Slow
 from .conftest import tree, until
 
 A = RequestContext(tenant="acme")
 PACKAGE = Path(minihermes.__file__).parent
+ABOVE_RUNTIME = ("agent", "cluster", "api", "cli", "work", "skills", "context", "mcp", "tools", "llm")
+
+
+# -- fabrics by name -----------------------------------------------------------------------------------------
+
+
+class FakeFabric:
+    """Records the ``[cluster]`` section it was built from; never started here."""
+
+    def __init__(self, model: ClusterModel) -> None:
+        self.model = model
+
+    @classmethod
+    def build(cls, model: ClusterModel) -> FakeFabric:
+        return cls(model)
+
+
+@pytest.fixture
+def fabrics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Registrations made by a test do not outlive it."""
+    monkeypatch.setattr(fabric_module, "_fabrics", dict(fabric_module._fabrics))
+
+
+def test_an_unknown_fabric_lists_the_known_ones_and_suggests(fabrics: None) -> None:
+    assert "nats" in fabric_names()
+    with pytest.raises(ValueError, match="Did you mean 'nats'") as ei:
+        get_fabric("nast")
+    assert "Known fabrics: nats" in str(ei.value)
+    with pytest.raises(ValueError, match="already registered"):
+        register_fabric("nats", f"{__name__}:FakeFabric.build")
+    with pytest.raises(ValueError, match="non-empty"):
+        register_fabric("", f"{__name__}:FakeFabric.build")
+
+
+def test_a_fabric_registered_by_lazy_name_is_built_from_the_cluster_section(fabrics: None) -> None:
+    register_fabric("fake", f"{__name__}:FakeFabric.build")
+    assert "fake" in fabric_names()
+    model = ClusterModel(enabled=True, fabric="fake", name="c1")
+    fabric = open_fabric("fake", model)
+    assert isinstance(fabric, FakeFabric) and fabric.model is model
+    assert not isinstance(fabric_module._fabrics["fake"], str)  # resolved once, then kept
+
+    cfg = AppConfig.from_dict({"cluster": {"enabled": True, "fabric": "fake"}})
+    node = build_node(cfg)
+    assert isinstance(node.fabric, FakeFabric) and node.fabric.model.fabric == "fake"
+    cfg = AppConfig.from_dict({"cluster": {"enabled": True, "fabric": "fakee"}})
+    with pytest.raises(ValueError, match="Did you mean 'fake'"):
+        build_node(cfg)
+    assert build_node(AppConfig.from_dict({})).fabric is None
+
+
+def test_the_built_in_fabric_is_the_nats_cluster() -> None:
+    from minihermes.cluster import Cluster
+
+    assert get_fabric("nats") == Cluster.from_model
+    assert ClusterModel().fabric == "nats"
 
 
 # -- the port ------------------------------------------------------------------------------------------------
@@ -137,6 +201,16 @@ def imports(path: Path) -> list[str]:
             out.append(base)
             out.extend(f"{base}.{a.name}" for a in node.names)
     return out
+
+
+def test_the_runtime_imports_nothing_above_it() -> None:
+    bad = [
+        f"{p.relative_to(PACKAGE)}: {m}"
+        for p in sorted((PACKAGE / "runtime").rglob("*.py"))
+        for m in imports(p)
+        if m.split(".")[:2] in (["minihermes", up] for up in ABOVE_RUNTIME)
+    ]
+    assert bad == []
 
 
 def test_the_cluster_uses_only_the_runtimes_public_names() -> None:
