@@ -404,6 +404,7 @@ class Node:
                 self._inline_streak += 1
                 if self._inline_streak >= INLINE_YIELD_EVERY:
                     self._inline_streak = 0
+                    fut.exception()  # taken now: a caller cancelled in the yield (at its deadline) never reads it
                     await asyncio.sleep(0)
                 return fut.result()
         else:
