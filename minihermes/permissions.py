@@ -9,8 +9,12 @@ access class; a class names the roles allowed to call it:
 - ``observe``: viewer, admin. Tenant-wide views that end users do not get (other users' pending approvals).
 - ``admin``: admin only. Configuration, credentials, providers, tools, policies, and every internal op.
 
-An op missing from the table is admin-only, so a new op is closed until someone classifies it. The table is
-documented in docs/http-api.md (a test keeps the two in sync).
+An op declares its class on its decorator (``@call(access="read")``); ``DEFAULT_TABLE`` holds the
+classes of ops that do not declare one, and overrides (an entry wins over the handler's declaration). An op
+that declares nothing and is not in the table is admin-only, so a new op is closed until someone classifies
+it. ``PermissionTable.with_declared`` (or ``for_node``) merges the declarations of a node's actors under the
+table, once, when an edge builds its view: the result is what every way in enforces, documented in
+docs/http-api.md (a test keeps the two in sync).
 
 The same table serves every way in: the HTTP edge (``minihermes.api``), the agent's tool calls (the tool
 executor checks each call with the turn's context: a user's turn can do nothing the user cannot do
@@ -21,9 +25,9 @@ credential can grant it (``effective_roles`` drops it), and it passes every chec
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Final, Literal
+from typing import Any, Final, Literal, Protocol
 
-from minihermes.runtime import DEFAULT_TENANT, PermissionDenied, RequestContext
+from minihermes.runtime import DEFAULT_TENANT, Actor, PermissionDenied, RequestContext
 
 Role = Literal["admin", "user", "viewer"]
 ROLES: Final[tuple[str, ...]] = ("admin", "user", "viewer")
@@ -42,6 +46,9 @@ MUTATING: Final[frozenset[str]] = frozenset({"write", "admin"})
 DEFAULT_ACCESS: Final[Access] = "admin"
 
 DEFAULT_TABLE: Final[Mapping[tuple[str, str], Access]] = {
+    # The classes of ops that do not declare their own (``@call(access=...)``), and overrides of those that
+    # do. Ops move from here to their decorators actor by actor (tests/api/test_declared_access.py pins
+    # the effective table of the agent app).
     # agent (per session)
     ("agent", "chat"): "write",
     ("agent", "get_history"): "read",
@@ -197,6 +204,22 @@ class PermissionTable:
         """A copy with more (or overriding) entries: how an app classifies its own actors' ops."""
         return PermissionTable({**self._table, **entries}, default=self.default)
 
+    def with_declared(self, actors: Mapping[str, type[Actor]]) -> PermissionTable:
+        """The effective table for actors run under these names: each op's declared access class
+        (``@call(access=...)``), overridden by this table's entries. Built once per node by each way in
+        (the HTTP catalog, the tool executor, the CLI), never per message; a declared class that is not
+        one of ``ACCESS_ROLES`` raises ``ValueError`` here, at start-up."""
+        declared: dict[tuple[str, str], str] = {}
+        for name, cls in actors.items():
+            for op, handler in cls._handlers.items():
+                if handler.access is not None and not handler.internal:
+                    declared[(name, op)] = handler.access
+        return PermissionTable({**declared, **self._table}, default=self.default)
+
+    def for_node(self, node: NodeActors) -> PermissionTable:
+        """``with_declared`` for every actor type ``node`` runs."""
+        return self.with_declared({name: node.spec(name).cls for name in node.actor_names()})
+
     def access(self, actor: str, op: str) -> str:
         return self._table.get((actor, op), self.default)
 
@@ -214,6 +237,15 @@ class PermissionTable:
 
 
 DEFAULT_PERMISSIONS: Final = PermissionTable()
+"""The table alone (undeclared ops and overrides). What a node enforces is ``DEFAULT_PERMISSIONS.for_node(node)``."""
+
+
+class NodeActors(Protocol):
+    """What ``PermissionTable.for_node`` reads of a node (``minihermes.runtime.Node`` has it)."""
+
+    def actor_names(self) -> list[str]: ...
+
+    def spec(self, name: str) -> Any: ...
 
 
 def effective_roles(roles: Iterable[str]) -> frozenset[str]:
@@ -252,7 +284,9 @@ def may_access(ctx: RequestContext, access: str) -> bool:
 
 
 def may(ctx: RequestContext, actor: str, op: str, table: PermissionTable = DEFAULT_PERMISSIONS) -> bool:
-    """Whether ``ctx`` may call ``actor.op``: exactly the HTTP edge's rule (``system`` may do anything)."""
+    """Whether ``ctx`` may call ``actor.op``: exactly the HTTP edge's rule (``system`` may do anything).
+    Pass the node's effective table (``DEFAULT_PERMISSIONS.for_node(node)``): the default one knows only the
+    ops the table lists, not what handlers declare."""
     return may_access(ctx, table.access(actor, op))
 
 
@@ -287,6 +321,7 @@ __all__ = [
     "SYSTEM_ROLE",
     "WRITER_ROLES",
     "Access",
+    "NodeActors",
     "PermissionTable",
     "Role",
     "effective_roles",

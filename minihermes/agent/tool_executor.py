@@ -141,7 +141,9 @@ class ToolExecutor(GenServer):
         policy = args.get("sandbox_policy")
         self.sandbox_policy: SandboxPolicy | None = policy if isinstance(policy, SandboxPolicy) else None
         table = args.get("permissions")
-        self.permissions = table if isinstance(table, PermissionTable) else DEFAULT_PERMISSIONS
+        base = table if isinstance(table, PermissionTable) else DEFAULT_PERMISSIONS
+        # The ops' declared access classes under the table, once per activation (not per tool call).
+        self.permissions = base.with_declared(self.host.actor_types())
         self._registered: dict[str, ToolDef] = {}
         for name, record in self.tools.items():
             try:

@@ -1,7 +1,9 @@
 """What a node offers over HTTP: its actors, their ops and each op's arguments (names, types, JSON schema).
 
 Built from the handler tables (``spec.cls._handlers``), so discovery and the OpenAPI document always match
-the code. Computed once per app: the actor types of a node do not change while it runs.
+the code. Each op's access class is the one its handler declares (``@call(access=...)``) unless the
+permission table overrides it (``PermissionTable.for_node``): the HTTP edge enforces what the catalog says.
+Computed once per app: the actor types of a node do not change while it runs.
 """
 
 from __future__ import annotations
@@ -62,7 +64,9 @@ class ActorInfo:
 
 
 def build_catalog(node: Node, permissions: PermissionTable) -> dict[str, ActorInfo]:
-    """Every actor of the node with its public ops (``__``-prefixed runtime ops left out)."""
+    """Every actor of the node with its public ops (``__``-prefixed runtime ops left out), each with its
+    effective access class (declared on the handler, overridden by ``permissions``)."""
+    effective = permissions.for_node(node)
     out: dict[str, ActorInfo] = {}
     for name in node.actor_names():
         spec = node.spec(name)
@@ -79,8 +83,8 @@ def build_catalog(node: Node, permissions: PermissionTable) -> dict[str, ActorIn
                 params=params,
                 schema=schema,
                 defs=defs,
-                access=permissions.access(name, op),
-                roles=permissions.roles_for(name, op),
+                access=effective.access(name, op),
+                roles=effective.roles_for(name, op),
             )
         out[name] = ActorInfo(
             name=name,

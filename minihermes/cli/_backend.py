@@ -58,6 +58,7 @@ class Embedded:
         self.mh = mh
         self.ctx: RequestContext = ctx or mh.ctx
         self.where = f"data dir {mh.config.data_dir}"
+        self._permissions: permissions.PermissionTable | None = None
 
     @property
     def node(self) -> Any:
@@ -68,7 +69,9 @@ class Embedded:
     ) -> Any:
         try:
             # The HTTP edge's permission table, for the embedded node too (the local owner is an admin).
-            permissions.require(self.ctx, actor, op)
+            if self._permissions is None:
+                self._permissions = permissions.DEFAULT_PERMISSIONS.for_node(self.node)
+            permissions.require(self.ctx, actor, op, self._permissions)
             return await self.node.ask(actor, op, payload or {}, timeout, ctx=self.ctx)
         except ActorError as e:
             raise CommandError.from_actor_error(e) from None

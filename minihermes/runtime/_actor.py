@@ -106,6 +106,10 @@ class Handler:
     inline: bool = False
     """A plain (not async) handler: a call (``ask``) or a cast (``send``) runs in its sender's task when the
     actor is idle (``Cell.call_inline``)."""
+    access: str | None = None
+    """The access class the op declares (``@call(access="read")``): who may call it from outside, read by
+    the permission model (``minihermes.permissions``) when it builds a node's table, never per message.
+    None: undeclared (admin-only unless the table classifies it)."""
 
     def bind(self, payload: dict[str, Any]) -> dict[str, Any]:
         """Check payload against the signature; returns the keyword arguments for the handler."""
@@ -138,24 +142,30 @@ class Handler:
 @overload
 def call(fn: F, /) -> F: ...
 @overload
-def call(*, name: str | None = None) -> Callable[[F], F]: ...
-def call(fn: Any = None, /, *, name: str | None = None) -> Any:
-    """Declare a request-reply handler (reached with ``ask``)."""
-    return _mark(fn, "call", name)
+def call(*, name: str | None = None, access: str | None = None) -> Callable[[F], F]: ...
+def call(fn: Any = None, /, *, name: str | None = None, access: str | None = None) -> Any:
+    """Declare a request-reply handler (reached with ``ask``). ``access``: the op's access class
+    (``read``, ``write``, ``observe`` or ``admin``; see ``minihermes.permissions``)."""
+    return _mark(fn, "call", name, access)
 
 
 @overload
 def cast(fn: F, /) -> F: ...
 @overload
-def cast(*, name: str | None = None) -> Callable[[F], F]: ...
-def cast(fn: Any = None, /, *, name: str | None = None) -> Any:
-    """Declare a fire-and-forget handler (reached with ``send``; ``ask`` gets ``{"status": "accepted"}``)."""
-    return _mark(fn, "cast", name)
+def cast(*, name: str | None = None, access: str | None = None) -> Callable[[F], F]: ...
+def cast(fn: Any = None, /, *, name: str | None = None, access: str | None = None) -> Any:
+    """Declare a fire-and-forget handler (reached with ``send``; ``ask`` gets ``{"status": "accepted"}``).
+    ``access`` as for ``call``."""
+    return _mark(fn, "cast", name, access)
 
 
-def _mark(fn: Any, kind: str, name: str | None) -> Any:
+def _mark(fn: Any, kind: str, name: str | None, access: str | None = None) -> Any:
+    if access is not None and not isinstance(access, str):
+        raise TypeError(f"access must be the name of an access class, got {access!r}")
+
     def deco(f: Any) -> Any:
         f.__minihermes_handler__ = (kind, name or f.__name__)
+        f.__minihermes_access__ = access
         return f
 
     return deco(fn) if fn is not None else deco
@@ -349,6 +359,7 @@ def build_handler(kind: str, op: str, fn: Callable[..., Any], hints: dict[str, A
         internal=op.startswith("__"),
         states=getattr(fn, "__minihermes_states__", None),
         inline=not is_async,
+        access=getattr(fn, "__minihermes_access__", None),
     )
 
 

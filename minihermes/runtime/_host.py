@@ -35,6 +35,7 @@ from .store import (
 )
 
 if TYPE_CHECKING:
+    from ._actor import Actor
     from ._cell import Cell
     from ._node import Node
 
@@ -492,6 +493,12 @@ class Host:
     def has_actor(self, name: str) -> bool:
         """Whether this node runs an actor type with this name (optional collaborators)."""
         return name in self._node._specs
+
+    def actor_types(self) -> dict[str, type[Actor]]:
+        """The actor class this node runs under each name (the permission model reads the access class each
+        op declares from them: ``PermissionTable.with_declared``)."""
+        node = self._node
+        return {name: node.spec(name).cls for name in node.actor_names()}
 
     def service_status(self) -> dict[str, dict[str, Any]]:
         """The node's view of every actor type (up, kind, instances, restarts): for health monitors."""

@@ -5,17 +5,20 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from minihermes.api.permissions import ACCESS_ROLES, DEFAULT_TABLE
+from minihermes.agent.app import build_agent_node, default_config
+from minihermes.api.permissions import ACCESS_ROLES, DEFAULT_PERMISSIONS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "http-api.md"
 
 
-def test_permission_table_in_the_docs_matches_the_code():
+def test_permission_table_in_the_docs_matches_the_code(tmp_path: Path) -> None:
+    # What the agent app enforces: each op's declared access class under the table's overrides.
+    effective = DEFAULT_PERMISSIONS.for_node(build_agent_node(default_config(tmp_path / "data")))
     text = DOC.read_text()
     block = text.split("<!-- permission-table:start -->")[1].split("<!-- permission-table:end -->")[0]
     rows = re.findall(r"^\| `([^`]+)` \| `([^`]+)` \| (\w+) \| ([\w, ]+) \|$", block, re.M)
     documented = {(a, o): acc for a, o, acc, _ in rows}
-    assert documented == dict(DEFAULT_TABLE)
+    assert documented == effective.entries()
     for _, _, acc, roles in rows:
         assert set(roles.split(", ")) == ACCESS_ROLES[acc]
 
