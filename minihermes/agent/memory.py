@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -55,6 +56,7 @@ from minihermes.context.recall import (
     load_embedder,
 )
 from minihermes.context.redact import redact_text
+from minihermes.runtime import MAX_KEY_CHARS as MAX_ACTOR_KEY_CHARS
 from minihermes.runtime import (
     Conflict,
     GenServer,
@@ -99,13 +101,29 @@ def _require_writer(op: str) -> None:
         raise PermissionDenied(f"{op}: a read-only role cannot change memories", op=op)
 
 
+_REFUSED_CHARS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
+"""Control characters but tab and newlines, and lone surrogates (no store can hold them as UTF-8)."""
+MAX_RECORD_KEY = 4000
+"""Longest kv key of a record (the stores hold 4096 characters; its embedding's key adds ``_VEC``): the key,
+scope owner and holder are percent-encoded into it, so each within its limit may still not fit together."""
+
+
 def _check_text(op: str, field: str, value: str, limit: int, *, required: bool = True) -> None:
     if required and not value.strip():
         raise InvalidArgument(f"{op}: {field} must not be empty", op=op, field=field)
     if len(value) > limit:
         raise InvalidArgument(f"{op}: {field} is longer than {limit} characters", op=op, field=field)
-    if any(ord(c) < 32 and c not in "\t\n\r" for c in value) or "\x7f" in value:
+    if _REFUSED_CHARS.search(value):
         raise InvalidArgument(f"{op}: {field} must not contain control characters", op=op, field=field)
+
+
+def _check_ids(op: str, **ids: str) -> None:
+    """The ids an op names (agent, session, user; empty: none or the default), checked before any of them
+    reaches a store key or pattern (a NUL or 5000 characters were a crash in the store's own checks): as
+    long as an actor key may be, so that every session can be read and forgotten (a fact's own scope id is
+    held to ``MAX_ID_CHARS`` when it is stored)."""
+    for field, value in ids.items():
+        _check_text(op, field, value, MAX_ACTOR_KEY_CHARS, required=False)
 
 
 def _owner(op: str, scope: str, agent_id: str, session_id: str) -> str:
@@ -287,6 +305,9 @@ class Memory(GenServer):
         fact came from, default ``session_id``) lets forgetting a session take its facts along."""
         op = "store_memory"
         _require_writer(op)
+        _check_ids(
+            op, agent_id=agent_id, session_id=session_id, user_id=user_id, source_session=source_session
+        )
         ctx = current_context()
         if _privileged(ctx):
             holder = (user_id or ctx.principal) if private else ""
@@ -308,6 +329,12 @@ class Memory(GenServer):
         _check_text(op, "value", text, self.max_value_chars[tier])
         owner = _owner(op, scope, agent_id, session_id)
         rkey = _record_key(scope, owner, key, holder)
+        if len(rkey) > MAX_RECORD_KEY:
+            raise InvalidArgument(
+                f"{op}: key, {scope} id and user id are too long together (fewer characters, or ASCII)",
+                op=op,
+                field="key",
+            )
         existing = await self.host.kv.get(rkey)
         previous: dict[str, Any] | None = existing if isinstance(existing, dict) else None
         # The holder's own record from before ownership (at the shared key) is replaced by this one.
@@ -391,6 +418,7 @@ class Memory(GenServer):
         the caller may see (another user's fact)."""
         op = "delete_memory"
         _require_writer(op)
+        _check_ids(op, agent_id=agent_id, session_id=session_id, user_id=user_id)
         _check_text(op, "key", key, MAX_KEY_CHARS)
         owner = _owner(op, scope, agent_id, session_id)
         ctx = current_context()
@@ -414,6 +442,7 @@ class Memory(GenServer):
         (admin only). A user clears only their own facts there."""
         op = "clear_memories"
         _require_writer(op)
+        _check_ids(op, agent_id=agent_id, session_id=session_id)
         ctx = current_context()
         admin = _privileged(ctx)
         if scope == "global" and not admin:
@@ -459,6 +488,7 @@ class Memory(GenServer):
         """``{found, value}`` for one key (value is None when not found): the caller's own fact under the key,
         else the tenant-shared one (an admin naming ``user_id``: as that user would find it)."""
         op = "recall_memory"
+        _check_ids(op, agent_id=agent_id, session_id=session_id, user_id=user_id)
         _check_text(op, "key", key, MAX_KEY_CHARS)
         owner = _owner(op, scope, agent_id, session_id)
         ctx = current_context()
@@ -488,6 +518,7 @@ class Memory(GenServer):
         """Facts matching a scope, tier and/or kind (empty: any) that the caller may see (an admin naming
         ``user_id``: that user's view), sorted by scope, owner and key. With an agent or session id, other
         agents' and sessions' facts are left out."""
+        _check_ids("list_memories", agent_id=agent_id, session_id=session_id, user_id=user_id)
         if not 1 <= limit <= 1000:
             raise InvalidArgument("list_memories: limit must be 1..1000", op="list_memories", field="limit")
         owner: str | None = None
@@ -536,6 +567,7 @@ class Memory(GenServer):
         memories do not decay). Results below ``min_score`` are left out. Only what the caller may see is
         searched (an admin naming ``user_id``: what that user sees)."""
         op = "search_memories"
+        _check_ids(op, agent_id=agent_id, session_id=session_id, user_id=user_id)
         _check_text(op, "query", query, MAX_QUERY_CHARS)
         if not 1 <= limit <= 100:
             raise InvalidArgument(f"{op}: limit must be 1..100", op=op, field="limit")
@@ -614,6 +646,7 @@ class Memory(GenServer):
         user's own (``user_id``, default the caller; users always get their own, viewers the shared ones
         only), global ones plus the agent's and the session's when their ids are given. Sorted, so the same
         facts always give the same prompt; bounded by ``max_chars`` (key + value)."""
+        _check_ids("core_snapshot", user_id=user_id, agent_id=agent_id, session_id=session_id)
         budget = max_chars if max_chars > 0 else self.core_snapshot_chars
         reader = _reader(current_context(), user_id, prompt=True)
         records = [
@@ -654,6 +687,7 @@ class Memory(GenServer):
         only their own facts."""
         op = "forget"
         _require_writer(op)
+        _check_ids(op, agent_id=agent_id, session_id=session_id, user_id=user_id)
         ctx = current_context()
         if key:
             one = await self.delete_memory(key, scope, agent_id, session_id, user_id)
@@ -698,6 +732,8 @@ class Memory(GenServer):
     @cast
     async def session_ended(self, session_id: str) -> None:
         """A session ended (sent by ``session_manager``): its session-scoped memories go, whoever's."""
+        if not session_id or len(session_id) > MAX_ID_CHARS or _REFUSED_CHARS.search(session_id):
+            return  # no session-scoped memory was stored for such a session
         for t in await self._rows(["memory", "session", session_id, None, None]):
             record = await self.host.kv.get(_record_key(*t))
             if isinstance(record, dict):
@@ -723,7 +759,8 @@ class Memory(GenServer):
         ]
 
     async def _records(self, ids: list[tuple[str, str, str, str]]) -> list[dict[str, Any]]:
-        got = await asyncio.gather(*(self.host.kv.get(_record_key(*i)) for i in ids))
+        keys = [k for i in ids if len(k := _record_key(*i)) <= MAX_RECORD_KEY]  # a longer one: never stored
+        got = await asyncio.gather(*(self.host.kv.get(k) for k in keys))
         return [r for r in got if isinstance(r, dict)]
 
     async def _candidates(self, scope: str, owner: str, key: str, who: str) -> list[dict[str, Any]]:

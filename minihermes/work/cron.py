@@ -27,6 +27,7 @@ from typing import Any, Literal
 from minihermes.audit import fire_audit
 from minihermes.context.forget import session_owner
 from minihermes.runtime import (
+    MAX_KEY_CHARS,
     Conflict,
     GenServer,
     InvalidArgument,
@@ -36,6 +37,7 @@ from minihermes.runtime import (
     call,
     cast,
     current_context,
+    valid_key,
 )
 
 from ._cronstore import (
@@ -67,6 +69,17 @@ _WRITERS = frozenset({"admin", "system", "user"})
 def _require_writer(op: str) -> None:
     if not current_context().roles & _WRITERS:
         raise PermissionDenied(f"{op}: a read-only role cannot change cron jobs", op=op)
+
+
+def _check_session_id(op: str, session_id: str) -> None:
+    """A job's runs are turns of the session ``cron:<session_id>``, an actor key: the runtime's rule for one
+    (printable, bounded), checked when the job is created rather than at every run."""
+    if session_id and not valid_key(f"cron:{session_id}"):
+        raise InvalidArgument(
+            f"{op}: session_id must be 1-{MAX_KEY_CHARS - len('cron:')} printable characters",
+            op=op,
+            field="session_id",
+        )
 
 
 def _job_view(job: dict[str, Any]) -> dict[str, Any]:
@@ -133,6 +146,7 @@ class CronScheduler(GenServer):
         op = "create_job"
         _require_writer(op)
         check_job_id(job_id, op)
+        _check_session_id(op, session_id)
         if not prompt.strip() or len(prompt) > MAX_PROMPT_CHARS:
             raise InvalidArgument(f"{op}: prompt must be 1..{MAX_PROMPT_CHARS} characters", field="prompt")
         if not 0 <= max_retries <= 20:

@@ -29,6 +29,7 @@ from urllib.parse import quote, unquote
 from minihermes.audit import fire_audit
 from minihermes.context.forget import session_owner
 from minihermes.runtime import (
+    MAX_KEY_CHARS,
     ActorError,
     Conflict,
     GenServer,
@@ -38,6 +39,7 @@ from minihermes.runtime import (
     call,
     cast,
     current_context,
+    valid_key,
 )
 
 from ._owner import acting_principal, is_admin, scrub
@@ -92,6 +94,22 @@ def parse_verdict(text: str) -> tuple[bool, str]:
     return False, "the judge gave no verdict"
 
 
+MAX_QUOTED_SESSION = 2048
+"""Longest session id once percent-encoded into a key (any ASCII id of ``MAX_KEY_CHARS`` fits): with a goal id
+of at most ``MAX_KEY_CHARS`` a goal's key stays within what every store holds."""
+
+
+def _check_session_id(op: str, session_id: str) -> None:
+    """Session ids are keys (of the session's actors, and here of its goals): the runtime's rule for a key,
+    checked before one reaches the store (a NUL or 5000 characters were a crash there, HTTP 500)."""
+    if session_id and not (valid_key(session_id) and len(quote(session_id, safe="")) <= MAX_QUOTED_SESSION):
+        raise InvalidArgument(
+            f"{op}: session_id must be 1-{MAX_KEY_CHARS} printable characters (fewer outside ASCII)",
+            op=op,
+            field="session_id",
+        )
+
+
 def _key(session_id: str, goal_id: str) -> str:
     return f"goal:{quote(session_id, safe='')}:{goal_id}"
 
@@ -120,6 +138,7 @@ class Goals(GenServer):
         op = "set_goal"
         if not session_id.strip():
             raise InvalidArgument(f"{op}: session_id must not be empty", op=op, field="session_id")
+        _check_session_id(op, session_id)
         if not text.strip() or len(text) > MAX_GOAL_CHARS:
             raise InvalidArgument(f"{op}: text must be 1..{MAX_GOAL_CHARS} characters", op=op, field="text")
         if not 0 <= max_turns <= 1000:
@@ -162,12 +181,14 @@ class Goals(GenServer):
     async def list_goals(self, session_id: str = "", status: StatusFilter = "active") -> dict[str, Any]:
         """Goals of one session (or of every session with ``session_id=""``), oldest first: a user's own and
         the tenant's."""
+        _check_session_id("list_goals", session_id)
         goals = await self._mine(await self._goals(session_id, status))
         return {"status": "ok", "goals": [_view(g) for g in goals], "count": len(goals)}
 
     @call
     async def complete_goal(self, goal_id: str, session_id: str = "", reason: str = "") -> dict[str, Any]:
         """Mark a goal done by hand (audited like a judged completion)."""
+        _check_session_id("complete_goal", session_id)
         goal = await self._goal("complete_goal", goal_id, session_id)
         if goal["status"] != "active":
             raise Conflict(f"complete_goal: goal {goal_id} is {goal['status']}", goal_id=goal_id)
@@ -177,6 +198,7 @@ class Goals(GenServer):
     @call
     async def clear_goal(self, goal_id: str = "", session_id: str = "") -> dict[str, Any]:
         """Drop one goal, or with only ``session_id`` every active goal of that session (its own)."""
+        _check_session_id("clear_goal", session_id)
         if goal_id:
             goals = [await self._goal("clear_goal", goal_id, session_id)]
         elif session_id:
@@ -194,6 +216,8 @@ class Goals(GenServer):
     async def turn_completed(self, session_id: str, turn_id: str, user_message: str, response: str) -> None:
         """Judge every active goal of the session against this turn (sent by the agent after a turn): those
         of the turn's user and the tenant's."""
+        if not valid_key(session_id):
+            return  # no session has such an id, so no goal either
         for goal in await self._mine(await self._goals(session_id, "active")):
             if turn_id in goal["judged_turns"]:
                 continue  # a repeated notification for a turn already judged
@@ -289,6 +313,8 @@ class Goals(GenServer):
 
     async def _goal(self, op: str, goal_id: str, session_id: str) -> dict[str, Any]:
         """A goal the caller may change (another user's, or a tenant-wide one for a user, is not found)."""
+        if not valid_key(goal_id):  # no goal has such an id (they are 12 hex digits)
+            raise NotFound(f"{op}: no goal {goal_id[:80]}", op=op, goal_id=goal_id[:80])
         goal = await self.host.kv.get(_key(session_id, goal_id)) if session_id else None
         if not isinstance(goal, dict):
             goal = next((g for g in await self._goals("", "") if g["goal_id"] == goal_id), None)

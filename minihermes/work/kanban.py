@@ -36,6 +36,7 @@ from minihermes.runtime import (
     call,
     cast,
     current_context,
+    valid_key,
 )
 
 from ._owner import acting_principal, is_admin, principal, scrub, scrub_value
@@ -61,6 +62,13 @@ def _text(op: str, field: str, value: str, limit: int, *, required: bool = False
 
 def _key(task_id: str) -> str:
     return f"kanban:task:{task_id}"
+
+
+def _check_task_id(op: str, task_id: str) -> None:
+    """No card has an id the store cannot key on (ids are ``t<n>``): such an id is not found, before it reaches
+    the store's own checks (a NUL was a crash there, HTTP 500)."""
+    if not valid_key(task_id):
+        raise NotFound(f"{op}: no task {task_id[:80]!r}", op=op, task_id=task_id[:80])
 
 
 def _require_owner(op: str, card: dict[str, Any]) -> None:
@@ -420,6 +428,7 @@ class Kanban(GenServer):
     ) -> dict[str, Any]:
         """Apply ``fn`` to the card (compare-and-set, retried). ``guard``: a caller's change, allowed to the
         card's author, assignee, an admin or the system (checked on the version being changed)."""
+        _check_task_id(op, task_id)
         for _ in range(20):
             entry = await self.host.kv.get_entry(_key(task_id))
             if entry is None or not isinstance(entry.value, dict):
@@ -464,6 +473,7 @@ class Kanban(GenServer):
         return True
 
     async def _card(self, op: str, task_id: str) -> dict[str, Any]:
+        _check_task_id(op, task_id)
         card = await self.host.kv.get(_key(task_id))
         if not isinstance(card, dict):
             raise NotFound(f"{op}: no task {task_id}", op=op, task_id=task_id)

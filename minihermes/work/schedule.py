@@ -35,6 +35,9 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _INTERVAL = re.compile(
     r"^(?:every[_ ]\s*)?(?P<n>\d{1,6})\s*(?P<unit>s|sec|secs|seconds?|m|min|mins|minutes?|h|hr|hrs|hours?|d|days?)$"
 )
+_TZ_NAME = re.compile(r"[A-Za-z0-9_+-]{1,32}(?:/[A-Za-z0-9_+-]{1,32}){0,3}")
+"""What an IANA zone name looks like (``Etc/GMT+5``, ``America/Argentina/Buenos_Aires``): no dots, no empty
+or absolute path, at most 131 characters (the longest name is 32)."""
 _FORMS = (
     "a 5-field cron expression ('0 9 * * *'), every_1m / every_5m / every_1h / every_24h, 'every 2h', "
     "'30m', or a one-shot ISO time ('2026-05-01T09:00:00Z')"
@@ -104,12 +107,18 @@ class Schedule:
 
 
 def _zone(tz: str) -> ZoneInfo:
+    """The zone of an IANA name. The name is checked before it reaches ``ZoneInfo``, which reads it as a path
+    under the zone directory: a long one was an ``OSError`` (file name too long), and a name that is no zone
+    raises one of several exception types (all caught, all the same ``InvalidArgument``)."""
+    unknown = InvalidArgument(
+        f"unknown time zone '{tz[:80]}' (use an IANA name such as 'Europe/Paris' or 'UTC')", field="tz"
+    )
+    if not _TZ_NAME.fullmatch(tz):
+        raise unknown
     try:
         return ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise InvalidArgument(
-            f"unknown time zone '{tz}' (use an IANA name such as 'Europe/Paris' or 'UTC')", field="tz"
-        ) from None
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: IsADirectoryError, PermissionError, ...
+        raise unknown from None
 
 
 def parse_schedule(schedule: str, tz: str = "UTC") -> Schedule:
