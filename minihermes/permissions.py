@@ -56,21 +56,6 @@ DEFAULT_TABLE: Final[Mapping[tuple[str, str], Access]] = {
     ("agent", "get_stats"): "read",
     ("agent", "last_turn"): "read",
     ("agent", "resume"): "admin",
-    # agent_fsm (per session; the agent drives it)
-    ("agent_fsm", "get_state"): "read",
-    ("agent_fsm", "transition"): "admin",
-    ("agent_fsm", "reset"): "admin",
-    # llm_gateway
-    ("llm_gateway", "get_stats"): "read",
-    ("llm_gateway", "get_circuit"): "read",
-    ("llm_gateway", "list_providers"): "read",
-    ("llm_gateway", "completion"): "admin",
-    ("llm_gateway", "register_provider"): "admin",
-    ("llm_gateway", "switch_provider"): "admin",
-    ("llm_gateway", "set_failover"): "admin",
-    ("llm_gateway", "register_credential"): "admin",
-    ("llm_gateway", "set_budget"): "admin",
-    ("llm_gateway", "timer_tick"): "admin",
     # tool_executor
     ("tool_executor", "list_tools"): "read",
     ("tool_executor", "describe_tool"): "read",
@@ -78,23 +63,6 @@ DEFAULT_TABLE: Final[Mapping[tuple[str, str], Access]] = {
     ("tool_executor", "register_tool"): "admin",
     ("tool_executor", "unregister_tool"): "admin",
     ("tool_executor", "execute"): "admin",
-    # guardrails
-    ("guardrails", "get_policies"): "read",
-    ("guardrails", "get_state"): "read",
-    ("guardrails", "list_approvals"): "observe",
-    ("guardrails", "get_approval"): "observe",
-    ("guardrails", "check_tool"): "admin",
-    ("guardrails", "set_policy"): "admin",
-    ("guardrails", "clear_policy"): "admin",
-    ("guardrails", "set_mode"): "admin",
-    ("guardrails", "tools_changed"): "admin",
-    ("guardrails", "request_approval"): "admin",
-    # deciding: admins on others' requests; the requester on their own only where the policy lets them
-    # (guardrails enforces both: set_policy / set_mode ``self_approve``)
-    ("guardrails", "approve"): "write",
-    ("guardrails", "deny"): "write",
-    ("guardrails", "set_approval_policy"): "admin",
-    ("guardrails", "transition"): "admin",
     # memory (the actor keeps users to their own memories)
     ("memory", "store_memory"): "write",
     ("memory", "recall_memory"): "read",
@@ -104,25 +72,9 @@ DEFAULT_TABLE: Final[Mapping[tuple[str, str], Access]] = {
     ("memory", "core_snapshot"): "read",
     ("memory", "get_stats"): "read",
     ("memory", "clear_memories"): "write",
-    # session_manager (the actor keeps users to their own sessions)
-    ("session_manager", "create_session"): "write",
-    ("session_manager", "get_session"): "read",
-    ("session_manager", "end_session"): "write",
-    ("session_manager", "list_sessions"): "read",
-    ("session_manager", "touch"): "write",
-    ("session_manager", "get_stats"): "read",
-    # audit_event (users read their own events; poll/commit move only the caller's own cursor)
-    ("audit_event", "query_events"): "read",
-    ("audit_event", "poll_events"): "read",
-    ("audit_event", "commit_cursor"): "read",
-    ("audit_event", "verify"): "read",
-    ("audit_event", "get_stats"): "read",
-    ("audit_event", "log_event"): "admin",
+    # audit_event: the GenEvent behavior's own ops (the actor declares the others)
     ("audit_event", "subscribe"): "admin",
     ("audit_event", "unsubscribe"): "admin",
-    # health_monitor (shared)
-    ("health_monitor", "get_health"): "read",
-    ("health_monitor", "poll_tick"): "admin",
     # agent: transcript search (the actor narrows users to their own sessions)
     ("agent", "session_search"): "read",
     # skill_store: everyone reads; curating the tenant's skills is an admin's job
@@ -154,10 +106,6 @@ DEFAULT_TABLE: Final[Mapping[tuple[str, str], Access]] = {
     ("cron_scheduler", "pause_job"): "admin",
     ("cron_scheduler", "resume_job"): "admin",
     ("cron_scheduler", "run_now"): "admin",
-    # task_queue (dead letters hold other users' payloads: operators only)
-    ("task_queue", "get_stats"): "read",
-    ("task_queue", "dead_letters"): "observe",
-    ("task_queue", "redrive"): "admin",
     # kanban: the tenant's shared board
     ("kanban", "list"): "read",
     ("kanban", "show"): "read",

@@ -41,7 +41,7 @@ class AgentFSM(GenFSM):
     history: list[list[Any]] = state(default_factory=list)
     """The last moves as [from, to, at], oldest first."""
 
-    @call
+    @call(access="admin")
     def transition(self, to: str, session_id: str = "") -> dict[str, Any]:
         """Move to ``to``; ``invalid_transition`` (state unchanged) when the table forbids it."""
         prev = self.transition_to(to)
@@ -50,7 +50,7 @@ class AgentFSM(GenFSM):
             self.host.checkpoint_after()
         return {"status": "ok", "from": prev, "to": to, "session_id": self._session(session_id)}
 
-    @call
+    @call(access="read")
     def get_state(self, session_id: str = "") -> dict[str, Any]:
         """The current state, the moves allowed from it, and the recent moves."""
         return {
@@ -63,7 +63,7 @@ class AgentFSM(GenFSM):
             "history": [{"from": f, "to": t, "at": at} for f, t, at in self.history],
         }
 
-    @call
+    @call(access="admin")
     def reset(self, session_id: str = "", reason: str = "") -> dict[str, Any]:
         """Back to ``idle`` from any state (recovery after an interrupted turn)."""
         prev = self.fsm_state

@@ -66,7 +66,7 @@ class AuditEvent(GenEvent):
     async def on_stop(self, reason: str) -> None:
         await self._settled()
 
-    @cast
+    @cast(access="admin")
     def log_event(
         self,
         event_type: str,
@@ -119,7 +119,7 @@ class AuditEvent(GenEvent):
         if last is not None and not last.done():
             await asyncio.wait({last})
 
-    @call
+    @call(access="read")
     async def query_events(
         self, event_type: str = "", since: float = 0, limit: int = 100, session_id: str = ""
     ) -> dict[str, Any]:
@@ -154,7 +154,7 @@ class AuditEvent(GenEvent):
         found.reverse()
         return {"status": "ok", "events": found, "count": len(found)}
 
-    @call
+    @call(access="read")
     async def poll_events(
         self, consumer_id: str, limit: int = 100, event_type: str = "", commit: bool = True
     ) -> dict[str, Any]:
@@ -190,7 +190,7 @@ class AuditEvent(GenEvent):
             "committed": position if commit else cursor,
         }
 
-    @call
+    @call(access="read")
     async def commit_cursor(self, consumer_id: str, cursor: int) -> dict[str, Any]:
         """Move this consumer's cursor to ``cursor`` (a ``seq`` it has processed)."""
         key = _cursor_key(consumer_id)
@@ -200,7 +200,7 @@ class AuditEvent(GenEvent):
         await self.host.kv.put(key, cursor)
         return {"status": "ok", "consumer_id": consumer_id, "cursor": cursor}
 
-    @call
+    @call(access="read")
     async def verify(self) -> dict[str, Any]:
         """Recompute the hash chain of the tenant's trail."""
         check = await self.host.events.verify(STREAM)
@@ -212,7 +212,7 @@ class AuditEvent(GenEvent):
             "reason": check.reason,
         }
 
-    @call
+    @call(access="read")
     async def get_stats(self) -> dict[str, Any]:
         return {"status": "ok", "event_count": await self.host.events.last_seq(STREAM)}
 

@@ -128,7 +128,7 @@ class Guardrails(GenFSM):
 
     # -- the gate -----------------------------------------------------------------------------------------
 
-    @call
+    @call(access="admin")
     def check_tool(
         self,
         tool_name: str,
@@ -261,7 +261,7 @@ class Guardrails(GenFSM):
             self._classified[tool_name] = (self.host.now(), info)
         return info
 
-    @cast
+    @cast(access="admin")
     def tools_changed(self, name: str = "") -> None:
         """Forget a cached tool classification (all of them without a name)."""
         if name:
@@ -291,7 +291,7 @@ class Guardrails(GenFSM):
 
     # -- policies and mode --------------------------------------------------------------------------------
 
-    @call
+    @call(access="admin")
     def set_policy(self, tool_name: str, decision: Decision) -> dict[str, Any]:
         """Set a tool's policy (the tool need not exist yet). Admin only; takes effect on the next check."""
         _require_admin("set_policy")
@@ -306,7 +306,7 @@ class Guardrails(GenFSM):
         )
         return {"status": "ok", "tool_name": tool_name, "decision": decision, "previous": previous}
 
-    @call
+    @call(access="admin")
     def clear_policy(self, tool_name: str) -> dict[str, Any]:
         """Back to the defaults for one tool. Admin only."""
         _require_admin("clear_policy")
@@ -316,7 +316,7 @@ class Guardrails(GenFSM):
             self._audit("policy_cleared", f"tool={tool_name}", "", {"tool": tool_name, "previous": previous})
         return {"status": "ok", "tool_name": tool_name, "previous": previous}
 
-    @call
+    @call(access="read")
     def get_policies(self) -> dict[str, Any]:
         return {
             "status": "ok",
@@ -325,7 +325,7 @@ class Guardrails(GenFSM):
             "approval_policy": dict(sorted(self.approval_policy.items())),
         }
 
-    @call
+    @call(access="admin")
     def set_mode(self, mode: Mode) -> dict[str, Any]:
         """Move the gate to open, supervised or lockdown. Admin only."""
         _require_admin("set_mode")
@@ -340,7 +340,7 @@ class Guardrails(GenFSM):
             )
         return {"status": "ok", "mode": mode, "previous": previous}
 
-    @call
+    @call(access="admin")
     def transition(self, to: str) -> dict[str, Any]:
         """The FSM's own op, admin only here: it moves the gate like ``set_mode``."""
         _require_admin("transition")
@@ -350,7 +350,7 @@ class Guardrails(GenFSM):
         )
         return {"status": "ok", "from": previous, "to": to}
 
-    @call
+    @call(access="read")
     def get_state(self) -> dict[str, Any]:
         pending = sum(1 for a in self.approvals.values() if a["status"] == "pending")
         return {
@@ -369,7 +369,7 @@ class Guardrails(GenFSM):
 
     # -- approvals ----------------------------------------------------------------------------------------
 
-    @call
+    @call(access="admin")
     def request_approval(
         self,
         tool_name: str,
@@ -425,7 +425,7 @@ class Guardrails(GenFSM):
             "self_approve": self._self_approves(tool_name),
         }
 
-    @call
+    @call(access="admin")
     def set_approval_policy(self, self_approve: bool, tool_name: str = "") -> dict[str, Any]:
         """Who decides on a paused call of ``tool_name`` (empty: the default for every tool without a setting
         of its own): ``self_approve`` lets its requester decide; otherwise only admins, never on their own
@@ -452,7 +452,7 @@ class Guardrails(GenFSM):
     def _self_approves(self, tool_name: str) -> bool:
         return bool(self.approval_policy.get(tool_name, self.approval_policy.get("", False)))
 
-    @call
+    @call(access="observe")
     def list_approvals(
         self, status: ApprovalStatus = "pending", session_id: str = "", limit: int = 100
     ) -> dict[str, Any]:
@@ -467,16 +467,18 @@ class Guardrails(GenFSM):
         ]
         return {"status": "ok", "approvals": chosen[:limit], "count": len(chosen[:limit])}
 
-    @call
+    @call(access="observe")
     def get_approval(self, approval_id: str) -> dict[str, Any]:
         return {"status": "ok", **self._public(self._approval(approval_id))}
 
-    @call
+    # "write": admins decide others' requests, the requester their own where the policy lets them (checked
+    # in ``_decide``).
+    @call(access="write")
     def approve(self, approval_id: str, note: str = "") -> Any:
         """Approve a pending call and resume its turn; the reply carries the resumed turn's reply."""
         return self._decide(approval_id, "approved", note)
 
-    @call
+    @call(access="write")
     def deny(self, approval_id: str, note: str = "") -> Any:
         """Deny a pending call; the turn resumes and the LLM reads that a reviewer refused it."""
         return self._decide(approval_id, "denied", note)

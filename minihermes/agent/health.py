@@ -59,7 +59,7 @@ class HealthMonitor(GenServer):
         self.timer = self.host.send_after(self.interval, "poll_tick")
         self.host.join("svc:health_monitor")
 
-    @cast
+    @cast(access="admin")
     async def poll_tick(self) -> None:
         """One poll (the monitor's own timer sends it; it re-arms itself). Ignored from tenant callers, whose
         scope is not where snapshots live."""
@@ -76,7 +76,7 @@ class HealthMonitor(GenServer):
         finally:
             self.timer = self.host.send_after(self.interval, "poll_tick")
 
-    @call
+    @call(access="read")
     def get_health(self) -> dict[str, Any]:
         """The last poll's view: overall status, per-service health, and the degraded services' names."""
         report = self.report or self._evaluate(record=False)

@@ -136,7 +136,7 @@ class LLMGateway(GenServer):
 
     # -- completion -------------------------------------------------------------------------------------
 
-    @call
+    @call(access="admin")
     def completion(
         self,
         messages: list[dict[str, Any]],
@@ -444,7 +444,7 @@ class LLMGateway(GenServer):
         self._tick_due = self._clock.monotonic() + interval
         self._tick_timer = self.host.send_after(interval, "timer_tick", {"timer": self._tick_token})
 
-    @cast
+    @cast(access="admin")
     def timer_tick(self, timer: str = "") -> None:
         """Circuit recovery: each tick lowers every open circuit's failure count; at zero it goes half_open.
         Sent by the gateway's own timer; an admin may also send one by hand to speed recovery up."""
@@ -459,7 +459,7 @@ class LLMGateway(GenServer):
 
     # -- administration ---------------------------------------------------------------------------------
 
-    @call
+    @call(access="admin")
     def register_provider(
         self,
         name: str,
@@ -504,7 +504,7 @@ class LLMGateway(GenServer):
         )
         return {"status": "ok", "provider": name, "kind": kind, "model": model, "replaced": replaced}
 
-    @call
+    @call(access="admin")
     def switch_provider(self, provider: str, model: str = "", session_id: str = "") -> dict[str, Any]:
         """Hot swap for the tenant, or only for ``session_id`` (``provider=""`` drops the session's override)."""
         if session_id:
@@ -540,7 +540,7 @@ class LLMGateway(GenServer):
             "previous": previous,
         }
 
-    @call
+    @call(access="admin")
     def set_failover(self, chain: list[str]) -> dict[str, Any]:
         """Providers tried, in order, after the active one (or the session's)."""
         _require(ADMIN_ROLES, "set_failover")
@@ -552,7 +552,7 @@ class LLMGateway(GenServer):
         self._audit("failover_set", "failover chain set", {"from": previous, "to": self.failover})
         return {"status": "ok", "chain": self.failover}
 
-    @call
+    @call(access="admin")
     async def register_credential(self, phantom_token: str, api_key: str) -> dict[str, Any]:
         """Store an API key, encrypted, under a phantom token. The key is never echoed, logged or audited."""
         _require(ADMIN_ROLES, "register_credential")
@@ -572,7 +572,7 @@ class LLMGateway(GenServer):
         )
         return {"status": "ok", "phantom_token": phantom_token, "replaced": previous is not None}
 
-    @call
+    @call(access="admin")
     async def set_budget(self, scope: BudgetScope, key: str, max_tokens: int | None) -> dict[str, Any]:
         """Cap total tokens (input + output) for the tenant or one user/session/cron job (``"*"``: each one).
         ``max_tokens=None`` removes the budget. Calls are refused once usage reaches the cap."""
@@ -601,7 +601,7 @@ class LLMGateway(GenServer):
 
     # -- inspection -------------------------------------------------------------------------------------
 
-    @call
+    @call(access="read")
     async def get_stats(self, session_id: str = "", user_id: str = "", cron_job: str = "") -> dict[str, Any]:
         """Usage (tenant, and the given user/session/cron job), per-provider stats and circuits."""
         _check_usage_keys("get_stats", session_id=session_id, user_id=user_id, cron_job=cron_job)
@@ -622,7 +622,7 @@ class LLMGateway(GenServer):
             "session_overrides": len(self.session_overrides),
         }
 
-    @call
+    @call(access="read")
     def get_circuit(self, provider: str = "") -> dict[str, Any]:
         """One provider's circuit (flat), or every registered provider's under ``circuits``."""
         if provider:
@@ -630,7 +630,7 @@ class LLMGateway(GenServer):
             return {"status": "ok", "provider": provider, **self._circuit_views()[provider]}
         return {"status": "ok", "circuits": self._circuit_views()}
 
-    @call
+    @call(access="read")
     def list_providers(self) -> dict[str, Any]:
         """Registered providers (credentials as their phantom tokens), the active one and the chain."""
         views = self._circuit_views()

@@ -51,7 +51,7 @@ class SessionManager(GenServer):
     async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
         self.host.join("svc:session_manager")
 
-    @call
+    @call(access="write")
     async def create_session(
         self,
         channel: str = "web",
@@ -98,7 +98,7 @@ class SessionManager(GenServer):
         )
         return {"status": "ok", **meta}
 
-    @call
+    @call(access="read")
     async def get_session(self, session_id: str = "", channel: str = "", user_id: str = "") -> dict[str, Any]:
         """By id, or by (channel, user_id) through the secondary index."""
         ctx = current_context()
@@ -120,7 +120,7 @@ class SessionManager(GenServer):
         meta = await self._load(session_id, ctx)
         return {"status": "ok", **meta}
 
-    @call
+    @call(access="write")
     async def end_session(self, session_id: str) -> dict[str, Any]:
         """Mark the session ended (idempotent); the channel index no longer resolves to it."""
         ctx = current_context()
@@ -150,7 +150,7 @@ class SessionManager(GenServer):
         )
         return {"status": "ok", "session_id": session_id, "state": "ended", "already_ended": False}
 
-    @call
+    @call(access="read")
     async def list_sessions(
         self, user_id: str = "", state: str = "", channel: str = "", limit: int = 100
     ) -> dict[str, Any]:
@@ -180,7 +180,7 @@ class SessionManager(GenServer):
         rows = rows[:limit]
         return {"status": "ok", "sessions": rows, "count": len(rows), "total": total}
 
-    @cast
+    @cast(access="write")
     async def touch(self, session_id: str) -> None:
         """Record activity on a session (fire-and-forget; unknown or foreign sessions are ignored)."""
         if not _SESSION_ID.fullmatch(session_id):
@@ -191,7 +191,7 @@ class SessionManager(GenServer):
         meta["last_active_at"] = self.host.now()
         await self.host.kv.put(_SESSION + session_id, meta)
 
-    @call
+    @call(access="read")
     def get_stats(self) -> dict[str, Any]:
         return {"status": "ok", "total_created": self.total_created, "total_ended": self.total_ended}
 

@@ -252,7 +252,7 @@ class TaskQueue(GenServer):
         self.host.incr_counter("tasks_failed_total", task_type=task_type)
         self._fire("task_failed", f"msg_id={msg_id} type={task_type} requeue={requeue}")
 
-    @call
+    @call(access="read")
     async def get_stats(self) -> dict[str, Any]:
         """``enqueued, completed, failed, depth`` (ready), ``in_flight``, ``dead_lettered``, per type."""
         by_type: dict[str, Any] = {}
@@ -272,7 +272,7 @@ class TaskQueue(GenServer):
             "by_type": by_type,
         }
 
-    @call
+    @call(access="observe")  # dead letters hold other users' payloads: operators only
     async def dead_letters(self, task_type: str, limit: int = 100) -> dict[str, Any]:
         if not 1 <= limit <= 1000:
             raise InvalidArgument("dead_letters: limit must be 1..1000", field="limit")
@@ -291,7 +291,7 @@ class TaskQueue(GenServer):
         ]
         return {"status": "ok", "dead_letters": items, "count": len(items)}
 
-    @call
+    @call(access="admin")
     async def redrive(self, task_type: str, msg_id: str) -> dict[str, Any]:
         """Put a dead-lettered task back on the queue with its deliveries reset."""
         check_task_type("redrive", task_type)
