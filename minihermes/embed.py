@@ -102,7 +102,7 @@ class MiniHermes:
         mutating: bool | None = None,
     ) -> Any:
         """Register a plain Python function as a tool; its input schema comes from its type hints."""
-        from minihermes.agent.local_tools import register_local_tool
+        from minihermes.tools.local import register_local_tool
 
         def deco(f: Any) -> Any:
             tool = register_local_tool(

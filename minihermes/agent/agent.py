@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from minihermes.agent._history import HistoryViews
-from minihermes.agent._tools_handlers import workspace_path
 from minihermes.audit import fire_audit, sees_own_only
 from minihermes.context import forget as forgetting
 from minihermes.context import prompt, search_tool, session_index
@@ -45,6 +44,7 @@ from minihermes.runtime import (
     current_context,
     state,
 )
+from minihermes.tools.workspace import workspace_path
 
 MAX_MESSAGE_CHARS = 100_000
 DEFAULT_TOKEN_BUDGET = 32_000

@@ -1,4 +1,8 @@
-"""The agent application's supervision tree and its default config."""
+"""The agent application's supervision tree, its default config and its tools: the composition root.
+
+This is the one module that knows every subsystem: the actor roles of each (``ROLES``) and the toolsets each
+contributes (``TOOLSETS``), which ``build_agent_node`` gives the tool executor.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,12 @@ from pathlib import Path
 from cryptography.fernet import Fernet
 
 from minihermes.context import ContextCompressor
-from minihermes.mcp import MCPManager
-from minihermes.runtime import AppConfig, Clock, Node, build_node, register_actor_type
-from minihermes.skills import SKILL_ROLES, SkillTools
-from minihermes.work import WORK_ROLES
+from minihermes.context.search_tool import SESSION_SEARCH_TOOLSET
+from minihermes.mcp import MCP_TOOLSET, MCPManager
+from minihermes.runtime import AppConfig, Clock, ConfigError, Node, build_node, register_actor_type
+from minihermes.skills import SKILL_ROLES, SKILLS_TOOLSET, SkillTools
+from minihermes.tools import CORE_TOOLSETS, Toolset
+from minihermes.work import WORK_ROLES, WORK_TOOLSETS
 
 from .agent import Agent
 from .agent_fsm import AgentFSM
@@ -40,6 +46,34 @@ ROLES = {
 }
 for _role, _cls in ROLES.items():
     register_actor_type(_role, _cls)
+
+TOOLSETS: tuple[Toolset, ...] = (
+    *CORE_TOOLSETS,  # compute, memory, web, files, terminal
+    SESSION_SEARCH_TOOLSET,
+    *WORK_TOOLSETS,  # kanban, delegation
+    SKILLS_TOOLSET,
+    MCP_TOOLSET,
+)
+"""Every toolset of the app, given to each ``tool_executor`` (its ``toolsets`` arg, see ``toolsets_for``). A
+subsystem's tool is listed only where the actor it ``requires`` runs."""
+
+
+def toolsets_for(wanted: object, where: str = "tool_executor.args.toolsets") -> list[Toolset]:
+    """The ``toolsets`` arg of a tool executor: every toolset of the app when none is named, else the ones
+    named (by name, from ``TOOLSETS``, or ``Toolset`` objects of the embedding program's own)."""
+    if wanted is None:
+        return list(TOOLSETS)
+    by_name = {t.name: t for t in TOOLSETS}
+    if isinstance(wanted, str | Toolset) or not isinstance(wanted, list | tuple):
+        wanted = [wanted]
+    chosen: list[Toolset] = []
+    for item in wanted:
+        toolset = item if isinstance(item, Toolset) else by_name.get(str(item))
+        if toolset is None:
+            raise ConfigError(where, f"unknown toolset {item!r} (known: {', '.join(by_name)})")
+        chosen.append(toolset)
+    return chosen
+
 
 # Services start before the agents that use them; a crash in one service restarts only that service.
 AGENT_CONFIG = """
@@ -220,6 +254,7 @@ def build_agent_node(config: AppConfig, *, clock: Clock | None = None) -> Node:
             spec.args.setdefault("credential_key", paths["credential_key"])
         elif spec.cls is ToolExecutor:
             spec.args.setdefault("workspace_root", paths["workspace_root"])
+            spec.args["toolsets"] = toolsets_for(spec.args.get("toolsets"), f"{spec.name}.args.toolsets")
         elif spec.cls is Agent:
             spec.args.setdefault("workspace_root", paths["workspace_root"])
             spec.args.setdefault("soul_path", str(config.data_dir / "SOUL.md"))

@@ -46,8 +46,7 @@ from minihermes.runtime import (
     set_context,
     state,
 )
-
-from ._tools_catalog import TOOL_NAME
+from minihermes.tools.contract import TOOL_NAME
 
 Decision = Literal["allow", "deny", "review"]
 Mode = Literal["open", "supervised", "lockdown"]

@@ -11,10 +11,12 @@
 - Every call is authorized with the context of the turn that makes it (``minihermes.permissions``), exactly as
   the operation the tool performs would be over HTTP: a user's turn can do nothing the user cannot do
   directly. A refusal is a ``permission_denied`` error result for the LLM, and an audit event.
-- Tools a user's turn wrote (``register_tool`` with an owner; see ``_tools_catalog``) are listed to and run by
-  their owner only; their output is untrusted.
+- Tools a user's turn wrote (``register_tool`` with an owner; see ``minihermes.tools.catalog``) are listed to
+  and run by their owner only; their output is untrusted.
 
-Built-ins: see ``_tools_catalog.KINDS``; the code behind them is in ``_tools_handlers``.
+Built-ins: the toolsets in the ``toolsets`` arg (``minihermes.tools``: one ``Tool`` record per tool, grouped in
+named ``Toolset``s); the agent app's composition root (``minihermes/agent/app.py``) gives every toolset of the
+app, and an executor given none offers the core ones (``minihermes.tools.builtin.CORE_TOOLSETS``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from minihermes.audit import fire_audit
 from minihermes.permissions import (
     DEFAULT_PERMISSIONS,
     PermissionTable,
@@ -50,30 +53,27 @@ from minihermes.runtime import (
     current_context,
     state,
 )
-from minihermes.tools.sandbox import SandboxLimits, SandboxPolicy
-
-from ._tools_catalog import (
-    BUILTINS,
-    KINDS,
-    MUTATING,
-    UNTRUSTED,
-    Permission,
+from minihermes.tools.builtin import CORE_TOOLSETS, calculate_now
+from minihermes.tools.catalog import (
+    Catalog,
     ToolDef,
     build_registered,
     check_registration,
-    resolve_permission,
+    run_tool,
+    to_json_result,
 )
-from ._tools_handlers import (
+from minihermes.tools.contract import (
+    MUTATING,
+    UNTRUSTED,
+    Permission,
     ToolEnv,
     ToolFailure,
     UntrustedResult,
-    calculate_now,
     mark_untrusted,
-    run_tool,
-    to_json_result,
-    workspace_path,
+    resolve_permission,
 )
-from .audit import fire_audit
+from minihermes.tools.sandbox import SandboxLimits, SandboxPolicy
+from minihermes.tools.workspace import workspace_path
 
 __all__ = ["ToolExecutor", "workspace_path"]
 
@@ -117,7 +117,8 @@ class ToolExecutor(GenServer):
     ``default_timeout`` (seconds), ``max_result_chars``, ``max_tools``, ``terminal`` (a dict of
     ``SandboxLimits`` fields for the terminal tool), ``sandbox_policy`` (a ``SandboxPolicy``, in-process only),
     ``permissions`` (a ``PermissionTable``, in-process only; default ``DEFAULT_PERMISSIONS``, the HTTP edge's),
-    ``max_owned_tools`` (per principal).
+    ``max_owned_tools`` (per principal), ``toolsets`` (``Toolset`` objects, in-process only; default
+    ``CORE_TOOLSETS``).
     """
 
     state_version = 1
@@ -144,10 +145,15 @@ class ToolExecutor(GenServer):
         base = table if isinstance(table, PermissionTable) else DEFAULT_PERMISSIONS
         # The ops' declared access classes under the table, once per activation (not per tool call).
         self.permissions = base.with_declared(self.host.actor_types())
+        toolsets = args.get("toolsets")
+        catalog = Catalog(CORE_TOOLSETS if toolsets is None else toolsets)
+        self._kinds: dict[str, ToolDef] = catalog.tools
+        """The built-in tools (of every toolset given, whether or not this node has what each requires)."""
+        self._toolsets = catalog.toolsets
         self._registered: dict[str, ToolDef] = {}
         for name, record in self.tools.items():
             try:
-                self._registered[name] = build_registered(record)
+                self._registered[name] = build_registered(record, self._kinds)
             except Exception as e:  # a record this version cannot run: keep it stored, leave it out
                 self.host.log.warning("registered tool %s cannot be loaded: %s", name, e)
         self._listing: list[dict[str, Any]] | None = None
@@ -211,8 +217,10 @@ class ToolExecutor(GenServer):
             raise PermissionDenied(
                 "register_tool: a read-only role cannot register tools", op="register_tool"
             )
-        record = check_registration(name, description, input_schema, handler_type, handler_config)
-        if name in BUILTINS:
+        record = check_registration(
+            name, description, input_schema, handler_type, handler_config, self._kinds
+        )
+        if name in self._kinds:
             raise Conflict(f"'{name}' is a built-in tool and cannot be replaced", field="name")
         if not admin:
             owner = ctx.principal
@@ -239,7 +247,7 @@ class ToolExecutor(GenServer):
             raise Conflict(
                 f"this tenant already has {self.max_tools} registered tools", code="quota_exceeded"
             )
-        tool = build_registered(record)
+        tool = build_registered(record, self._kinds)
         record["registered_at"] = self.host.now()
         record["registered_by"] = ctx.principal
         self.tools[name] = record
@@ -261,7 +269,7 @@ class ToolExecutor(GenServer):
 
     def _check_own_registration(self, ctx: RequestContext, record: dict[str, Any]) -> None:
         """A non-admin's tool wraps a built-in kind they may call anyway: it can give them no new power."""
-        kind = KINDS.get(record["handler_type"])
+        kind = self._kinds.get(record["handler_type"])
         fixed = record["handler_config"].get("fixed_input") or {}
         if kind is None or not _allowed(ctx, resolve_permission(kind.permission, fixed), self.permissions):
             raise PermissionDenied(
@@ -274,7 +282,7 @@ class ToolExecutor(GenServer):
     def unregister_tool(self, name: str) -> dict[str, Any]:
         """Remove a runtime tool. Admin only (or the owner of a self-written tool); built-ins stay."""
         ctx = current_context()
-        if name in BUILTINS:
+        if name in self._kinds:
             raise Conflict(f"'{name}' is a built-in tool and cannot be removed", field="name")
         record = self.tools.get(name)
         mine = record is not None and bool(record.get("owner")) and record.get("owner") == ctx.principal
@@ -308,7 +316,7 @@ class ToolExecutor(GenServer):
             "timeouts": self._stats["timeouts"],
             "running": len(self._running),
             "by_tool": {k: dict(v) for k, v in sorted(self._stats["by_tool"].items())},
-            "builtin_tools": len(BUILTINS),
+            "builtin_tools": len(self._kinds),
             "registered_tools": len(self.tools),
         }
 
@@ -358,6 +366,7 @@ class ToolExecutor(GenServer):
             workspace_root=self.workspace_root,
             terminal_limits=self.terminal_limits,
             sandbox_policy=self.sandbox_policy,
+            toolsets=self._toolsets,
         )
         task = self.host.spawn(self._run(uuid.uuid4().hex, tool, args, env, started))
         return Deferred(task)
@@ -493,17 +502,18 @@ class ToolExecutor(GenServer):
 
     def _builtins(self) -> dict[str, ToolDef]:
         """Built-ins this node can run (a subsystem's tool needs its actor)."""
-        return {n: t for n, t in BUILTINS.items() if self._available(t)}
+        return {n: t for n, t in self._kinds.items() if self._available(t)}
 
     def _builtin_key(self) -> tuple[int, frozenset[str]]:
-        missing = frozenset(n for n, t in BUILTINS.items() if not self._available(t))
-        return len(BUILTINS), missing
+        missing = frozenset(n for n, t in self._kinds.items() if not self._available(t))
+        return len(self._kinds), missing
 
     def _lookup(self, name: str) -> ToolDef | None:
         """The tool by name, as the caller may see it (another principal's own tool is not there)."""
-        builtin = BUILTINS.get(name)
+        builtin = self._kinds.get(name)
         if builtin is not None:
-            return builtin if self._available(builtin) else None
+            requires = builtin.requires
+            return builtin if requires is None or self.host.has_actor(requires) else None
         tool = self._registered.get(name)
         if tool is None or not tool.visible_to(current_context().principal):
             return None
@@ -512,7 +522,7 @@ class ToolExecutor(GenServer):
     def _unknown_message(self, name: str) -> str:
         principal = current_context().principal
         names = [n for n, t in self._registered.items() if t.visible_to(principal)]
-        hint = difflib.get_close_matches(name, [*BUILTINS, *names], n=1)
+        hint = difflib.get_close_matches(name, [*self._kinds, *names], n=1)
         return f"no tool named '{name}'" + (f"; did you mean '{hint[0]}'?" if hint else "")
 
     def _timeout(self, tool: ToolDef) -> float:

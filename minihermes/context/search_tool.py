@@ -13,9 +13,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from minihermes.agent._tools_catalog import READ, UNTRUSTED, Kind
-from minihermes.agent._tools_handlers import ToolEnv, register_builtin_tool
 from minihermes.runtime import RequestContext, current_context
+from minihermes.tools.catalog import Toolset
+from minihermes.tools.contract import READ, UNTRUSTED, Tool, ToolEnv
 
 from . import session_index
 from .embeddings import Embedder
@@ -93,17 +93,20 @@ async def _session_search(args: dict[str, Any], env: ToolEnv) -> Any:
     return {"hits": hits, "sessions": found["sessions"], "count": len(hits)}
 
 
-register_builtin_tool(
-    Kind(
-        "session_search",
-        "Search earlier conversations (yours; an admin's: the whole tenant) for words; returns snippets with "
-        "their session ids.",
-        SCHEMA,
-        READ,
-        # Transcripts hold tool results from outside sources: what comes back is data, not instructions.
-        UNTRUSTED,
-        requires="agent",
-        permission=("agent", "session_search"),
-    ),
-    _session_search,
+SESSION_SEARCH_TOOLSET = Toolset(
+    "session_search",
+    [
+        Tool(
+            "session_search",
+            "Search earlier conversations (yours; an admin's: the whole tenant) for words; returns snippets "
+            "with their session ids.",
+            SCHEMA,
+            READ,
+            # Transcripts hold tool results from outside sources: what comes back is data, not instructions.
+            UNTRUSTED,
+            handler=_session_search,
+            requires="agent",
+            permission=("agent", "session_search"),
+        )
+    ],
 )

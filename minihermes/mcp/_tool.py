@@ -17,35 +17,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from minihermes.agent._tools_catalog import MUTATING, UNTRUSTED, Kind
-from minihermes.agent._tools_handlers import ToolEnv, ToolFailure, register_builtin_tool
 from minihermes.runtime import ActorNotFound
+from minihermes.tools.catalog import Toolset
+from minihermes.tools.contract import MUTATING, UNTRUSTED, Tool, ToolEnv, ToolFailure
 
 from ._config import MAX_TIMEOUT
 
 KIND = "mcp_call"
-
-MCP_CALL = Kind(
-    KIND,
-    "Call a tool of a configured MCP server: mcp_server and mcp_tool name it, the other fields are its "
-    "arguments. Prefer the mcp_<server>_<tool> tools, which describe their arguments.",
-    {
-        "type": "object",
-        "properties": {
-            "mcp_server": {"type": "string", "minLength": 1, "maxLength": 32, "description": "Server name"},
-            "mcp_tool": {"type": "string", "minLength": 1, "maxLength": 200, "description": "Tool name"},
-        },
-        "required": ["mcp_server", "mcp_tool"],
-        "additionalProperties": True,
-    },
-    MUTATING,
-    UNTRUSTED,
-    review=True,
-    requires="mcp_manager",
-    # A tool of a server the admin added to the tenant's agent, reviewed by the guardrails like any mutating
-    # tool: a write for the turn's caller (mcp_manager.call_tool over HTTP skips the review: admin only).
-    permission="write",
-)
 
 
 async def mcp_call(args: dict[str, Any], env: ToolEnv) -> Any:
@@ -63,6 +41,28 @@ async def mcp_call(args: dict[str, Any], env: ToolEnv) -> Any:
         raise ToolFailure("unavailable", "MCP servers are not enabled on this node") from None
 
 
-def register() -> None:
-    """Add the kind to every tool executor (idempotent)."""
-    register_builtin_tool(MCP_CALL, mcp_call)
+MCP_CALL = Tool(
+    KIND,
+    "Call a tool of a configured MCP server: mcp_server and mcp_tool name it, the other fields are its "
+    "arguments. Prefer the mcp_<server>_<tool> tools, which describe their arguments.",
+    {
+        "type": "object",
+        "properties": {
+            "mcp_server": {"type": "string", "minLength": 1, "maxLength": 32, "description": "Server name"},
+            "mcp_tool": {"type": "string", "minLength": 1, "maxLength": 200, "description": "Tool name"},
+        },
+        "required": ["mcp_server", "mcp_tool"],
+        "additionalProperties": True,
+    },
+    MUTATING,
+    UNTRUSTED,
+    handler=mcp_call,
+    review=True,
+    requires="mcp_manager",
+    # A tool of a server the admin added to the tenant's agent, reviewed by the guardrails like any mutating
+    # tool: a write for the turn's caller (mcp_manager.call_tool over HTTP skips the review: admin only).
+    permission="write",
+)
+
+MCP_TOOLSET = Toolset("mcp", [MCP_CALL])
+"""The ``mcp`` toolset: the kind every MCP tool is registered on (given to the executor by the app)."""

@@ -22,7 +22,6 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
-from minihermes.agent._tools_handlers import safe_component
 from minihermes.audit import fire_audit
 from minihermes.runtime import (
     ActorError,
@@ -35,13 +34,12 @@ from minihermes.runtime import (
     current_context,
     state,
 )
+from minihermes.tools.workspace import safe_component
 
 from . import _tool
 from ._config import MAX_TIMEOUT, MAX_TOOLS_PER_SERVER, RESERVED_ARGS, check_server, public, tool_name
 from ._connection import MCPConnection
 from ._secrets import ServerSecrets
-
-_tool.register()
 
 _ADMIN_ROLES = frozenset({"admin", "system"})
 _CALLER_ROLES = _ADMIN_ROLES | {"user"}

@@ -9,7 +9,7 @@ from ._index import IndexDoc, SkillIndex
 from ._model import format_skills, parse_skill_md, procedure_tools, render_skill_md
 from .curator import Curator
 from .skill_store import SkillStore
-from .skill_tools import SkillTools
+from .skill_tools import SKILLS_TOOLSET, SkillTools
 from .workflow import SkillWorkflow
 
 SKILL_ROLES = {
@@ -20,6 +20,7 @@ SKILL_ROLES = {
 }
 
 __all__ = [
+    "SKILLS_TOOLSET",
     "SKILL_ROLES",
     "Curator",
     "IndexDoc",

@@ -49,11 +49,12 @@ def fake_result(name: str, args: dict[str, Any]) -> tuple[Any, bool]:
 
 async def offered_tools(host: Host) -> list[dict[str, Any]]:
     if not host.has_actor("tool_executor"):
-        from minihermes.agent._tools_catalog import BUILTINS
+        from minihermes.tools.builtin import CORE_TOOLSETS
 
         return [
             {"name": t.name, "description": t.description, "input_schema": t.input_schema}
-            for t in BUILTINS.values()
+            for toolset in CORE_TOOLSETS
+            for t in toolset.tools
         ]
     listing = await host.ask("tool_executor", "list_tools", {})
     return [

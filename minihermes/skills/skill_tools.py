@@ -24,17 +24,20 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from minihermes.agent._tools_catalog import BUILTINS, MUTATING, TOOL_NAME, TRUSTED, Kind
-from minihermes.agent._tools_handlers import (
+from minihermes.audit import fire_audit
+from minihermes.runtime import Conflict, GenServer, InvalidArgument, NotFound, call, current_context
+from minihermes.tools.catalog import Toolset
+from minihermes.tools.contract import (
+    MUTATING,
+    TOOL_NAME,
+    TRUSTED,
+    Tool,
     ToolEnv,
     ToolFailure,
     UntrustedResult,
-    register_builtin_tool,
-    safe_component,
 )
-from minihermes.audit import fire_audit
-from minihermes.runtime import Conflict, GenServer, InvalidArgument, NotFound, call, current_context
 from minihermes.tools.sandbox import SandboxPolicy, make_workspace
+from minihermes.tools.workspace import safe_component
 
 from . import _access as access
 from ._sandbox_code import DEFAULT_LIMITS, CodeRejected, check_code, run_code
@@ -83,7 +86,7 @@ class SkillTools(GenServer):
         ``{status: "error", error: {code, message, attempts_left}}`` reply for the LLM to fix."""
         op = "create_tool"
         access.require_writer(op)
-        if not TOOL_NAME.match(name) or name in BUILTINS:
+        if not TOOL_NAME.match(name) or await self._builtin_name(name):
             raise InvalidArgument(f"{op}: '{name}' is not a free tool name", op=op, field="name")
         if not description.strip() or len(description) > 2000:
             raise InvalidArgument(f"{op}: description must be 1..2000 characters", op=op, field="description")
@@ -251,6 +254,16 @@ class SkillTools(GenServer):
         out: dict[str, Any] = json.loads(data)
         return out
 
+    async def _builtin_name(self, name: str) -> bool:
+        """Whether the tenant's tool executor has a built-in tool of that name (its toolsets are its own)."""
+        if not self.host.has_actor("tool_executor"):
+            return False
+        try:
+            reply = await self.host.ask("tool_executor", "describe_tool", {"name": name})
+        except NotFound:
+            return False
+        return bool(reply.get("builtin"))
+
     async def _register(self, record: dict[str, Any], description: str, parameters: dict[str, str]) -> None:
         """Register with the tool executor as the caller (no escalation): a user registers only a tool of
         their own, which the executor lists to them alone; an admin registers the tenant's."""
@@ -319,58 +332,59 @@ async def _run_skill_tool(args: dict[str, Any], env: ToolEnv) -> Any:
     return reply["result"]
 
 
-register_builtin_tool(
-    Kind(
-        "skill_manage",
-        "Create your own Python tool when no tool fits: give a name, a description, parameters (name -> "
-        "string|number|integer|boolean), code defining run(**input) that returns JSON data (standard library "
-        "only: math, json, re, datetime, statistics, ...), and a test (Python asserts calling run). It is "
-        "registered once its test passes in the sandbox; on failure you get the error and may fix it (3 "
-        "attempts). action=rollback restores an earlier version; action=list shows your tools.",
-        {
-            "type": "object",
-            "properties": {
-                "action": {"type": "string", "enum": ["create", "rollback", "list"]},
-                "name": {"type": "string", "minLength": 1, "maxLength": 64},
-                "description": {"type": "string", "maxLength": 2000},
-                "parameters": {
-                    "type": "object",
-                    "additionalProperties": {"type": "string", "enum": list(TYPES)},
+SKILLS_TOOLSET = Toolset(
+    "skills",
+    [
+        Tool(
+            "skill_manage",
+            "Create your own Python tool when no tool fits: give a name, a description, parameters (name -> "
+            "string|number|integer|boolean), code defining run(**input) that returns JSON data (standard library "
+            "only: math, json, re, datetime, statistics, ...), and a test (Python asserts calling run). It is "
+            "registered once its test passes in the sandbox; on failure you get the error and may fix it (3 "
+            "attempts). action=rollback restores an earlier version; action=list shows your tools.",
+            {
+                "type": "object",
+                "properties": {
+                    "action": {"type": "string", "enum": ["create", "rollback", "list"]},
+                    "name": {"type": "string", "minLength": 1, "maxLength": 64},
+                    "description": {"type": "string", "maxLength": 2000},
+                    "parameters": {
+                        "type": "object",
+                        "additionalProperties": {"type": "string", "enum": list(TYPES)},
+                    },
+                    "code": {"type": "string", "maxLength": 20000},
+                    "test": {"type": "string", "maxLength": 20000},
+                    "version": {"type": "integer", "minimum": 1},
                 },
-                "code": {"type": "string", "maxLength": 20000},
-                "test": {"type": "string", "maxLength": 20000},
-                "version": {"type": "integer", "minimum": 1},
+                "required": ["action"],
+                "additionalProperties": False,
             },
-            "required": ["action"],
-            "additionalProperties": False,
-        },
-        MUTATING,
-        TRUSTED,
-        requires="skill_tools",
-        permission=lambda args: ("skill_tools", _MANAGE_OPS.get(str(args.get("action")), "create_tool")),
-    ),
-    _skill_manage,
+            MUTATING,
+            TRUSTED,
+            handler=_skill_manage,
+            requires="skill_tools",
+            permission=lambda args: ("skill_tools", _MANAGE_OPS.get(str(args.get("action")), "create_tool")),
+        ),
+        Tool(
+            RUN_KIND,
+            "Run one of your self-written tools (made with skill_manage) in the sandbox: skill_tool names it, "
+            "the other fields are its input.",
+            {
+                "type": "object",
+                "properties": {"skill_tool": {"type": "string", "minLength": 1, "maxLength": 64}},
+                "required": ["skill_tool"],
+                # A self-written tool's parameters are scalars (see skill_manage); the tool's own schema,
+                # checked first, names them.
+                "additionalProperties": {"type": ["string", "number", "integer", "boolean"]},
+            },
+            MUTATING,
+            # It computes (no network, no files but its own folder), so a tenant tool's output is trusted; a
+            # user's own, unpromoted tool's is not (the handler marks it per call).
+            TRUSTED,
+            handler=_run_skill_tool,
+            requires="skill_tools",
+            permission=("skill_tools", "run_tool"),
+        ),
+    ],
 )
-
-register_builtin_tool(
-    Kind(
-        RUN_KIND,
-        "Run one of your self-written tools (made with skill_manage) in the sandbox: skill_tool names it, "
-        "the other fields are its input.",
-        {
-            "type": "object",
-            "properties": {"skill_tool": {"type": "string", "minLength": 1, "maxLength": 64}},
-            "required": ["skill_tool"],
-            # A self-written tool's parameters are scalars (see skill_manage); the tool's own schema,
-            # checked first, names them.
-            "additionalProperties": {"type": ["string", "number", "integer", "boolean"]},
-        },
-        MUTATING,
-        # It computes (no network, no files but its own folder), so a tenant tool's output is trusted; a
-        # user's own, unpromoted tool's is not (the handler marks it per call).
-        TRUSTED,
-        requires="skill_tools",
-        permission=("skill_tools", "run_tool"),
-    ),
-    _run_skill_tool,
-)
+"""The ``skills`` toolset: ``skill_manage`` and ``run_skill_tool`` (given to the executor by the app)."""

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
+import re
 import secrets
 import stat
 from collections.abc import Iterator
@@ -520,3 +522,22 @@ class Workspace:
                     yield from self._walk(child, rel, recursive, depth + 1)
                 finally:
                     os.close(child)
+
+
+# ------------------------------------------------------------------------------------ workspace folders
+
+_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+
+
+def safe_component(raw: str) -> str:
+    """A folder name for an id: the id itself when harmless, else a readable prefix and a hash (never '..')."""
+    if _SAFE_ID.match(raw):
+        return raw
+    cleaned = re.sub(r"[^A-Za-z0-9_.\-]", "_", raw).lstrip(".")[:40] or "id"
+    return f"{cleaned}~{hashlib.sha256(raw.encode()).hexdigest()[:16]}"
+
+
+def workspace_path(root: Path, tenant: str, namespace: str, session_id: str) -> Path:
+    """``<root>/<tenant>/<session>`` (the tenant folder carries the namespace when it is not the default)."""
+    tenant_dir = tenant if namespace == "default" else f"{tenant}~{safe_component(namespace)}"
+    return root / safe_component(tenant_dir) / safe_component(session_id)

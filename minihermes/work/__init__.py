@@ -1,13 +1,15 @@
 """Work that outlives a turn: cron, the task queue, the orchestrator, the kanban board, goals, delegation.
 
 One module per actor; ``WORK_ROLES`` maps their roles for the agent app's tree (``minihermes/agent/app.py``).
-Importing this package also registers the LLM tools of these subsystems (``delegate_task``, ``kanban_*``).
+``WORK_TOOLSETS`` are their LLM tools (``kanban``: ``kanban_*``; ``delegation``: ``delegate_task``), which the
+composition root gives the tool executor.
 """
 
-from . import delegation, kanban_tools
 from .cron import CronScheduler
+from .delegation import DELEGATION_TOOLSET
 from .goals import Goals
 from .kanban import Kanban
+from .kanban_tools import KANBAN_TOOLSET
 from .kanban_worker import KanbanWorker
 from .orchestrator import Orchestrator
 from .plan import SubTask, plan_deterministic
@@ -27,11 +29,13 @@ WORK_ROLES = {
     "minihermes.goals": Goals,
 }
 
-kanban_tools.register()
-delegation.register()
+WORK_TOOLSETS = (KANBAN_TOOLSET, DELEGATION_TOOLSET)
 
 __all__ = [
+    "DELEGATION_TOOLSET",
+    "KANBAN_TOOLSET",
     "WORK_ROLES",
+    "WORK_TOOLSETS",
     "CronRunner",
     "CronScheduler",
     "Goals",

@@ -11,14 +11,14 @@ are not offered it at all.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
-from minihermes.agent._tools_catalog import BUILTINS, MUTATING, TRUSTED, Kind
-from minihermes.agent._tools_handlers import ToolEnv, ToolFailure, register_builtin_tool
 from minihermes.runtime import ActorCrashed, ActorError, AskTimeout
+from minihermes.tools.catalog import Toolset
+from minihermes.tools.contract import MUTATING, TRUSTED, Tool, ToolEnv, ToolFailure
 
 from ._turns import agent_supports, chat_payload
-from .kanban_tools import OPS as KANBAN_OPS
 
 MAX_DEPTH = 2
 CHILD_ITERATIONS = 6
@@ -27,16 +27,9 @@ CHILD_TIMEOUT = 100.0
 agent waits 120 s for a tool (its ``tool_timeout``), so the child's own budget is what ends a slow child,
 with an error that says so."""
 RECORD_TTL = 86400.0
-TOOLSETS: dict[str, tuple[str, ...]] = {
-    "compute": ("calculator",),
-    "memory": ("memory_store", "memory_recall", "memory_search"),
-    "files": ("read_file", "write_file", "list_files"),
-    "web": ("http_request",),
-    "terminal": ("terminal",),
-    "kanban": tuple(f"kanban_{op}" for op in KANBAN_OPS),
-    "delegation": ("delegate_task",),
-}
 DEFAULT_TOOLSETS = ("compute", "memory", "files")
+_NAMED = "compute, memory, files, web, terminal, kanban, delegation"
+"""The toolsets the tool's description names (a child may be given any toolset of the tool executor)."""
 CHILD_PROMPT = (
     "You are a sub-agent working on one delegated goal for another agent. Work only on this goal, with the "
     "tools you have. End with a concise summary of what you found or did; the other agent reads only that."
@@ -56,7 +49,7 @@ SCHEMA: dict[str, Any] = {
             "type": "array",
             "items": {"type": "string", "minLength": 1, "maxLength": 64},
             "maxItems": 20,
-            "description": f"Tool groups ({', '.join(TOOLSETS)}) or tool names; default compute, memory, files",
+            "description": f"Tool groups ({_NAMED}) or tool names; default compute, memory, files",
         },
     },
     "required": ["goal"],
@@ -64,13 +57,14 @@ SCHEMA: dict[str, Any] = {
 }
 
 
-def expand_toolsets(names: list[str], depth: int) -> list[str]:
-    """Tool names for a child at ``depth``; ``delegate_task`` only while a further level is allowed."""
+def expand_toolsets(names: list[str], depth: int, toolsets: Mapping[str, tuple[str, ...]]) -> list[str]:
+    """Tool names for a child at ``depth``, from the executor's ``toolsets`` (name -> tool names) and single
+    built-in tool names; ``delegate_task`` only while a further level is allowed."""
     tools: list[str] = []
     for name in names or DEFAULT_TOOLSETS:
-        group = TOOLSETS.get(name)
-        if group is None and name not in BUILTINS:
-            known = ", ".join(TOOLSETS)
+        group = toolsets.get(name)
+        if group is None and not any(name in g for g in toolsets.values()):
+            known = ", ".join(toolsets)
             raise ToolFailure("invalid_input", f"unknown toolset or tool '{name}' (toolsets: {known})")
         tools.extend(group or (name,))
     if depth >= MAX_DEPTH:
@@ -88,7 +82,7 @@ async def delegate_task(args: dict[str, Any], env: ToolEnv) -> Any:
     if depth >= MAX_DEPTH:
         raise ToolFailure("depth_exceeded", f"delegation is limited to {MAX_DEPTH} levels")
     child_depth = depth + 1
-    tools = expand_toolsets(list(args.get("toolsets") or []), child_depth)
+    tools = expand_toolsets(list(args.get("toolsets") or []), child_depth, env.toolsets or {})
     child = f"delegate:{uuid.uuid4().hex[:16]}"
     record = {"parent": env.session_id, "depth": child_depth, "goal": args["goal"][:500], "tools": tools}
     await env.host.kv.put(f"delegation:{child}", record, ttl=RECORD_TTL)
@@ -120,15 +114,19 @@ async def delegate_task(args: dict[str, Any], env: ToolEnv) -> Any:
     }
 
 
-def register() -> None:
-    kind = Kind(
-        "delegate_task",
-        "Delegate a self-contained sub-task to a sub-agent with a restricted tool set; returns its summary.",
-        SCHEMA,
-        MUTATING,
-        TRUSTED,
-        requires="agent",
-        permission=("agent", "chat"),  # a child turn, as the caller
-    )
-    register_builtin_tool(kind, delegate_task)
-    BUILTINS["delegate_task"].handler_config["timeout"] = CHILD_TIMEOUT + 10
+DELEGATION_TOOLSET = Toolset(
+    "delegation",
+    [
+        Tool(
+            "delegate_task",
+            "Delegate a self-contained sub-task to a sub-agent with a restricted tool set; returns its summary.",
+            SCHEMA,
+            MUTATING,
+            TRUSTED,
+            handler=delegate_task,
+            requires="agent",
+            permission=("agent", "chat"),  # a child turn, as the caller
+            timeout=CHILD_TIMEOUT + 10,
+        )
+    ],
+)

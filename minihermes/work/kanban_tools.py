@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from minihermes.agent._tools_catalog import MUTATING, READ, TRUSTED, Kind
-from minihermes.agent._tools_handlers import ToolEnv, ToolFailure, register_builtin_tool
 from minihermes.runtime import ActorError
+from minihermes.tools.catalog import Toolset
+from minihermes.tools.contract import MUTATING, READ, TRUSTED, Tool, ToolEnv, ToolFailure
 
 _ID = {"type": "string", "minLength": 1, "maxLength": 40, "description": "Task id, e.g. t12"}
 _STATUS = {"type": "string", "enum": ["todo", "ready", "in_progress", "blocked", "done", "cancelled"]}
@@ -144,16 +144,20 @@ def _handler(op: str) -> Any:
     return run
 
 
-def register() -> None:
-    for op, (description, schema, effects) in OPS.items():
+KANBAN_TOOLSET = Toolset(
+    "kanban",
+    [
         # A call needs exactly what kanban.<op> needs over HTTP (minihermes.permissions).
-        kind = Kind(
+        Tool(
             f"kanban_{op}",
             description,
             schema,
             effects,
             TRUSTED,
+            handler=_handler(op),
             requires="kanban",
             permission=("kanban", op),
         )
-        register_builtin_tool(kind, _handler(op))
+        for op, (description, schema, effects) in OPS.items()
+    ],
+)

@@ -7,12 +7,14 @@ from typing import Any
 
 import pytest
 
-from minihermes.agent._tools_catalog import BUILTINS, resolve_permission
+from minihermes.agent.app import TOOLSETS
 from minihermes.agent.audit import AuditEvent
 from minihermes.agent.memory import Memory
 from minihermes.agent.tool_executor import ToolExecutor
 from minihermes.permissions import DEFAULT_TABLE, ROLES
 from minihermes.runtime import ActorError, ActorSpec, RequestContext
+from minihermes.tools.catalog import Catalog
+from minihermes.tools.contract import resolve_permission
 
 from .conftest import ACME, ACME_USER, ACME_VIEWER
 
@@ -39,11 +41,7 @@ async def ask(node: Any, op: str, payload: dict[str, Any], ctx: RequestContext =
 
 
 def test_every_built_in_tool_declares_its_permission():
-    import minihermes.context.search_tool
-    import minihermes.mcp.manager
-    import minihermes.skills.skill_tools
-    import minihermes.work  # noqa: F401  (each registers its tools on import)
-
+    BUILTINS = Catalog(TOOLSETS).tools  # every toolset of the agent app
     assert resolve_permission(None, {}) == "admin"  # a kind that declares nothing is closed
     for name, tool in BUILTINS.items():
         assert tool.permission is not None, name

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from minihermes.agent import local_tools
 from minihermes.agent.audit import AuditEvent
 from minihermes.agent.memory import Memory
 from minihermes.agent.tool_executor import ToolExecutor
@@ -20,6 +19,7 @@ from minihermes.runtime import (
     NotFound,
     PermissionDenied,
 )
+from minihermes.tools import local as local_tools
 
 from .conftest import ACME, ACME_USER, ACME_VIEWER, GLOBEX, audit_trail
 from .doubles import WEATHER
@@ -270,8 +270,11 @@ async def test_every_execution_validates_input_first_and_names_the_field(make_no
 def test_the_quick_schema_check_never_accepts_what_jsonschema_refuses():
     from jsonschema import Draft202012Validator
 
-    from minihermes.agent._tools_catalog import BUILTINS
-    from minihermes.agent._tools_schema import CompiledSchema, _quick
+    from minihermes.agent.app import TOOLSETS
+    from minihermes.tools._schema import CompiledSchema, _quick
+    from minihermes.tools.catalog import Catalog
+
+    BUILTINS = Catalog(TOOLSETS).tools
 
     pool = [
         None,

@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from minihermes.agent._tools_handlers import UNTRUSTED_NOTE
 from minihermes.agent.tool_executor import ToolExecutor, workspace_path
 from minihermes.runtime import ActorSpec, ServiceLink, ServiceLinks
+from minihermes.tools.contract import UNTRUSTED_NOTE
 from minihermes.tools.sandbox import isolation_report
 
 from .conftest import ACME, GLOBEX

@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
-from minihermes.agent import _tools_catalog, _tools_schema, local_tools
 from minihermes.runtime import InvalidArgument
+from minihermes.tools import _schema as _tools_schema
+from minihermes.tools import catalog as _tools_catalog
+from minihermes.tools import local as local_tools
 
 from .test_tool_executor import ask, run, specs
 

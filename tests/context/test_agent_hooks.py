@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from minihermes.agent.agent import Agent
+from minihermes.agent.app import TOOLSETS
 from minihermes.agent.memory import Memory
 from minihermes.agent.tool_executor import ToolExecutor
 from minihermes.context import ContextCompressor
@@ -44,7 +45,10 @@ def specs(tmp_path: Path, compressor: bool = False, **agent_args: Any) -> list[A
         ActorSpec("llm_gateway", FnGateway, per_tenant=True),
         ActorSpec("memory", Memory, per_tenant=True),
         ActorSpec(
-            "tool_executor", ToolExecutor, per_tenant=True, args={"workspace_root": str(tmp_path / "ws")}
+            "tool_executor",
+            ToolExecutor,
+            per_tenant=True,
+            args={"workspace_root": str(tmp_path / "ws"), "toolsets": TOOLSETS},
         ),
         ActorSpec("probe", Probe, per_tenant=True),
     ]

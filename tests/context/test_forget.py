@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from minihermes.agent.agent import Agent
+from minihermes.agent.app import TOOLSETS
 from minihermes.agent.memory import Memory
 from minihermes.agent.tool_executor import ToolExecutor
 from minihermes.context import ContextCompressor
@@ -34,7 +35,10 @@ def specs(tmp_path: Path) -> list[ActorSpec]:
         ActorSpec("context_compressor", ContextCompressor, per_tenant=True),
         ActorSpec("skill_store", FakeSkills, per_tenant=True),
         ActorSpec(
-            "tool_executor", ToolExecutor, per_tenant=True, args={"workspace_root": str(tmp_path / "ws")}
+            "tool_executor",
+            ToolExecutor,
+            per_tenant=True,
+            args={"workspace_root": str(tmp_path / "ws"), "toolsets": TOOLSETS},
         ),
         ActorSpec("agent", Agent, virtual=True, key_field="session_id", args={"skills_limit": 0}),
     ]

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from minihermes.agent.agent import Agent
+from minihermes.agent.app import TOOLSETS
 from minihermes.agent.memory import Memory
 from minihermes.agent.tool_executor import ToolExecutor
 from minihermes.context import prompt
@@ -30,7 +31,10 @@ def specs(tmp_path: Path, *, skills: bool = False, goals: bool = False, **agent_
         ActorSpec("llm_gateway", FnGateway, per_tenant=True),
         ActorSpec("memory", Memory, per_tenant=True),
         ActorSpec(
-            "tool_executor", ToolExecutor, per_tenant=True, args={"workspace_root": str(tmp_path / "ws")}
+            "tool_executor",
+            ToolExecutor,
+            per_tenant=True,
+            args={"workspace_root": str(tmp_path / "ws"), "toolsets": TOOLSETS},
         ),
     ]
     if skills:

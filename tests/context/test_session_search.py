@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from minihermes.agent.agent import Agent
+from minihermes.agent.app import TOOLSETS
 from minihermes.agent.tool_executor import ToolExecutor
 from minihermes.context import session_index
 from minihermes.runtime import ActorSpec, GenServer, InvalidArgument, PermissionDenied, RequestContext, call
@@ -30,7 +31,10 @@ def specs(tmp_path: Path) -> list[ActorSpec]:
     return [
         ActorSpec("llm_gateway", FnGateway, per_tenant=True),
         ActorSpec(
-            "tool_executor", ToolExecutor, per_tenant=True, args={"workspace_root": str(tmp_path / "ws")}
+            "tool_executor",
+            ToolExecutor,
+            per_tenant=True,
+            args={"workspace_root": str(tmp_path / "ws"), "toolsets": TOOLSETS},
         ),
         ActorSpec("agent", Agent, virtual=True, key_field="session_id"),
     ]

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from minihermes.agent.agent import Agent
+from minihermes.agent.app import TOOLSETS
 from minihermes.agent.tool_executor import ToolExecutor
 from minihermes.context import session_index
 from minihermes.context.session_index import DENSE_FLOOR, TURN_WEIGHT, WINDOW_WEIGHT, fuse_dense
@@ -201,7 +202,10 @@ def _agent_specs(tmp_path: Path, **agent_args: Any) -> list[ActorSpec]:
     return [
         ActorSpec("llm_gateway", FnGateway, per_tenant=True),
         ActorSpec(
-            "tool_executor", ToolExecutor, per_tenant=True, args={"workspace_root": str(tmp_path / "ws")}
+            "tool_executor",
+            ToolExecutor,
+            per_tenant=True,
+            args={"workspace_root": str(tmp_path / "ws"), "toolsets": TOOLSETS},
         ),
         ActorSpec("agent", Agent, virtual=True, key_field="session_id", args=agent_args),
     ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from minihermes.agent.app import TOOLSETS
 from minihermes.agent.tool_executor import ToolExecutor
 from minihermes.context.assembly import list_tools
 from minihermes.llm import ToolView
@@ -29,7 +30,12 @@ class Turn(GenServer):
 
 def specs(tmp_path: Path) -> list[ActorSpec]:
     return [
-        ActorSpec("tool_executor", ToolExecutor, per_tenant=True, args={"workspace_root": str(tmp_path)}),
+        ActorSpec(
+            "tool_executor",
+            ToolExecutor,
+            per_tenant=True,
+            args={"workspace_root": str(tmp_path), "toolsets": TOOLSETS},
+        ),
         ActorSpec("turn", Turn, virtual=True),
     ]
 

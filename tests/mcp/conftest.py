@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from minihermes.agent.app import TOOLSETS
 from minihermes.agent.guardrails import Guardrails
 from minihermes.agent.tool_executor import ToolExecutor
 from minihermes.mcp import MCPManager
@@ -32,7 +33,7 @@ def stdio_server(**extra: Any) -> dict[str, Any]:
 
 def specs(mcp_args: dict[str, Any] | None = None) -> list[ActorSpec]:
     return [
-        ActorSpec("tool_executor", ToolExecutor, per_tenant=True),
+        ActorSpec("tool_executor", ToolExecutor, per_tenant=True, args={"toolsets": TOOLSETS}),
         ActorSpec("guardrails", Guardrails, per_tenant=True),
         ActorSpec("mcp_manager", MCPManager, per_tenant=True, args=mcp_args or {}),
     ]

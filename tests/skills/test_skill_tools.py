@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from minihermes.agent.app import TOOLSETS
 from minihermes.agent.tool_executor import ToolExecutor
 from minihermes.runtime import ActorError, ActorSpec, RequestContext
 from minihermes.skills import SkillTools
@@ -23,7 +24,7 @@ MUL = "def run(a, b):\n    return {'sum': a * b}\n"  # a bug: the test catches i
 async def _node(make_node: Any, tmp_path: Path) -> Any:
     return await make_node(
         [
-            ActorSpec("tool_executor", ToolExecutor, per_tenant=True),
+            ActorSpec("tool_executor", ToolExecutor, per_tenant=True, args={"toolsets": TOOLSETS}),
             ActorSpec(
                 "skill_tools", SkillTools, per_tenant=True, args={"tools_root": str(tmp_path / "tools")}
             ),

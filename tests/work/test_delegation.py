@@ -6,6 +6,11 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
+from minihermes.agent.app import TOOLSETS
+from minihermes.tools.catalog import Catalog
+from minihermes.tools.contract import ToolFailure
 from minihermes.work.delegation import CHILD_TIMEOUT, MAX_DEPTH, expand_toolsets
 
 from . import doubles
@@ -38,9 +43,13 @@ def script(plan: dict[str, str]) -> None:
 
 
 def test_toolsets_expand_and_delegation_stops_at_the_last_level():
-    assert expand_toolsets(["compute", "memory_recall"], 1) == ["calculator", "memory_recall"]
-    assert "delegate_task" in expand_toolsets(["delegation"], MAX_DEPTH - 1)
-    assert "delegate_task" not in expand_toolsets(["delegation"], MAX_DEPTH)
+    toolsets = Catalog(TOOLSETS).toolsets  # what the app's tool executor hands the tool
+    assert expand_toolsets(["compute", "memory_recall"], 1, toolsets) == ["calculator", "memory_recall"]
+    assert expand_toolsets(["web"], 1, toolsets) == ["http_request"]
+    assert "delegate_task" in expand_toolsets(["delegation"], MAX_DEPTH - 1, toolsets)
+    assert "delegate_task" not in expand_toolsets(["delegation"], MAX_DEPTH, toolsets)
+    with pytest.raises(ToolFailure, match="unknown toolset or tool 'nope'"):
+        expand_toolsets(["nope"], 1, toolsets)
 
 
 async def test_a_child_runs_with_its_own_tools_and_returns_its_summary(app_node):

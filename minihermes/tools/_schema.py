@@ -8,7 +8,7 @@ it says anything else, or the schema uses other keywords, jsonschema decides and
 Whoever registers a tool writes its schema, and validation runs on the event loop, so nothing in a schema
 or an input may cost unbounded CPU: patterns run on RE2 and are compiled at registration (one RE2 cannot
 compile is refused, naming where it is), schemas and inputs have size and depth limits, and a validation
-stops after ``MAX_STEPS`` steps (see ``_tools_patterns``).
+stops after ``MAX_STEPS`` steps (see ``_patterns``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from jsonschema.exceptions import SchemaError, ValidationError, best_match  # ty
 
 from minihermes.runtime import InvalidArgument
 
-from ._tools_patterns import (
+from ._patterns import (
     FORMATS,
     MAX_STEPS,
     Error,
@@ -45,7 +45,7 @@ MAX_PATTERNS = 100
 MAX_PATTERN_PROGRAM = 100_000
 """RE2 instructions of all of a schema's patterns together (compiling costs about a microsecond each)."""
 MAX_CHECK_STEPS = 20_000
-"""Steps (see ``_tools_patterns.MAX_STEPS``) checking a schema against the meta-schema may take: a schema
+"""Steps (see ``_patterns.MAX_STEPS``) checking a schema against the meta-schema may take: a schema
 of a hundred-odd subschemas (the largest built-in takes 1,000), about 0.2 s of CPU at most."""
 MAX_INPUT_DEPTH = 32
 """Nesting of objects and arrays in one tool call's input."""
