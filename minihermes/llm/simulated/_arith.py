@@ -36,7 +36,9 @@ _VERB_FORMS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\b(?:the\s+)?square root of\s+(\S+)", re.I), r"\1 ** 0.5"),
 ]
 _WORD_OPS: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"(\d(?:[\d.]*\d)?)\s*(?:%|percent)\s+of\b", re.I), r"\1 / 100 *"),
+    # Starts at the first digit of a number only: from any later digit the scan of the rest is repeated
+    # (quadratic in a long run of digits), and it finds nothing the first digit does not.
+    (re.compile(r"(?<!\d)(\d(?:[\d.]*\d)?)\s*(?:%|percent)\s+of\b", re.I), r"\1 / 100 *"),
     (re.compile(r"\bto the power of\b", re.I), " ** "),
     (re.compile(r"\bmultiplied by\b", re.I), " * "),
     (re.compile(r"\bdivided by\b", re.I), " / "),
@@ -54,6 +56,9 @@ _WORD_OPS: list[tuple[re.Pattern[str], str]] = [
 _CANDIDATE = re.compile(r"[\d.\s+\-*/%()]+")
 _TOKEN = re.compile(r"\d+(?:\.\d+)?|\*\*|[-+*/%()]")
 _BINARY_TOKENS = frozenset({"+", "-", "*", "/", "%", "**"})
+_MAX_BITS = 10_000
+"""A result larger than this (about 3,000 digits) is refused: it could not be shown anyway (Python prints
+at most 4,300 digits) and its arithmetic grows with it."""
 
 _BINARY: dict[type[ast.operator], Callable[[float, float], float]] = {
     ast.Add: operator.add,
@@ -133,7 +138,8 @@ def normalize(expression: str) -> str:
 def _is_expression(candidate: str) -> bool:
     try:
         tree = ast.parse(candidate, mode="eval")
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        # Not Python, a number too long to convert, or nested too deep ("1+1+...+1" by the thousand).
         return False
     return any(isinstance(node, ast.BinOp) for node in ast.walk(tree))
 
@@ -142,9 +148,14 @@ def evaluate(expression: str) -> int | float:
     """Evaluate an arithmetic expression without ``eval``: numbers, + - * / // % ** and parentheses."""
     try:
         tree = ast.parse(expression, mode="eval")
-    except SyntaxError:
+        return _eval(tree.body)
+    except ArithmeticError_:
+        raise
+    except (SyntaxError, ValueError, MemoryError):
+        # Not Python, or a number too long to convert.
         raise ArithmeticError_(f"not an arithmetic expression: {expression!r}") from None
-    return _eval(tree.body)
+    except RecursionError:
+        raise ArithmeticError_("expression nested too deeply") from None
 
 
 def _eval(node: ast.expr) -> int | float:
@@ -165,8 +176,12 @@ def _eval(node: ast.expr) -> int | float:
             result = _BINARY[type(node.op)](left, right)
         except ZeroDivisionError:
             raise ArithmeticError_("division by zero") from None
+        except OverflowError:  # a float cannot hold it (e.g. a 400-digit integer divided)
+            raise ArithmeticError_("result too large") from None
         if isinstance(result, complex) or (isinstance(result, float) and not math.isfinite(result)):
             raise ArithmeticError_("result is not a finite real number")
+        if isinstance(result, int) and result.bit_length() > _MAX_BITS:
+            raise ArithmeticError_("result too large")
         return result
     raise ArithmeticError_("only numbers and + - * / % ** are allowed")
 

@@ -15,18 +15,22 @@ _CONTENT_PARAMS = ("content", "contents", "text", "data", "body")
 _MAX_SHOWN = 2000
 _PRONOUN = re.compile(r"^(?:it|that|this|them|the\s+(?:result|answer|contents?|output|text))$", re.I)
 
+# As in _memory: a whitespace run is taken whole and a group after one starts with a non-space, so a long
+# run is not rescanned once per split (these run on whatever a chat message holds).
 
 _WRITE = [
     re.compile(
-        rf"^(?:write|save|put|store)\s+(?P<content>.+?)\s+(?:to|in|into)\s+(?:the\s+)?(?:file\s+)?{_PATH}$",
+        rf"^(?:write|save|put|store)\s+(?!\s)(?P<content>.*?\S)\s+(?:to|in|into)\s+(?:the\s+)?(?:file\s+)?{_PATH}$",
         re.I,
     ),
     re.compile(
         rf"^(?:create|make|write)\s+(?:a\s+|the\s+)?(?:new\s+)?file\s+(?:called\s+|named\s+)?{_PATH}\s+"
-        r"(?:with|containing|saying)\s+(?:the\s+)?(?:content|text)?\s*:?\s*(?P<content>.+)$",
+        r"(?:with|containing|saying)\s+(?!\s)(?:the\s+(?!\s))?(?:content|text)?\s*(?::\s*)?(?!\s)(?P<content>.+)$",
         re.I,
     ),
-    re.compile(rf"^(?:write|append)\s+(?:to\s+)?(?:the\s+)?(?:file\s+)?{_PATH}\s*:\s*(?P<content>.+)$", re.I),
+    re.compile(
+        rf"^(?:write|append)\s+(?:to\s+)?(?:the\s+)?(?:file\s+)?{_PATH}\s*:\s*(?!\s)(?P<content>.+)$", re.I
+    ),
 ]
 _READ = [
     re.compile(

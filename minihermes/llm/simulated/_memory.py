@@ -15,18 +15,21 @@ _QUERY_PARAMS = ("query", "q", "search", "text", "key")
 RESULT_KEY = "last_calc"
 """Where "remember the result" stores, as in the README's example."""
 
+# Linear time on any text: a whitespace run is taken whole (``\s+(?!\s)``), never split between two
+# quantifiers, and a group after one starts with a non-space, so a failed match does not retry every split
+# of a long run (which is quadratic, or worse, in its length).
 _REMEMBER = re.compile(
     r"^(?:remember|memori[sz]e|note(?:\s+down)?|store|save|keep\s+in\s+mind|don't\s+forget|do\s+not\s+forget"
-    r"|make\s+a\s+note(?:\s+of)?)\b(?:\s+that\b)?\s*[:,]?\s*(?P<rest>.*)$",
+    r"|make\s+a\s+note(?:\s+of)?)\b(?:\s+that\b)?\s*(?:[:,]\s*)?(?P<rest>(?:\S.*)?)$",
     re.I,
 )
 _RESULT_WORDS = re.compile(
-    r"^(?:(?:the|that|this|it|its)\s+)?(?:result|answer|value|total|number|output|it|that|this|them)?\s*"
-    r"(?:(?:as|under|in)\s+(?:the\s+)?(?:key\s+|name\s+)?(?P<key>.+))?$",
+    r"^(?:(?:the|that|this|it|its)\s+(?!\s))?(?:result|answer|value|total|number|output|it|that|this|them)?"
+    r"\s*(?!\s)(?:(?:as|under|in)\s+(?!\s)(?:the\s+(?!\s))?(?:key\s+(?!\s)|name\s+(?!\s))?(?P<key>.+))?$",
     re.I,
 )
-_COPULA = re.compile(r"^(?P<key>.+?)\s+(?P<verb>is|are|was|were|=|equals)\s+(?P<value>.+)$", re.I)
-_COLON = re.compile(r"^(?P<key>[^:]{1,60}):\s*(?P<value>.+)$")
+_COPULA = re.compile(r"^(?P<key>.*?\S)\s+(?P<verb>is|are|was|were|=|equals)\s+(?!\s)(?P<value>.+)$", re.I)
+_COLON = re.compile(r"^(?P<key>[^:]{1,60}):\s*(?!\s)(?P<value>.+)$")
 
 
 class Remember(Intent):
@@ -48,7 +51,9 @@ class Remember(Intent):
             key = strip_quotes(ref.group("key") or RESULT_KEY)
             value: str | Ref = Ref(source.key) if isinstance(source, Step) else source.value
             return [self._step(ctx, tool, key, value, owner="", form="result")]
-        fact = _COPULA.match(rest) or _COLON.match(rest)
+        # Neither pattern matches across a line break; without one, a failed match is not retried at
+        # each "is" of the first line, to its end each time.
+        fact = None if "\n" in rest else (_COPULA.match(rest) or _COLON.match(rest))
         if fact is not None:
             owner, subject = memory_key(fact.group("key"))
             if subject:
@@ -94,7 +99,7 @@ def _stored_value(step: Step, outcome: Outcome) -> str:
 _RECALL = re.compile(
     r"^(?:what(?:'s|\s+is|\s+are|\s+was|\s+were)|tell\s+me|remind\s+me(?:\s+of|\s+what)?"
     r"|do\s+you\s+(?:remember|know|recall)|recall|what\s+did\s+i\s+(?:say|tell\s+you)(?:\s+about)?)"
-    r"\s+(?P<phrase>(?:my|our)\s+.+?)(?:\s+(?:is|are|was|were))?$",
+    r"\s+(?!\s)(?P<phrase>(?:my|our)\s+(?!\s).*?\S)(?:\s+(?:is|are|was|were))?$",
     re.I,
 )
 _LAST_RESULT = re.compile(
@@ -178,13 +183,14 @@ def _entries(data: Any) -> list[tuple[str, str]]:
 _SEARCH = [
     re.compile(
         r"^(?:search|look|check|find)\s+(?:in\s+|through\s+)?(?:my\s+|your\s+|the\s+)?(?:memory|memories)"
-        r"\s+(?:for|about)\s+(?P<q>.+)$",
+        r"\s+(?:for|about)\s+(?!\s)(?P<q>.+)$",
         re.I,
     ),
     re.compile(
-        r"^(?:search\s+for|look\s+up|find)\s+(?P<q>.+?)\s+in\s+(?:my\s+|your\s+|the\s+)?memor(?:y|ies)$", re.I
+        r"^(?:search\s+for|look\s+up|find)\s+(?!\s)(?P<q>.*?\S)\s+in\s+(?:my\s+|your\s+|the\s+)?memor(?:y|ies)$",
+        re.I,
     ),
-    re.compile(r"^what\s+do\s+you\s+(?:know|remember)\s+about\s+(?P<q>.+)$", re.I),
+    re.compile(r"^what\s+do\s+you\s+(?:know|remember)\s+about\s+(?!\s)(?P<q>.+)$", re.I),
 ]
 
 

@@ -109,7 +109,7 @@ class Outcome:
 def _json_or_text(content: str) -> Any:
     try:
         return json.loads(content)
-    except ValueError:
+    except (ValueError, RecursionError):
         return content
 
 

@@ -16,8 +16,13 @@ from typing import Any, Protocol
 
 from .._types import CompletionRequest, Message, ToolCall
 from ._plan import Intent, Item, Note, Outcome, ParseContext, Plan, Ref, Step
-from ._text import Toolbox, as_text, clean_clause, split_clauses
+from ._text import Toolbox, as_text, clean_clause, count_pieces, split_clauses
 
+MAX_REQUEST_CHARS = 10_000
+MAX_REQUEST_PIECES = 100
+"""The longest user message the model plans from, and the most pieces (clauses, list items) it may split
+into. Planning is linear in the message's length (every pattern it applies is) and in its pieces times the
+tools offered, but it runs on the event loop: a larger message gets an honest "I can't" instead."""
 _GREETING = ("hi", "hello", "hey", "good morning", "good afternoon", "good evening", "greetings")
 _THANKS = ("thanks", "thank you", "cheers", "thx")
 
@@ -110,6 +115,10 @@ class Planner:
         turn = Turn.read(request)
         if turn.user_index < 0:
             return Decision("How can I help?", [])
+        if len(turn.user_text) > MAX_REQUEST_CHARS:
+            return Decision(_too_long(f"{len(turn.user_text):,} characters", MAX_REQUEST_CHARS), [])
+        if (pieces := count_pieces(turn.user_text)) > MAX_REQUEST_PIECES:
+            return Decision(_too_long(f"{pieces:,} parts", MAX_REQUEST_PIECES), [])
         plan = self.plan(request, turn.user_text)
         if not plan.items:
             return Decision(_chat_reply(turn.user_text, Toolbox(request.tools)), [])
@@ -223,6 +232,14 @@ def _resolve(args: dict[str, Any], values: dict[str, str]) -> dict[str, Any] | N
             value = values[value.step]
         resolved[name] = value
     return resolved
+
+
+def _too_long(size: str, limit: int) -> str:
+    unit = size.split(" ", 1)[1]
+    return (
+        f"I can't work with a message of {size}: I'm the offline simulated model and I read requests of up "
+        f"to {limit:,} {unit}. Please send a shorter one."
+    )
 
 
 def _chat_reply(text: str, toolbox: Toolbox) -> str:

@@ -30,13 +30,17 @@ from ._plan import ParseContext, Plan, Step
 from ._planner import PlanningContext
 from ._text import clean_clause, strip_quotes
 
-_HEADING = re.compile(r"^(?P<level>#{1,6})\s*(?P<title>.*?)\s*#*\s*$")
+# The system prompt holds memories and skills people wrote: every pattern here is linear in a line's length
+# (no lazy group before a trailing whitespace run, no two quantifiers that share a whitespace run).
+_HEADING = re.compile(r"(?P<level>#{1,6})(?P<title>.*)")
 _SECTION_TITLE = re.compile(r"^(?:relevant\s+|learned\s+|known\s+)?(?:skills?|procedures?)\b", re.I)
 _NAMED = re.compile(
-    r"^\s*(?:[-*]\s+)?(?:\*\*)?(?:skill|procedure|name)\s*[:=]\s*(?P<name>.+?)(?:\*\*)?\s*$", re.I
+    r"^\s*(?:[-*]\s+)?(?:\*\*)?(?:skill|procedure|name)\s*[:=]\s*"
+    r"(?P<name>(?!\s).*?(?:\S|[^\S\n](?=\*\*\s*$))|[^\S\n])(?:\*\*)?\s*$",
+    re.I,
 )
 _NUMBERED = re.compile(r"^\s*(?:\d+\s*[.)]|step\s*\d+\s*[:.)-]?)\s*(?P<text>.+)$", re.I)
-_ARROW = re.compile(r"\s*(?:->|→|=>)\s*")
+_ARROW = re.compile(r"(?:(?<!\s)\s+)?(?:->|→|=>)\s*")
 _KV = re.compile(r"\b(?P<key>[A-Za-z_]\w*)\s*=\s*(?P<value>\"[^\"]*\"|'[^']*'|[^\s,;]+)")
 
 
@@ -76,7 +80,8 @@ def parse_procedures(text: str, tools: Iterable[str]) -> list[Procedure]:
     for line in text.splitlines():
         heading = _HEADING.match(line)
         if heading:
-            level, title = len(heading.group("level")), heading.group("title")
+            # "## Title ##" -> "Title": the title without the whitespace and closing #s around it.
+            level, title = len(heading.group("level")), heading.group("title").strip().rstrip("#").rstrip()
             if _SECTION_TITLE.match(title):
                 flush()
                 section_level, name = level, None
@@ -113,11 +118,11 @@ def _step(text: str, tools: list[str]) -> ProcedureStep | None:
 
 
 def _explicit_args(text: str) -> dict[str, Any]:
-    braces = re.search(r"\{.*\}", text)
-    if braces:
+    start, end = text.find("{"), text.rfind("}")  # as r"\{.*\}" finds, without its quadratic retries
+    if 0 <= start < end:
         try:
-            value = json.loads(braces.group(0))
-        except ValueError:
+            value = json.loads(text[start : end + 1])
+        except (ValueError, RecursionError):
             value = None
         if isinstance(value, dict):
             return value

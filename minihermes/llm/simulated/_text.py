@@ -10,9 +10,12 @@ from typing import Any
 from .._types import ToolSpec
 
 # Between clauses: punctuation that ends a thought, or a conjunction. A "." only counts when followed by
-# whitespace, so "notes.txt" and "3.5" stay whole.
+# whitespace, so "notes.txt" and "3.5" stay whole. Leading whitespace is taken from the start of its run
+# only (``(?<!\s)``): a match found from inside a run is found from its start anyway, and trying every
+# position of a long run rescans the rest of it each time (quadratic).
 _SEPARATOR = re.compile(
-    r"(\s*(?:[,;!\n]|\.(?=\s)|\?(?=\s))\s*(?:(?:and|then|also)\s+)*|\s+(?:and\s+then|and|then|also)\s+)",
+    r"((?:(?<!\s)\s+)?(?:[,;!\n]|\.(?=\s)|\?(?=\s))\s*(?:(?:and|then|also)\s+)*"
+    r"|(?<!\s)\s+(?:and\s+then|and|then|also)\s+)",
     re.I,
 )
 _POLITE = re.compile(
@@ -45,6 +48,11 @@ ROLE_NAMES: dict[str, tuple[str, ...]] = {
 }
 
 
+def count_pieces(text: str) -> int:
+    """How many pieces ``split_clauses`` parses ``text`` as (each is tried against every intent)."""
+    return sum(1 for _ in _SEPARATOR.finditer(text.strip())) + 1
+
+
 def split_clauses(text: str, parses: Callable[[str], bool]) -> list[str]:
     """Split a request into clauses, one intent each.
 
@@ -52,7 +60,7 @@ def split_clauses(text: str, parses: Callable[[str], bool]) -> list[str]:
     back to the clause before it, so conjunctions inside a value survive.
     """
     pieces = _SEPARATOR.split(text.strip())
-    clauses: list[str] = []
+    clauses: list[list[str]] = []  # each clause as its parts, joined once (gluing is not quadratic)
     separator = ""
     for i, piece in enumerate(pieces):
         if i % 2 == 1:
@@ -61,10 +69,10 @@ def split_clauses(text: str, parses: Callable[[str], bool]) -> list[str]:
         if not piece.strip():
             continue
         if clauses and not parses(piece):
-            clauses[-1] = clauses[-1] + separator + piece
+            clauses[-1] += (separator, piece)
         else:
-            clauses.append(piece)
-    return [cleaned for clause in clauses if (cleaned := clean_clause(clause))]
+            clauses.append([piece])
+    return [cleaned for parts in clauses if (cleaned := clean_clause("".join(parts)))]
 
 
 def clean_clause(clause: str) -> str:
