@@ -29,7 +29,15 @@ VERBS = frozenset(
     recall remember research review rewrite run save schedule search send sort store suggest summarise
     summarize tell test translate update verify write""".split()
 )
-_SEQ = re.compile(r"\s*(?:,\s*)?\b(?:and\s+then|then|after\s+that|afterwards|finally|next)\b\s*,?\s*", re.I)
+# Whitespace before a separator is taken from the start of its run only (``(?<!\s)``): the match is found
+# there anyway, and trying each position of a long run rescans the rest of it (quadratic in its length).
+_SEQ = re.compile(
+    r"(?:(?<!\s)\s+)?(?:,\s*)?\b(?:and\s+then|then|after\s+that|afterwards|finally|next)\b\s*,?\s*", re.I
+)
+_AND = re.compile(r"((?:(?<!\s)\s+)?,\s*(?:and\s+)?|(?<!\s)\s+and\s+)")
+MAX_PLANNED_CHARS = 20_000
+"""A longer task is not split: it is one sub-task (planning reads it whole, in time linear in its length,
+but a plan of a 100,000-character task would not help anyone)."""
 _REFERS = re.compile(
     r"\b(?:the\s+(?:result|results|answer|output|above|findings|list|summary)|it|its|that|them|those|this)\b",
     re.I,
@@ -56,22 +64,24 @@ class SubTask:
 
 def _split_and(sentence: str) -> list[str]:
     """Split a sentence at ``,`` / ``and`` only where an instruction (an imperative verb) follows."""
-    pieces = re.split(r"(\s*,\s*(?:and\s+)?|\s+and\s+)", sentence)
+    pieces = _AND.split(sentence)
     out: list[str] = []
-    current = pieces[0]
+    current = [pieces[0]]  # joined once: gluing many pieces one by one is quadratic
     for sep, piece in zip(pieces[1::2], pieces[2::2], strict=True):
         first = piece.split(" ", 1)[0].lower().strip(",.")
         if first in VERBS:
-            out.append(current)
-            current = piece
+            out.append("".join(current))
+            current = [piece]
         else:
-            current = f"{current}{sep}{piece}"
-    out.append(current)
+            current += (sep, piece)
+    out.append("".join(current))
     return out
 
 
 def plan_deterministic(task: str, max_subtasks: int = 8) -> list[SubTask]:
     """See the module docstring. Never empty: a task with no structure is one sub-task."""
+    if len(task) > MAX_PLANNED_CHARS:
+        return [SubTask(0, task.strip())]
     lines = [ln for ln in task.splitlines() if ln.strip()]
     items = [m.group("text") for m in (_ITEM.match(ln) for ln in lines) if m]
     steps: list[tuple[str, bool]] = []  # (text, sequential: depends on the previous step)
@@ -98,12 +108,13 @@ def plan_deterministic(task: str, max_subtasks: int = 8) -> list[SubTask]:
 
 def plan_from_llm(content: str, max_subtasks: int = 8) -> list[SubTask] | None:
     """The LLM's plan, or None when it is not a usable list (then the caller plans deterministically)."""
-    match = re.search(r"\[.*\]", content, re.S)
-    if not match:
+    # The first "[" to the last "]", as r"\[.*\]" (re.S) finds, without its quadratic retries.
+    start, end = content.find("["), content.rfind("]")
+    if not 0 <= start < end:
         return None
     try:
-        data = json.loads(match.group(0))
-    except ValueError:
+        data = json.loads(content[start : end + 1])
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
         return None
     if not isinstance(data, list) or not data:
         return None
