@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import re2  # type: ignore[import-untyped]
+
 from .tokens import TokenCounter, message_tokens
 
 SUMMARY_PREFIX = "[Summary of earlier conversation]"
@@ -37,10 +39,16 @@ SUMMARY_INSTRUCTIONS = (
 )
 
 # Values a later message can refer to: numbers (2+ digits or with a decimal point), identifiers with a digit
-# or an underscore, quoted strings, file paths.
-_ANCHOR = re.compile(
-    r"-?\d+(?:[.,]\d+)+|-?\d{2,}|[A-Za-z_][\w\-]*\d[\w\-]*|[A-Za-z]+_[\w]+|\"[^\"\n]{4,60}\"|[\w.\-]*/[\w./\-]+"
+# or an underscore, quoted strings, file paths. On RE2 (linear time): with Python's re, a long run of letters,
+# digits or dots (a tool result may hold one) is rescanned from each of its positions, quadratic in its
+# length. \w and \d are spelled as Python's (Unicode) classes, not RE2's ASCII ones.
+_W, _D = r"[\p{L}\p{N}_]", r"\p{Nd}"
+_ANCHOR = re2.compile(
+    rf"-?{_D}+(?:[.,]{_D}+)+|-?{_D}{{2,}}|[A-Za-z_](?:{_W}|-)*{_D}(?:{_W}|-)*|[A-Za-z]+_{_W}+"
+    rf"|\"[^\"\n]{{4,60}}\"|(?:{_W}|[.\-])*/(?:{_W}|[./\-])+"
 )
+_HEADING = re.compile(r"^#+\s*(\S(?:.*\S)?|\s)\s*$")
+"""A heading line and its title (as ``^#+\\s*(.+?)\\s*$`` finds, in time linear in the line's length)."""
 _TRIVIAL = frozenset({"0", "1", "10", "100", "true", "false", "null", "ok", "status", "result", "error"})
 
 
@@ -107,7 +115,11 @@ def split(
 def anchors(text: str) -> set[str]:
     """Distinctive values of a text that a later message could quote."""
     found = set()
-    for m in _ANCHOR.findall(text):
+    try:
+        values = _ANCHOR.findall(text)
+    except UnicodeEncodeError:  # a lone surrogate: RE2 reads UTF-8; "?" matches nothing a surrogate would
+        values = _ANCHOR.findall(text.encode("utf-8", "replace").decode("utf-8"))
+    for m in values:
         value = m.strip('"').lower()
         if value not in _TRIVIAL and len(value) >= 2:
             found.add(value)
@@ -198,7 +210,7 @@ def _previous_sections(messages: list[dict[str, Any]]) -> dict[str, list[str]]:
             continue
         section = None
         for line in str(m.get("content") or "").splitlines():
-            heading = re.match(r"^#+\s*(.+?)\s*$", line)
+            heading = _HEADING.match(line)
             if heading:
                 section = next((s for s in SECTIONS if heading.group(1).lower().startswith(s.lower())), None)
             elif section and line.strip().startswith("- "):

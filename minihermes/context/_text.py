@@ -121,7 +121,16 @@ def search_query_terms(query: str) -> list[str]:
     return list(dict.fromkeys(w.lower() for w in re.findall(r"[^\W_]+", query)))
 
 
-_EDGE = re.compile(r"^(\W*)(.*?)(\W*)$", re.S)
+_NONWORD = re.compile(r"\W*")
+
+
+def _edges(word: str) -> tuple[str, str, str]:
+    """(leading punctuation, core, trailing punctuation), as ``^(\\W*)(.*?)(\\W*)$`` splits a word, in
+    linear time (that pattern retries the trailing run from each of its positions: quadratic in its length)."""
+    lead = _NONWORD.match(word).end()  # type: ignore[union-attr]
+    rest = word[lead:]
+    core = len(rest) - _NONWORD.match(rest[::-1]).end()  # type: ignore[union-attr]
+    return word[:lead], rest[:core], rest[core:]
 
 
 def snippet(text: str, query: list[str], width: int = 24, stemmer: Callable[[str], str] = stem) -> str:
@@ -131,7 +140,7 @@ def snippet(text: str, query: list[str], width: int = 24, stemmer: Callable[[str
     if not words:
         return ""
     wanted = set(query)
-    parts = [_EDGE.match(w).groups() for w in words]  # type: ignore[union-attr]
+    parts = [_edges(w) for w in words]
     hits = [1 if core and stemmer(core.lower()) in wanted else 0 for _, core, _ in parts]
     best, best_at = -1, 0
     window = sum(hits[:width])

@@ -17,7 +17,6 @@ from typing import Any
 from ._model import MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS, procedure_tools
 from ._text import STOPWORDS, slug
 
-_JSON = re.compile(r"\{.*\}", re.S)
 _ARG_CHARS = 60
 _HIDDEN_ARGS = frozenset({"expression", "value", "content", "text", "query", "command", "json", "body"})
 """Arguments that differ with every request: the next request supplies its own."""
@@ -143,12 +142,14 @@ def prompt(part: str, intent: str, calls: list[TurnCall]) -> list[dict[str, Any]
 
 
 def _json(content: str) -> dict[str, Any] | None:
-    m = _JSON.search(content or "")
-    if m is None:
+    # The first "{" to the last "}", as r"\{.*\}" (re.S) finds, without its quadratic retries on many "{".
+    content = content or ""
+    start, end = content.find("{"), content.rfind("}")
+    if not 0 <= start < end:
         return None
     try:
-        value = json.loads(m.group(0))
-    except ValueError:
+        value = json.loads(content[start : end + 1])
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
         return None
     return value if isinstance(value, dict) else None
 

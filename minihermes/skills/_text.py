@@ -6,13 +6,18 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
+import re2  # type: ignore[import-untyped]
+
 _WORD = re.compile(r"[a-z0-9]+(?:_[a-z0-9]+)*")
 STOPWORDS = frozenset(
     "a an and are as at be by can do does for from how i if in into is it its me my of on or our please "
     "so than that the their them then there these this to up us was we what when where which while who "
     "will with you your".split()
 )
-_EXPRESSION = re.compile(r"\d[\d.,]*\s*(?:\*\*|[-+*/x\u00d7^%])\s*\(?\s*\d")
+# On RE2 (linear time): with Python's re a long run of digits is rescanned from each of its positions
+# (quadratic). \d and \s are spelled as Python's (Unicode) classes, not RE2's ASCII ones.
+_D, _S = r"\p{Nd}", r"[\t-\r\x{1c}-\x{1f}\x{85}\p{Z}]"
+_EXPRESSION = re2.compile(rf"{_D}[\p{{Nd}}.,]*{_S}*(?:\*\*|[-+*/x\x{{d7}}^%]){_S}*\(?{_S}*{_D}")
 ARITHMETIC = "arithmetic"
 _SUFFIXES = (
     ("ations", "at"),
@@ -47,7 +52,11 @@ def tokens(text: str) -> list[str]:
     lowered = text.lower()
     # Skills generalize over values: a number says nothing about which skill fits, but the shape of an
     # arithmetic expression does ("what is 7*6" and "evaluate each arithmetic expression").
-    out: list[str] = [ARITHMETIC] * len(_EXPRESSION.findall(lowered))
+    try:
+        expressions = len(_EXPRESSION.findall(lowered))
+    except UnicodeEncodeError:  # a lone surrogate: RE2 reads UTF-8; "?" matches nothing a surrogate would
+        expressions = len(_EXPRESSION.findall(lowered.encode("utf-8", "replace").decode("utf-8")))
+    out: list[str] = [ARITHMETIC] * expressions
     for word in _WORD.findall(lowered):
         if word.isdigit():
             continue
