@@ -162,8 +162,7 @@ def document(live_server: str) -> dict[str, Any]:
 
 
 def load_schema(live_server: str, document: dict[str, Any]) -> Any:
-    schema = schemathesis.openapi.from_url(f"{live_server}/openapi.json", config=fuzz_config(document))
-    return schema.exclude(lambda ctx: ctx.operation.path in PENDING_FIXES)
+    return schemathesis.openapi.from_url(f"{live_server}/openapi.json", config=fuzz_config(document))
 
 
 @pytest.fixture(scope="module")
@@ -249,22 +248,6 @@ def _plain(prop: dict[str, Any]) -> Any:
     return {"integer": 1, "number": 1, "boolean": False, "array": [], "object": {}}.get(kind, "a")
 
 
-PENDING_FIXES = {
-    "/api/v1/actors/cron_scheduler/create_job": "schedule on 30 February; tz of 5000 characters (OSError)",
-    "/api/v1/actors/goals/set_goal": "session_id of 5000 characters",
-    "/api/v1/actors/goals/complete_goal": "session_id of 5000 characters",
-    "/api/v1/actors/goals/clear_goal": "goal_id or session_id with a NUL",
-    "/api/v1/actors/memory/recall_memory": "user_id of 5000 characters",
-    "/api/v1/actors/memory/delete_memory": "user_id of 5000 characters",
-    **{
-        f"/api/v1/actors/kanban/{op}": "task_id with a NUL"
-        for op in "archive assign block cancel comment complete delete fail heartbeat move show start unblock update".split()
-    },
-}
-"""Operations whose 500s this suite found (issue 17) in code other changes are fixing: left out of every pass
-until then (a crash logs a traceback, which fails the server fixture). Remove an entry once its fix is in;
-keep the set empty."""
-
 SLOWEST: list[tuple[float, str]] = []
 
 
@@ -320,7 +303,7 @@ def test_every_operation_as_a_user(user_schema: Any, document: dict[str, Any]) -
     generated values reach too)."""
     allowed = fuzz(user_schema.include(_user_may_call), USER)
     refused = fuzz(user_schema.exclude(_user_may_call), USER, examples=REFUSED_EXAMPLES)
-    assert allowed + refused == len(document["paths"]) - len(PENDING_FIXES)
+    assert allowed + refused == len(document["paths"])
 
 
 def test_every_operation_but_those_reaching_outside_as_an_admin(admin_schema: Any) -> None:
