@@ -51,8 +51,11 @@ export function notEnabled(actor) {
   return h("div", { class: "notice", dataset: { disabled: actor } }, `${actor} is not enabled on this node.`);
 }
 
-// A button for an op: disabled (with the reason) when the caller's roles do not allow it.
+// A button for an op: disabled (with the reason) when the caller's roles do not allow it. A failure is a toast,
+// or, with `errors` (an element beside a form), shown there and the offending field marked (`formError`).
 export function opButton(ctx, actor, op, label, onclick, attrs = {}) {
+  const { errors, ...rest } = attrs;
+  attrs = rest;
   const allowed = ctx.catalog.can(actor, op);
   return h(
     "button",
@@ -65,10 +68,12 @@ export function opButton(ctx, actor, op, label, onclick, attrs = {}) {
       onclick: async (event) => {
         const button = event.currentTarget;
         button.disabled = true;
+        if (errors) formError(errors, null);
         try {
           await onclick(event);
         } catch (err) {
-          toast(`${actor}.${op}: ${err.message}`, true);
+          if (errors) formError(errors, err, button.closest("form"));
+          else toast(`${actor}.${op}: ${err.message}`, true);
         } finally {
           button.disabled = !allowed;
         }
@@ -76,6 +81,20 @@ export function opButton(ctx, actor, op, label, onclick, attrs = {}) {
     },
     label,
   );
+}
+
+// Show a server's refusal beside the form that caused it (or clear it with err = null); the input named by the
+// error's `field` is marked invalid and focused.
+export function formError(box, err, form = null) {
+  for (const el of (form || document).querySelectorAll("[aria-invalid]")) el.removeAttribute("aria-invalid");
+  if (!err) return clear(box);
+  const input = form && err.details?.field ? form.querySelector(`[name="${CSS.escape(err.details.field)}"]`) : null;
+  if (input) {
+    input.setAttribute("aria-invalid", "true");
+    input.focus();
+  }
+  return clear(box, h("div", { class: "error", role: "alert", dataset: { field: err.details?.field || "" } },
+    err.details?.field ? `${err.details.field}: ` : "", err.message || String(err)));
 }
 
 export function toast(message, isError = false) {

@@ -1,6 +1,6 @@
 // Work that outlives a turn: cron jobs and their runs, the task queue, the kanban board, goals.
 
-import { badge, clear, errorBox, fmtTime, fmtValue, h, notEnabled, opButton, section, select, table, toast } from "../ui.js";
+import { badge, clear, errorBox, field, fmtTime, fmtValue, h, notEnabled, opButton, section, select, table, toast } from "../ui.js";
 
 export const cronPage = { title: "Cron & tasks", actors: ["cron_scheduler", "task_queue"], render: renderCron, poll: 10000 };
 export const kanbanPage = { title: "Kanban", actors: ["kanban"], render: renderKanban };
@@ -26,7 +26,7 @@ async function renderCron(root, ctx) {
         ["attempts", "attempts"],
         ["result", "result", (r) => fmtValue(r.result ?? r.response ?? "").slice(0, 300)],
         ["error", "error", (r) => fmtValue(r.error)],
-      ], { empty: "No runs yet." }),
+      ], { empty: "No runs yet.", rowAttrs: (r) => ({ dataset: { run: r.run_id, status: r.status } }) }),
     );
   }
 
@@ -38,6 +38,16 @@ async function renderCron(root, ctx) {
       toast(`${op} ${job.job_id}`);
       await loadJobs();
       await runs(job.job_id);
+    };
+    const remove = (job) => async () => {
+      if (!window.confirm(`Delete the job ${job.job_id} and its runs?`)) return;
+      await ctx.api.call("cron_scheduler", "delete_job", { job_id: job.job_id });
+      toast(`deleted ${job.job_id}`);
+      if (selected === job.job_id) {
+        selected = "";
+        clear(runsBox, h("p", { class: "empty" }, "Pick a job to see its runs."));
+      }
+      await loadJobs();
     };
     clear(
       jobsBox,
@@ -57,9 +67,11 @@ async function renderCron(root, ctx) {
               ? opButton(ctx, "cron_scheduler", "resume_job", "Resume", act("resume_job", j), { class: "small" })
               : opButton(ctx, "cron_scheduler", "pause_job", "Pause", act("pause_job", j), { class: "small" }),
             opButton(ctx, "cron_scheduler", "run_now", "Run now", act("run_now", j), { class: "small" }),
+            opButton(ctx, "cron_scheduler", "create_job", "Edit", async () => edit(j), { class: "small" }),
+            opButton(ctx, "cron_scheduler", "delete_job", "Delete", remove(j), { class: "small bad" }),
           ],
         ],
-      ], { empty: "No cron jobs." }),
+      ], { empty: "No cron jobs.", rowAttrs: (j) => ({ dataset: { job: j.job_id, status: j.status } }) }),
     );
   }
 
@@ -94,14 +106,100 @@ async function renderCron(root, ctx) {
     clear(queueBox, ...parts);
   }
 
+  // Create, or with "Edit" redefine (create_job with replace), a job.
+  const form = cronForm(ctx, async (jobId) => {
+    await loadJobs();
+    await runs(jobId);
+  });
+  function edit(job) {
+    form.fill(job);
+  }
+
   async function refresh() {
     await loadJobs();
     await loadQueue();
     if (selected) await runs(selected);
   }
   await refresh();
-  root.append(section("Cron jobs", jobsBox, runsBox), section("Task queue", queueBox));
+  root.append(
+    ctx.catalog.has("cron_scheduler") ? section("New cron job", form.el) : "",
+    section("Cron jobs", jobsBox, runsBox),
+    section("Task queue", queueBox),
+  );
   return refresh;
+}
+
+const SCHEDULE_EXAMPLES = [
+  ["0 9 * * 1", "every Monday at 09:00"],
+  ["0 8 * * 1-5", "weekdays at 08:00"],
+  ["*/15 * * * *", "every 15 minutes"],
+  ["every 1h", "every hour"],
+  ["every 30m", "every 30 minutes"],
+  ["2030-01-01T09:00", "once, at that time"],
+];
+
+function timeZones() {
+  try {
+    return Intl.supportedValuesOf("timeZone");
+  } catch {
+    return ["UTC"];
+  }
+}
+
+function cronForm(ctx, done) {
+  const jobId = h("input", { name: "job_id", placeholder: "water-plants", title: "1-100 letters, digits, '_', '.', '-'" });
+  const prompt = h("textarea", { name: "prompt", rows: 2, placeholder: "What the agent does each time, e.g. Remind me to water the plants" });
+  const schedule = h("input", { name: "schedule", placeholder: "0 9 * * 1", list: "schedule-examples", "aria-describedby": "schedule-hint" });
+  const hint = h("small", { id: "schedule-hint", class: "muted hint" },
+    "A 5-field cron expression (minute hour day month weekday), an interval (every 30m, every 2h, every 1d) or a one-shot time (2030-01-01T09:00). ",
+    SCHEDULE_EXAMPLES.slice(0, 3).map(([v, label]) => `${v}: ${label}; `));
+  const examples = h("datalist", { id: "schedule-examples" }, SCHEDULE_EXAMPLES.map(([v, label]) => h("option", { value: v }, label)));
+  const tz = h("input", { name: "tz", value: "UTC", list: "time-zones", placeholder: "UTC" });
+  const zones = h("datalist", { id: "time-zones" }, timeZones().map((z) => h("option", { value: z })));
+  const local = Intl.DateTimeFormat().resolvedOptions().timeZone;
+  const replace = h("input", { name: "replace", type: "checkbox" });
+  const errors = h("div", { class: "form-errors", "aria-live": "polite" });
+  const el = h(
+    "form",
+    { class: "form cron-form", onsubmit: (e) => e.preventDefault() },
+    h("div", { class: "fields" },
+      field("Job id", jobId),
+      field("Time zone", h("span", {}, tz, zones, local && local !== "UTC"
+        ? h("button", { type: "button", class: "btn small", onclick: () => (tz.value = local) }, `use ${local}`) : null)),
+      field("Schedule", h("span", {}, schedule, examples)),
+    ),
+    hint,
+    field("Prompt", prompt),
+    h("div", { class: "toolbar" },
+      h("label", { class: "check" }, replace, " replace the job with this id (edit)"),
+      opButton(ctx, "cron_scheduler", "create_job", "Save job", async () => {
+        const reply = await ctx.api.call("cron_scheduler", "create_job", {
+          job_id: jobId.value.trim(),
+          prompt: prompt.value,
+          schedule: schedule.value.trim(),
+          tz: tz.value.trim() || "UTC",
+          replace: replace.checked,
+        });
+        toast(`saved ${reply.job_id}: ${reply.schedule}`);
+        el.reset();
+        tz.value = "UTC";
+        await done(reply.job_id);
+      }, { class: "primary", type: "submit", errors }),
+    ),
+    errors,
+  );
+  return {
+    el,
+    fill(job) {
+      jobId.value = job.job_id;
+      prompt.value = job.prompt || "";
+      schedule.value = job.schedule_input || job.schedule || "";
+      tz.value = job.tz || "UTC";
+      replace.checked = true;
+      el.scrollIntoView({ block: "nearest" });
+      prompt.focus();
+    },
+  };
 }
 
 const COLUMNS = ["todo", "ready", "in_progress", "blocked", "done", "cancelled"];
