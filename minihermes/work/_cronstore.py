@@ -24,7 +24,7 @@ FINAL = ("completed", "failed", "cancelled", "skipped")
 
 
 def check_job_id(job_id: str, op: str) -> None:
-    if not JOB_ID.match(job_id):
+    if not JOB_ID.fullmatch(job_id):
         raise InvalidArgument(
             f"{op}: job_id must be 1-100 letters, digits, '_', '.', '-'", op=op, field="job_id"
         )

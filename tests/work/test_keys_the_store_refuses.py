@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from minihermes.runtime import ActorError, Node
+from minihermes.runtime import ActorError, InvalidArgument, Node
+from minihermes.work._cronstore import check_job_id
 
 from .conftest import ACME
 
@@ -119,3 +120,9 @@ async def test_a_key_the_store_refuses_is_a_4xx(
         await node.ask(actor, op, payload, ctx=ACME)
     assert (e.value.code, e.value.details.get("field")) == (code, field)
     assert e.value.http_status < 500
+
+
+def test_a_job_id_with_a_trailing_newline_is_refused() -> None:
+    check_job_id("daily-report", "create_job")
+    with pytest.raises(InvalidArgument):
+        check_job_id("a\n", "create_job")  # `$` matches before a final newline; fullmatch does not
