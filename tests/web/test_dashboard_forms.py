@@ -71,3 +71,36 @@ def test_cron_create_pause_resume_run_delete_and_a_refused_schedule(dashboard: A
     expect(page.locator(f"tr[data-job='{job}']")).to_have_count(0)
     jobs = server.call(admin_token, "cron_scheduler", "list_jobs")["jobs"]
     assert all(j["job_id"] != job for j in jobs)
+
+
+def test_goals_set_complete_and_clear(dashboard: Any, server: Server) -> None:
+    bob = token("acme", "bob", ["user"])
+    session = server.call(bob, "session_manager", "create_session", channel="web")["session_id"]
+    page = dashboard("acme", "bob", ["user"]).open("goals")
+    form = page.locator("form.goal-form")
+    form.locator("button[data-op='goals.set_goal']").click()  # no text: refused beside the form
+    expect(form.locator(".form-errors .error[data-field='text']")).to_be_visible()
+
+    for text in ("Water the plants", "Write the release notes"):
+        form.locator("input[name=session_id]").fill(session)
+        form.locator("input[name=text]").fill(text)
+        form.locator("button[data-op='goals.set_goal']").click()
+        expect(page.locator("tr[data-goal]", has_text=text)).to_have_count(1)
+    goals = server.call(bob, "goals", "list_goals", session_id=session)["goals"]
+    assert sorted(g["text"] for g in goals) == ["Water the plants", "Write the release notes"]
+
+    page.locator("tr[data-goal]", has_text="Water the plants").locator(
+        "button[data-op='goals.complete_goal']"
+    ).click()
+    expect(page.locator("tr[data-goal]", has_text="Water the plants")).to_have_count(
+        0
+    )  # the list shows active
+    page.locator("tr[data-goal]", has_text="Write the release notes").locator(
+        "button[data-op='goals.clear_goal']"
+    ).click()
+    expect(page.locator("tr[data-goal]", has_text="Write the release notes")).to_have_count(0)
+    status = {
+        g["text"]: g["status"]
+        for g in server.call(bob, "goals", "list_goals", session_id=session, status="")["goals"]
+    }
+    assert status == {"Water the plants": "completed"}  # the cleared one is gone

@@ -280,18 +280,64 @@ async function renderGoals(root, ctx) {
         ["completed_at", "completed", (g) => fmtTime(g.completed_at)],
         ["reason", "reason"],
         ["actions", "", (g) => g.status === "active"
-          ? opButton(ctx, "goals", "complete_goal", "Complete", async () => {
-              await ctx.api.call("goals", "complete_goal", { goal_id: g.goal_id, reason: "marked done in the dashboard" });
+          ? [opButton(ctx, "goals", "complete_goal", "Complete", async () => {
+              await ctx.api.call("goals", "complete_goal", { goal_id: g.goal_id, session_id: g.session_id, reason: "marked done in the dashboard" });
+              toast(`completed: ${g.text}`);
               await load();
-            }, { class: "small" })
+            }, { class: "small good" }),
+            opButton(ctx, "goals", "clear_goal", "Clear", async () => {
+              await ctx.api.call("goals", "clear_goal", { goal_id: g.goal_id, session_id: g.session_id });
+              toast(`cleared: ${g.text}`);
+              await load();
+            }, { class: "small bad" })]
           : null],
-      ], { empty: "No goals." }));
+      ], { empty: "No goals.", rowAttrs: (g) => ({ dataset: { goal: g.goal_id, status: g.status } }) }));
     } catch (err) {
       clear(box, errorBox(err));
     }
   }
   status.addEventListener("change", load);
   await load();
-  root.append(section("Goals", h("div", { class: "toolbar" }, status), box));
+  root.append(await goalForm(ctx, load), section("Goals", h("div", { class: "toolbar" }, status), box));
   return load;
+}
+
+// Set a goal in a session: pick one of the caller's sessions (or type an id).
+async function goalForm(ctx, done) {
+  const session = h("input", { name: "session_id", list: "goal-sessions", placeholder: "session id" });
+  const sessions = h("datalist", { id: "goal-sessions" });
+  if (ctx.catalog.can("session_manager", "list_sessions")) {
+    try {
+      const reply = await ctx.api.call("session_manager", "list_sessions", { limit: 200 });
+      const rows = reply.sessions || [];
+      clear(sessions, rows.map((s) => h("option", { value: s.session_id }, s.title || s.channel || "")));
+      if (rows.length) session.value = rows[0].session_id;
+    } catch {
+      // No list: the id is typed.
+    }
+  }
+  const text = h("input", { name: "text", placeholder: "e.g. Ship the release notes by Friday", size: 40 });
+  const turns = h("input", { name: "max_turns", type: "number", min: 0, max: 1000, value: 0, title: "0: the default" });
+  const errors = h("div", { class: "form-errors", "aria-live": "polite" });
+  const form = h(
+    "form",
+    { class: "form goal-form", onsubmit: (e) => e.preventDefault() },
+    h("div", { class: "fields" },
+      field("Session", h("span", {}, session, sessions)),
+      field("Goal", text),
+      field("Max turns (0: default)", turns),
+    ),
+    opButton(ctx, "goals", "set_goal", "Set goal", async () => {
+      const reply = await ctx.api.call("goals", "set_goal", {
+        session_id: session.value.trim(),
+        text: text.value,
+        max_turns: Number(turns.value) || 0,
+      });
+      toast(`goal set: ${reply.goal.text}`);
+      text.value = "";
+      await done();
+    }, { class: "primary", type: "submit", errors }),
+    errors,
+  );
+  return section("Set a goal", form);
 }
