@@ -27,10 +27,10 @@ from typing import Any
 from minihermes.agent._history import HistoryViews
 from minihermes.audit import fire_audit, sees_own_only
 from minihermes.context import forget as forgetting
-from minihermes.context import prompt, search_tool, session_index
+from minihermes.context import prompt, search_tool
 from minihermes.context.assembly import TURN_META, TurnSettings, gather_turn, list_tools
-from minihermes.context.embeddings import Embedder, embedder_if_known, load_embedder
 from minihermes.context.redact import redact, redact_text
+from minihermes.context.session_indexer import SessionIndexer
 from minihermes.context.tokens import count_tokens, tools_tokens
 from minihermes.runtime import (
     ActorError,
@@ -134,10 +134,14 @@ class Agent(GenServer):
         self.token_budget = int(args.get("token_budget", DEFAULT_TOKEN_BUDGET))
         self.episodic = bool(args.get("episodic", True))
         self.index_sessions = bool(args.get("index_sessions", True))
-        self.semantic = str(args.get("semantic", "auto"))
-        self._embedder: Embedder | None = args.get("embedder")
-        self._embedding: asyncio.Task[Any] | None = None
-        """The last turn's embedding for session search, while it runs in the background."""
+        self._indexer = SessionIndexer(
+            self.host,
+            self.session_id,
+            self,
+            self._embedded,
+            semantic=str(args.get("semantic", "auto")),
+            embedder=args.get("embedder"),
+        )
         self._starting: asyncio.Task[Any] | None = None
         """The turn's start-up writes (resume marker, session owner, turn meta) while they run beside its first
         LLM call; every step with effects (a tool call, the turn's end) waits for them (``_started``)."""
@@ -160,10 +164,12 @@ class Agent(GenServer):
         if self.turn is not None and not self.turn.get("paused"):
             # The process died mid-turn: finish it from the last completed step.
             self._resuming = self.host.spawn(self._continue_turn())
-        if self.unembedded:
-            # It died (or stopped) before the last turns' vectors were written: write them now.
-            pending = [self._turn_docs(entry) for entry in self.unembedded]
-            self._embedding = self.host.spawn(self._embed_turns(pending))
+        self._indexer.resume()  # the turns a crash or a stop left without their vectors, if any
+
+    @property
+    def _embedding(self) -> asyncio.Task[Any] | None:
+        """The last turn's embedding for session search, while it runs in the background."""
+        return self._indexer.task
 
     # -- ops ----------------------------------------------------------------------------------------------
 
@@ -303,16 +309,15 @@ class Agent(GenServer):
             raise InvalidArgument(f"session_search: limit must be 1..{search_tool.MAX_LIMIT}", field="limit")
         if user_id and sees_own_only(current_context()) and user_id != self.host_principal():
             raise PermissionDenied("session_search: another user's sessions", field="user_id")
-        if self._embedding is not None and not self._embedding.done():
-            await asyncio.wait({self._embedding})  # this session's own last turn is searchable by meaning
+        await self._indexer.wait()  # this session's own last turn is searchable by meaning
         found = await search_tool.search_visible(
             self.host,
             query,
             limit,
             user_id=user_id,
             session_filter=in_session,
-            semantic=self.semantic != "off",
-            embedder=self._embedder,
+            semantic=self._indexer.semantic != "off",
+            embedder=self._indexer.embedder,
         )
         return {"status": "ok", "query": query, **found}
 
@@ -669,20 +674,9 @@ class Agent(GenServer):
         self.stats["turns"] += 1
         self.stats["iterations"] += turn["iterations"]
         if self.index_sessions:
-            # Before the checkpoint: a crash in between re-finishes the turn and re-indexes the same ids.
-            entry = {
-                "turn_id": turn["turn_id"],
-                "user_id": turn["user_id"],
-                "at": self.host.now(),
-                "first_index": turn["start"],
-                "messages": self.history[turn["start"] :],
-                "before": self.history[max(0, turn["start"] - session_index.WINDOW_BEFORE) : turn["start"]],
-            }
-            docs = self._turn_docs(entry)
-            await session_index.index_docs(self.host, docs)
-            if docs.docs and self._may_embed():
-                self.unembedded.append(entry)  # saved with the turn's end below
-                self._embedding = self.host.spawn(self._embed_turns([docs], after=self._embedding))
+            # Before the checkpoint: a crash in between re-finishes the turn and re-indexes the same ids. A
+            # turn kept for embedding is in ``unembedded``, saved with the turn's end below.
+            await self._indexer.index_turn(turn["turn_id"], turn["user_id"], self.history, turn["start"])
         self.last_reply = reply
         self.turn = None
         # The FSM's rest and the audit event first, so that their writes join the turn's last commit (one
@@ -697,67 +691,11 @@ class Agent(GenServer):
         self._after_turn(turn, reply)
         return reply
 
-    def _turn_docs(self, entry: dict[str, Any]) -> session_index.TurnDocs:
-        return session_index.TurnDocs(
-            self.session_id,
-            entry["user_id"],
-            entry["turn_id"],
-            entry["messages"],
-            entry["at"],
-            entry["first_index"],
-            entry["before"],
-        )
-
-    async def _embed_turns(
-        self, pending: list[session_index.TurnDocs], after: asyncio.Task[Any] | None = None
-    ) -> None:
-        """Finished turns' vectors for session search, in the background (the model runs in a worker
-        thread), once ``after`` (the embedding before) is done. Each turn embedded leaves ``unembedded``; when
-        none is left and no turn runs, the session is saved and no longer marked for resumption (a running
-        turn saves it at its end). A failed embedding stays, to be tried again when the session next starts."""
-        if after is not None and not after.done():
-            await asyncio.wait({after})
-        embedder = await self._semantic_model()
-        if embedder is None:
-            self.unembedded = []  # nothing embeds here: the turns stay with BM25
-        else:
-            for docs in pending:
-                try:
-                    await session_index.embed_turn(self.host, embedder, docs)
-                except Exception:
-                    self.host.log.exception(
-                        "agent %s: embedding turn %s failed", self.session_id, docs.turn_id
-                    )
-                    return
-                self.unembedded = [e for e in self.unembedded if e["turn_id"] != docs.turn_id]
-        if not self.unembedded and self.turn is None:
+    async def _embedded(self) -> None:
+        """Every finished turn has its vectors (``SessionIndexer``): saved, and no longer marked for
+        resumption, unless a turn runs (it saves the session at its end)."""
+        if self.turn is None:
             await self._save_turn_state(running=False)
-
-    def _may_embed(self) -> bool:
-        """False once it is known that no model embeds here (``semantic`` off, or the extra not installed):
-        a check without a thread trip, so a turn keeps nothing for embedding it will never get."""
-        if self.semantic == "off":
-            return False
-        if self._embedder is None:
-            known, self._embedder = embedder_if_known()
-            if known and self._embedder is None:
-                self._no_model()
-                return False
-        return True
-
-    def _no_model(self) -> None:
-        if self.semantic == "on":
-            self.host.log.warning("agent: semantic = 'on' but the semantic extra is not installed")
-        self.semantic = "off"
-
-    async def _semantic_model(self) -> Embedder | None:
-        if not self._may_embed():
-            return None
-        if self._embedder is None:
-            self._embedder = await asyncio.to_thread(load_embedder)  # the first time in this process
-            if self._embedder is None:
-                self._no_model()
-        return self._embedder
 
     async def _start_writes(self, new_owner: str) -> None:
         writes = [self.host.mark_durable(True), self._write_turn_meta()]

@@ -181,7 +181,7 @@ async def test_the_turns_start_up_writes_are_done_before_its_first_tool_call_run
     monkeypatch.setattr(forget, "record_session", owner)
     # No embedding model, and the process knows it (as after its first turn): the end of the turn has no
     # embedding to keep the session marked for (see test_session_semantic).
-    monkeypatch.setattr("minihermes.agent.agent.embedder_if_known", lambda: (True, None))
+    monkeypatch.setattr("minihermes.context.session_indexer.embedder_if_known", lambda: (True, None))
     execute = ToolExecutor._handlers["execute"]
     real_execute = execute.fn
 
