@@ -104,3 +104,54 @@ def test_goals_set_complete_and_clear(dashboard: Any, server: Server) -> None:
         for g in server.call(bob, "goals", "list_goals", session_id=session, status="")["goals"]
     }
     assert status == {"Water the plants": "completed"}  # the cleared one is gone
+
+
+def test_admin_registers_a_credential_and_a_provider_and_switches_to_it(
+    dashboard: Any, server: Server
+) -> None:
+    admin_token = token(*ADMIN)
+    board = dashboard(*ADMIN)
+    page = board.open("providers")
+    secret = f"sk-test-{uuid.uuid4().hex}"
+    cred = page.locator("form.credential-form")
+    assert cred.locator("input[name=api_key]").get_attribute("type") == "password"
+    cred.locator("input[name=phantom_token]").fill("openai-key")
+    cred.locator("input[name=api_key]").fill(secret)
+    cred.locator("button[data-op='llm_gateway.register_credential']").click()
+    prov = page.locator("form.provider-form")
+    expect(prov.locator("select[name=credential] option[value='openai-key']")).to_have_count(1)
+    assert cred.locator("input[name=api_key]").input_value() == ""  # the key is not kept in the page
+    assert secret not in page.content()
+
+    kinds = prov.locator("select[name=kind] option").all_inner_texts()
+    assert {"openai", "anthropic", "ollama", "simulated"} <= set(kinds)
+    name = uid("local")
+    prov.locator("input[name=name]").fill(name)
+    prov.locator("select[name=kind]").select_option("openai")
+    prov.locator("input[name=model]").fill("tiny-model")
+    prov.locator("input[name=base_url]").fill("ftp://127.0.0.1/v1")  # refused, beside the form
+    prov.locator("button[data-op='llm_gateway.register_provider']").click()
+    expect(prov.locator(".form-errors .error[data-field='base_url']")).to_contain_text("http(s)")
+    prov.locator("input[name=base_url]").fill("http://127.0.0.1:9/v1")
+    prov.locator("select[name=credential]").select_option("openai-key")
+    prov.locator("button[data-op='llm_gateway.register_provider']").click()
+    row = page.locator(f"tr[data-provider='{name}']")
+    expect(row).to_contain_text("tiny-model")
+    expect(row).to_contain_text("openai-key")
+    entry = next(
+        p for p in server.call(admin_token, "llm_gateway", "list_providers")["providers"] if p["name"] == name
+    )
+    assert (entry["kind"], entry["base_url"], entry["credential"]) == (
+        "openai",
+        "http://127.0.0.1:9/v1",
+        "openai-key",
+    )
+
+    switch = page.locator("form.switch-form")
+    switch.locator("select[name=provider]").select_option(name)
+    switch.locator("button[data-op='llm_gateway.switch_provider']").click()
+    expect(page.locator(f"tr[data-provider='{name}'] .badge.active")).to_have_count(1)
+    assert server.call(admin_token, "llm_gateway", "list_providers")["active"]["provider"] == name
+    switch.locator("select[name=provider]").select_option("simulated")  # back to the offline model
+    switch.locator("button[data-op='llm_gateway.switch_provider']").click()
+    expect(page.locator("tr[data-provider='simulated'] .badge.active")).to_have_count(1)

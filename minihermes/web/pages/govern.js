@@ -1,6 +1,6 @@
 // Steering: approvals waiting for a person, guardrail policies and mode, providers, models and circuits.
 
-import { badge, clear, errorBox, fmtTime, h, notEnabled, opButton, pre, section, select, table, toast } from "../ui.js";
+import { badge, clear, errorBox, field, fmtTime, h, notEnabled, opButton, pre, section, select, table, toast } from "../ui.js";
 
 export const approvalsPage = { title: "Approvals", actors: ["guardrails"], render: renderApprovals, poll: 5000 };
 export const guardrailsPage = { title: "Guardrails", actors: ["guardrails"], render: renderGuardrails };
@@ -81,34 +81,105 @@ async function renderGuardrails(root, ctx) {
   return load;
 }
 
+// Provider kinds this build knows (the gateway answers an unknown one with the list); registered ones are added.
+const KNOWN_KINDS = ["openai", "anthropic", "ollama"];
+// Phantom tokens registered from this page (names, not secrets): offered to the provider form until a provider
+// uses them (list_providers shows those).
+const registeredTokens = new Set();
+
+function options(selectEl, values, keep = true) {
+  const previous = selectEl.value;
+  clear(selectEl, values.map(([v, text]) => h("option", { value: v }, text ?? v)));
+  if (keep && values.some(([v]) => v === previous)) selectEl.value = previous;
+}
+
 async function renderProviders(root, ctx) {
   if (!ctx.catalog.has("llm_gateway")) return root.append(notEnabled("llm_gateway"));
   const box = h("div");
+  const active = h("span");
+  const choice = h("select", { name: "provider" });
+  const model = h("input", { name: "model", placeholder: "model (blank: the provider's)" });
+  const switchErrors = h("div", { class: "form-errors", "aria-live": "polite" });
+  const switchForm = h("form", { class: "toolbar switch-form", onsubmit: (e) => e.preventDefault() },
+    "Active ", active, choice, model,
+    opButton(ctx, "llm_gateway", "switch_provider", "Switch", async () => {
+      const reply = await ctx.api.call("llm_gateway", "switch_provider", { provider: choice.value, model: model.value.trim() });
+      toast(`now ${reply.provider} (${reply.model})`);
+      await load();
+    }, { type: "submit", errors: switchErrors }));
+
+  // Register a credential: the key goes to the server's vault and is never shown again (not even here).
+  const token = h("input", { name: "phantom_token", placeholder: "e.g. openai-key", autocomplete: "off" });
+  const key = h("input", { name: "api_key", type: "password", placeholder: "API key", autocomplete: "new-password" });
+  const credErrors = h("div", { class: "form-errors", "aria-live": "polite" });
+  const credForm = h("form", { class: "form credential-form", onsubmit: (e) => e.preventDefault() },
+    h("div", { class: "fields" }, field("Phantom token (a name)", token), field("API key", key)),
+    opButton(ctx, "llm_gateway", "register_credential", "Register credential", async () => {
+      try {
+        const reply = await ctx.api.call("llm_gateway", "register_credential", { phantom_token: token.value.trim(), api_key: key.value });
+        registeredTokens.add(reply.phantom_token);
+        toast(`credential ${reply.phantom_token} ${reply.replaced ? "replaced" : "registered"}`);
+        token.value = "";
+        await load();
+      } finally {
+        key.value = ""; // never kept in the page, whatever the answer
+      }
+    }, { class: "primary", type: "submit", errors: credErrors }),
+    h("small", { class: "muted hint" }, "Providers name the credential by its phantom token; the key itself is stored encrypted and never shown."),
+    credErrors);
+
+  // Register (or replace) a provider.
+  const name = h("input", { name: "name", placeholder: "e.g. openai" });
+  const kind = h("select", { name: "kind" });
+  const pmodel = h("input", { name: "model", placeholder: "e.g. gpt-4o-mini" });
+  const baseUrl = h("input", { name: "base_url", type: "url", placeholder: "blank: the kind's default URL", size: 32 });
+  const cred = h("select", { name: "credential" });
+  const provErrors = h("div", { class: "form-errors", "aria-live": "polite" });
+  const provForm = h("form", { class: "form provider-form", onsubmit: (e) => e.preventDefault() },
+    h("div", { class: "fields" },
+      field("Name", name), field("Kind", kind), field("Model", pmodel), field("Base URL", baseUrl), field("Credential", cred)),
+    opButton(ctx, "llm_gateway", "register_provider", "Register provider", async () => {
+      const reply = await ctx.api.call("llm_gateway", "register_provider", {
+        name: name.value.trim(),
+        kind: kind.value,
+        model: pmodel.value.trim(),
+        base_url: baseUrl.value.trim(),
+        credential: cred.value,
+      });
+      toast(`provider ${reply.provider} ${reply.replaced ? "replaced" : "registered"}`);
+      name.value = "";
+      pmodel.value = "";
+      baseUrl.value = "";
+      await load();
+      choice.value = reply.provider;
+    }, { class: "primary", type: "submit", errors: provErrors }),
+    provErrors);
+
   async function load() {
     try {
       const reply = await ctx.api.call("llm_gateway", "list_providers", {});
       const stats = ctx.catalog.can("llm_gateway", "get_stats") ? await ctx.api.call("llm_gateway", "get_stats", {}) : {};
       const circuits = stats.circuits || {};
-      const model = h("input", { name: "model", placeholder: "model (blank: the provider's)" });
-      const choice = select("provider", (reply.providers || []).map((p) => [p.name]), reply.active?.provider);
+      const providers = reply.providers || [];
+      clear(active, badge(reply.active?.provider || "?"), " ", reply.active?.model || "");
+      const first = !choice.options.length;
+      options(choice, providers.map((p) => [p.name]));
+      if (first) choice.value = reply.active?.provider || "";
+      options(kind, [...new Set([...KNOWN_KINDS, ...providers.map((p) => p.kind)])].map((k) => [k]));
+      const tokens = new Set([...registeredTokens, ...providers.map((p) => p.credential).filter(Boolean)]);
+      options(cred, [["", "(none)"], ...[...tokens].sort().map((t) => [t])]);
       clear(
         box,
-        h("div", { class: "toolbar" }, "Active ", badge(reply.active?.provider || "?"), reply.active?.model || "",
-          choice, model,
-          opButton(ctx, "llm_gateway", "switch_provider", "Switch", async () => {
-            await ctx.api.call("llm_gateway", "switch_provider", { provider: choice.value, model: model.value.trim() });
-            toast(`now ${choice.value}`);
-            await load();
-          })),
-        table(reply.providers || [], [
+        table(providers, [
           ["name", "provider", (p) => [h("b", {}, p.name), p.active ? badge("active") : null]],
           ["kind", "kind"],
           ["model", "model"],
+          ["base_url", "base URL"],
           ["circuit", "circuit", (p) => badge(p.circuit)],
           ["failures", "failures", (p) => String(circuits[p.name]?.consecutive_failures ?? 0)],
           ["error_rate", "error rate", (p) => String(circuits[p.name]?.error_rate ?? 0)],
           ["last_error", "last error", (p) => circuits[p.name]?.last_error || ""],
-          ["credential", "credential", (p) => (p.credential ? "set" : "")],
+          ["credential", "credential", (p) => p.credential || ""],
         ], { rowAttrs: (p) => ({ dataset: { provider: p.name } }) }),
         stats.usage ? h("div", {}, h("h3", {}, "Usage (tenant)"), pre(stats.usage)) : null,
         reply.failover?.length ? h("p", {}, `Failover: ${reply.failover.join(" → ")}`) : null,
@@ -118,6 +189,9 @@ async function renderProviders(root, ctx) {
     }
   }
   await load();
-  root.append(section("Providers and circuits", box));
+  root.append(section("Providers and circuits", switchForm, switchErrors, box));
+  if (ctx.catalog.can("llm_gateway", "register_provider") || ctx.catalog.can("llm_gateway", "register_credential")) {
+    root.append(h("div", { class: "split" }, section("Register a credential", credForm), section("Register a provider", provForm)));
+  }
   return load;
 }
