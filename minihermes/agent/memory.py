@@ -38,6 +38,7 @@ one.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import re
 from collections.abc import Awaitable, Iterable, Mapping
@@ -745,6 +746,39 @@ class Memory(GenServer):
     def get_stats(self) -> dict[str, Any]:
         """Stored facts (durable count) and operations since this instance started."""
         return {"status": "ok", "memories": self.memory_count, **self._stats}
+
+    # -- the turn listener (``minihermes.turn_event``) ----------------------------------------------------
+
+    @cast
+    async def turn_completed(
+        self,
+        session_id: str,
+        user_id: str,
+        user_message: str,
+        status: str,
+        response: str,
+        tool_calls: list[dict[str, Any]] | None = None,
+        episodic: bool = True,
+        **_record: Any,
+    ) -> None:
+        """A finished turn (published by the agent, never awaited): its episode, private to the turn's user
+        and taken along when the session is forgotten, unless the session keeps none (``episodic``)."""
+        if not episodic:
+            return
+        names = (str(c.get("name", "")) for c in tool_calls or [] if isinstance(c, dict))
+        tools = ", ".join(dict.fromkeys(names)) or "none"
+        value = f"Task: {user_message[:500]}\nTools used: {tools}\nOutcome: {status}: {response[:500]}"
+        # Keyed by what happened: the same task done the same way again refreshes one episode instead of
+        # piling up copies that crowd everything else out of recall.
+        digest = hashlib.sha256(f"{user_id}\x1f{value}".encode()).hexdigest()[:20]
+        await self.store_memory(
+            key=f"episode:{digest}",
+            value=value,
+            kind="episodic",
+            private=True,
+            user_id=user_id,
+            source_session=session_id,
+        )
 
     # -- helpers ------------------------------------------------------------------------------------------
 

@@ -500,6 +500,12 @@ class Host:
         node = self._node
         return {name: node.spec(name).cls for name in node.actor_names()}
 
+    def actors_taking(self, op: str) -> list[str]:
+        """The actor types this node runs that take ``op``, in name order: the listeners of an event that
+        every such type gets (e.g. ``turn_completed``), whether or not an instance runs yet."""
+        node = self._node
+        return [name for name in node.actor_names() if op in node.spec(name).cls._handlers]
+
     def service_status(self) -> dict[str, dict[str, Any]]:
         """The node's view of every actor type (up, kind, instances, restarts): for health monitors."""
         return self._node.status()

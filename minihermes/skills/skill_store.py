@@ -16,10 +16,19 @@ only that user (``scope: user``) until an admin promotes it to the tenant. Every
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Awaitable
 from typing import Any, Literal
 
 from minihermes.context.embeddings import fuse
-from minihermes.runtime import Conflict, InvalidArgument, NotFound, call, cast, current_context
+from minihermes.runtime import (
+    ActorError,
+    Conflict,
+    InvalidArgument,
+    NotFound,
+    call,
+    cast,
+    current_context,
+)
 
 from . import _access as access
 from . import _store_io as io
@@ -419,6 +428,47 @@ class SkillStore(SkillStoreCore):
         while len(self._learned) > _LEARNED_CACHE:
             self._learned.popitem(last=False)
         return True
+
+    @cast
+    async def turn_completed(
+        self,
+        turn_id: str,
+        session_id: str,
+        user_id: str,
+        user_message: str,
+        tool_calls: list[dict[str, Any]] | None = None,
+        skill_ids: list[str] | None = None,
+        success: bool = True,
+        **_record: Any,
+    ) -> None:
+        """A finished turn (the turn listener, ``minihermes.turn_event``; published by the agent, never
+        awaited): each skill the turn was given is counted as used (``record_usage``, a success when the turn
+        ended ok with no failed tool call), then the turn is considered for learning
+        (``evaluate_for_learning``). A step that fails (a skill deleted since) is logged and the next runs."""
+        for skill_id in skill_ids or []:
+            if isinstance(skill_id, str) and skill_id:
+                await self._turn_step(
+                    "record_usage",
+                    self.record_usage(skill_id=skill_id, session_id=session_id, success=success),
+                )
+        await self._turn_step(
+            "evaluate_for_learning",
+            self.evaluate_for_learning(
+                session_id=session_id,
+                turn_id=turn_id,
+                user_intent=user_message,
+                user_id=user_id,
+                tool_calls=list(tool_calls or []),
+                skill_ids=[sid for sid in skill_ids or [] if sid],
+                success=success,
+            ),
+        )
+
+    async def _turn_step(self, op: str, step: Awaitable[Any]) -> None:
+        try:
+            await step
+        except ActorError as e:
+            self.host.log.info("turn_completed: %s not done: %s", op, e.message)
 
     @cast
     async def forget(self, session_id: str = "", user_id: str = "") -> None:

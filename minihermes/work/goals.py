@@ -213,9 +213,11 @@ class Goals(GenServer):
         return {"status": "ok", "cleared": len(goals)}
 
     @cast
-    async def turn_completed(self, session_id: str, turn_id: str, user_message: str, response: str) -> None:
-        """Judge every active goal of the session against this turn (sent by the agent after a turn): those
-        of the turn's user and the tenant's."""
+    async def turn_completed(
+        self, session_id: str, turn_id: str, user_message: str, response: str, **_record: Any
+    ) -> None:
+        """Judge every active goal of the session against this turn (a turn listener: the agent publishes
+        each finished turn, ``minihermes.turn_event``): those of the turn's user and the tenant's."""
         if not valid_key(session_id):
             return  # no session has such an id, so no goal either
         for goal in await self._mine(await self._goals(session_id, "active")):

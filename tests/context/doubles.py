@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from minihermes.runtime import ActorError, GenServer, call, cast
+from minihermes.skills.skill_store import SkillStore
 
 REQUESTS: list[dict[str, Any]] = []
 CASTS: list[tuple[str, str, dict[str, Any]]] = []
@@ -89,12 +90,16 @@ class FakeSkills(GenServer):
         await _barrier("skill_store")
         return {"status": "ok", "skills": SKILLS[:limit]}
 
+    turn_completed = SkillStore.turn_completed
+    """The skill store's own turn listener: the turn becomes ``record_usage`` and ``evaluate_for_learning``."""
+    _turn_step = SkillStore._turn_step
+
     @cast
-    def record_usage(self, skill_id: str, session_id: str = "", success: bool = True) -> None:
+    async def record_usage(self, skill_id: str, session_id: str = "", success: bool = True) -> None:
         CASTS.append(("skill_store", "record_usage", {"skill_id": skill_id, "success": success}))
 
     @cast
-    def evaluate_for_learning(
+    async def evaluate_for_learning(
         self,
         session_id: str,
         turn_id: str,
@@ -133,7 +138,9 @@ class FakeGoals(GenServer):
         return {"status": "ok", "goals": [g for g in GOALS if g.get("session_id", session_id) == session_id]}
 
     @cast
-    def turn_completed(self, session_id: str, turn_id: str, user_message: str, response: str) -> None:
+    def turn_completed(
+        self, session_id: str, turn_id: str, user_message: str, response: str, **_record: Any
+    ) -> None:
         CASTS.append(("goals", "turn_completed", {"session_id": session_id, "user_message": user_message}))
 
     @call

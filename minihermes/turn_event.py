@@ -1,0 +1,71 @@
+"""The ``turn_completed`` event: what the agent publishes when a turn ends, and who gets it.
+
+The agent is the durable turn; what follows a turn is other actors' work. When a turn finishes (status ``ok``
+or ``max_iterations``; a turn that failed or waits for approval publishes nothing, so nothing is learned or
+remembered from it), the agent casts one ``TurnCompleted`` record to every *turn listener*: each actor type
+on the node that takes the ``turn_completed`` cast (``listeners``). Memory writes the turn's episode, the skill
+store records the use of the skills the turn was given and considers the turn for learning, goals judges the
+session's active goals. A new listener is an actor with that op in the node's config; the agent is not
+edited (CONTRIBUTING.md, "Adding a turn listener").
+
+The group is the actor *types* that declare the op, not the running instances that joined it
+(``Host.join``): the listeners are per-tenant actors started on their tenant's first message, so a group of
+running instances would miss the turns of a tenant whose listener has not started yet, is restarting, or runs
+on another node not yet in this node's view of the directory. A cast to the type's name reaches the turn's
+tenant's instance as every message does: started on demand, queued across a restart, routed in a cluster.
+
+The casts are fire-and-forget (they never delay the reply, and one that cannot be sent is logged and
+dropped) and carry the turn's request context: a listener acts as the turn's caller (tenant, principal,
+roles), as the casts the agent sent before this event did. Every listener gets the same record, read-only. A
+listener takes the fields it uses and ``**rest``: the record may gain fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, TypedDict, cast
+
+from minihermes.runtime import ActorError, Host
+
+TURN_COMPLETED: Final = "turn_completed"
+"""The event's op: an actor type that takes it is a turn listener."""
+
+
+class TurnCompleted(TypedDict):
+    """One finished turn, as its listeners get it."""
+
+    turn_id: str
+    session_id: str
+    user_id: str
+    """The turn's user: the caller's principal, or the ``user_id`` the chat was given."""
+    user_message: str
+    """The user's message (secrets redacted)."""
+    status: str
+    """``ok`` or ``max_iterations`` (the step limit ended the turn)."""
+    response: str
+    tool_calls: list[dict[str, Any]]
+    """In order: ``{name, input, is_error, result}``, the result cut to 500 characters."""
+    skill_ids: list[str]
+    """The skills matched and injected into the turn's prompt."""
+    success: bool
+    """``status`` is ``ok`` and no tool call failed."""
+    episodic: bool
+    """Whether the session keeps a memory of each turn (the agent's ``episodic`` argument)."""
+
+
+def listeners(host: Host) -> tuple[str, ...]:
+    """The turn listeners on this node: the actor types that take ``turn_completed``, in name order."""
+    return tuple(host.actors_taking(TURN_COMPLETED))
+
+
+def publish(host: Host, targets: tuple[str, ...], record: TurnCompleted) -> None:
+    """Cast the record to each listener in the current request context, without waiting: a listener that
+    cannot take it now (overloaded, shutting down) is skipped with a debug log, as a lost cast would be."""
+    payload = cast(dict[str, Any], record)  # one record for all: the node binds a copy of its fields
+    for target in targets:
+        try:
+            host.send(target, TURN_COMPLETED, payload)
+        except ActorError as e:
+            host.log.debug("turn_completed for %s not delivered: %s", target, e.message)
+
+
+__all__ = ["TURN_COMPLETED", "TurnCompleted", "listeners", "publish"]
