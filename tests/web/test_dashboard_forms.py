@@ -155,3 +155,61 @@ def test_admin_registers_a_credential_and_a_provider_and_switches_to_it(
     switch.locator("select[name=provider]").select_option("simulated")  # back to the offline model
     switch.locator("button[data-op='llm_gateway.switch_provider']").click()
     expect(page.locator("tr[data-provider='simulated'] .badge.active")).to_have_count(1)
+
+
+def test_candidate_skills_say_why_they_wait_and_are_approved_or_rejected(
+    dashboard: Any, server: Server
+) -> None:
+    admin_token = token(*ADMIN)
+    names: dict[str, str] = {}
+    procedures = {
+        "keep": ("Archive the weekly report", "1. write_file: write the weekly report to reports/week.md"),
+        "drop": ("Restart the staging web server", "1. terminal: systemctl restart staging-web"),
+    }
+    for key, (description, procedure) in procedures.items():
+        names[key] = uid(key)
+        made = server.call(
+            admin_token,
+            "skill_store",
+            "propose_skill",
+            name=names[key],
+            description=description,
+            procedure=procedure,
+        )
+        assert made["created"], made
+        names[key + "_id"] = made["skill_id"]
+    verdict = {"baseline": {"score": 0.2}, "with_skill": {"score": 0.9}}
+    server.call(
+        admin_token,
+        "skill_store",
+        "record_evaluation",
+        skill_id=names["keep_id"],
+        version=1,
+        passed=True,
+        details=verdict,
+    )
+
+    page = dashboard(*ADMIN).open("skills")
+    page.select_option("select[name=status]", "candidate")
+    page.click(f"tr[data-skill='{names['keep']}'] a")
+    held = page.locator(f"[data-held='{names['keep']}']")
+    expect(held).to_contain_text("evaluation of v1 passed")
+    expect(held).to_contain_text("outside effects (write_file)")
+    expect(held).to_contain_text("with_skill")
+    held.locator("button[data-op='skill_store.approve_skill']").click()
+    expect(page.locator(f"[data-skill-detail='{names['keep']}'] .badge.active")).to_have_count(1)
+    assert (
+        server.call(admin_token, "skill_store", "get_skill", skill_id=names["keep_id"])["skill"]["status"]
+        == "active"
+    )
+
+    page.click(f"tr[data-skill='{names['drop']}'] a")
+    held = page.locator(f"[data-held='{names['drop']}']")
+    expect(held).to_contain_text("not been evaluated yet")
+    held.locator("input[name=reason]").fill("writes files it should not")
+    held.locator("button[data-op='skill_store.set_status']").click()
+    expect(page.locator(f"[data-skill-detail='{names['drop']}'] .badge.archived")).to_have_count(1)
+    assert (
+        server.call(admin_token, "skill_store", "get_skill", skill_id=names["drop_id"])["skill"]["status"]
+        == "archived"
+    )

@@ -54,6 +54,7 @@ async function render(root, ctx) {
         detail,
         h("h3", { dataset: { skillDetail: skill.name } }, skill.name, " ", badge(skill.status), skill.pinned ? badge("pinned") : null),
         h("p", {}, skill.description),
+        skill.status === "candidate" ? review(skill) : null,
         h("div", { class: "toolbar" },
           skill.pinned
             ? opButton(ctx, "skill_store", "unpin", "Unpin", () => act("unpin", {}, "Unpinned"))
@@ -81,7 +82,52 @@ async function render(root, ctx) {
     }
   }
 
+  // A candidate: why it is not live yet (its evaluation, the approval its tools need), approve or reject it.
+  function review(skill) {
+    const reason = h("input", { name: "reason", placeholder: "why it is rejected", size: 30 });
+    const errors = h("div", { class: "form-errors", "aria-live": "polite" });
+    const form = h("form", { class: "toolbar", onsubmit: (e) => e.preventDefault() },
+      opButton(ctx, "skill_store", "approve_skill", "Approve", async () => {
+        const reply = await ctx.api.call("skill_store", "approve_skill", { skill_id: skill.skill_id });
+        const live = reply.skill_status === "active";
+        toast(live ? `${skill.name} is active` : `${skill.name} approved; it goes live when its evaluation passes`);
+        await load();
+      }, { class: "good", errors }),
+      reason,
+      opButton(ctx, "skill_store", "set_status", "Reject", async () => {
+        await ctx.api.call("skill_store", "set_status", {
+          skill_id: skill.skill_id,
+          status: "archived",
+          reason: reason.value.trim() || "rejected in the dashboard",
+        });
+        toast(`${skill.name} rejected (archived)`);
+        await load();
+      }, { class: "bad", errors }),
+    );
+    return h("div", { class: "notice held", dataset: { held: skill.name } },
+      h("b", {}, "Not live yet: "), heldBack(skill).join(" "),
+      skill.evaluation ? pre(skill.evaluation) : null,
+      form, errors);
+  }
+
   status.addEventListener("change", load);
   await load();
   root.append(h("div", { class: "split" }, section("Skills", h("div", { class: "toolbar" }, status), listBox), section("Skill", detail)));
+}
+
+// Why a candidate is held back, in words, from its record (skill_store.record_evaluation / approve_skill).
+export function heldBack(skill) {
+  const evaluation = skill.evaluation;
+  const approved = new Set(skill.approved_tools || []);
+  const unapproved = (skill.tools || []).filter((t) => !approved.has(t));
+  const reasons = [];
+  if (!evaluation) reasons.push("It has not been evaluated yet (a skill goes live when its evaluation passes).");
+  else if (!evaluation.passed) reasons.push(`Its evaluation of v${evaluation.version} failed (details below).`);
+  else reasons.push(`Its evaluation of v${evaluation.version} passed.`);
+  if (skill.needs_approval && unapproved.length) {
+    reasons.push(`It uses tools with outside effects (${unapproved.join(", ")}): an admin must approve it.`);
+  } else if (skill.approved_by) {
+    reasons.push(`Approved by ${skill.approved_by}.`);
+  }
+  return reasons;
 }
