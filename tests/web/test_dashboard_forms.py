@@ -213,3 +213,30 @@ def test_candidate_skills_say_why_they_wait_and_are_approved_or_rejected(
         server.call(admin_token, "skill_store", "get_skill", skill_id=names["drop_id"])["skill"]["status"]
         == "archived"
     )
+
+
+def test_kanban_offers_only_legal_moves_starts_a_card_and_assigns_one_to_the_agent(
+    dashboard: Any, server: Server
+) -> None:
+    bob = token("acme", "bob", ["user"])
+    first = server.call(bob, "kanban", "create", title=uid("draft the plan"))["task_id"]
+    then = server.call(bob, "kanban", "create", title=uid("review the plan"), depends_on=[first])["task_id"]
+    page = dashboard("acme", "bob", ["user"]).open("kanban")
+
+    def moves(task_id: str) -> list[str]:
+        return page.locator(f".card[data-task='{task_id}'] select[name=move] option").evaluate_all(
+            "options => options.map(o => o.value)"
+        )
+
+    assert "in_progress" not in moves(first)  # in progress means claimed: Start does that
+    assert "ready" not in moves(then) and "in_progress" not in moves(then)  # waits for `first`
+    assert page.locator(f".card[data-task='{then}'] button[data-op='kanban.start']").count() == 0
+
+    page.locator(f".card[data-task='{first}'] button[data-op='kanban.start']").click()
+    expect(page.locator(f".card[data-task='{first}']")).to_have_attribute("data-status", "in_progress")
+    card = server.call(bob, "kanban", "show", task_id=first)["task"]
+    assert (card["status"], card["claim"]["worker"]) == ("in_progress", "bob")
+
+    page.locator(f".card[data-task='{then}'] button[data-op='kanban.assign']").click()
+    expect(page.locator(f".card[data-task='{then}']")).to_have_attribute("data-assignee", "agent")
+    assert server.call(bob, "kanban", "show", task_id=then)["task"]["assignee"] == "agent"

@@ -202,6 +202,7 @@ function cronForm(ctx, done) {
   };
 }
 
+const AGENT = "agent"; // the assignee the kanban worker runs (kanban_worker assignee_prefix)
 const COLUMNS = ["todo", "ready", "in_progress", "blocked", "done", "cancelled"];
 
 async function renderKanban(root, ctx) {
@@ -212,6 +213,7 @@ async function renderKanban(root, ctx) {
   async function load() {
     const reply = await ctx.api.call("kanban", "list", { limit: 500 });
     const tasks = reply.tasks || [];
+    const byId = new Map(tasks.map((t) => [t.task_id, t]));
     clear(
       board,
       COLUMNS.map((status) =>
@@ -219,7 +221,7 @@ async function renderKanban(root, ctx) {
           "div",
           { class: "column", dataset: { column: status } },
           h("h3", {}, status.replace("_", " "), " ", badge(String(tasks.filter((t) => t.status === status).length))),
-          tasks.filter((t) => t.status === status).map((t) => card(t)),
+          tasks.filter((t) => t.status === status).map((t) => card(t, byId)),
         ),
       ),
     );
@@ -230,35 +232,62 @@ async function renderKanban(root, ctx) {
     }
   }
 
-  function card(task) {
-    const move = select("move", COLUMNS.filter((c) => c !== task.status).map((c) => [c, `→ ${c.replace("_", " ")}`]));
+  // Only moves the board allows: not the card's own column, not "in progress" (that means claimed: Start claims
+  // a ready card), not "ready" while a dependency is open.
+  function legalMoves(task, byId) {
+    const depsOpen = (task.depends_on || []).some((id) => byId.get(id)?.status !== "done");
+    return COLUMNS.filter((c) => c !== task.status && c !== "in_progress" && !(c === "ready" && depsOpen));
+  }
+
+  function card(task, byId) {
+    const moves = legalMoves(task, byId);
+    const move = select("move", moves.map((c) => [c, `→ ${c.replace("_", " ")}`]));
+    const toAgent = task.assignee !== AGENT
+      ? opButton(ctx, "kanban", "assign", "Assign to agent", async () => {
+          await ctx.api.call("kanban", "assign", { task_id: task.task_id, assignee: AGENT });
+          toast(`${task.title}: assigned to the agent`);
+          await load();
+        }, { class: "small", title: "the kanban worker runs cards assigned to 'agent'" })
+      : null;
+    const start = task.status === "ready"
+      ? opButton(ctx, "kanban", "start", "Start", async () => {
+          await ctx.api.call("kanban", "start", { task_id: task.task_id, worker: ctx.me.principal });
+          await load();
+        }, { class: "small" })
+      : null;
     return h(
       "div",
-      { class: "card", dataset: { task: task.task_id } },
+      { class: "card", dataset: { task: task.task_id, status: task.status, assignee: task.assignee || "" } },
       h("b", {}, task.title),
       task.assignee ? h("div", { class: "muted" }, `@${task.assignee}`) : null,
+      task.claim ? h("div", { class: "muted" }, `claimed by ${task.claim.worker}`) : null,
       task.blocked_reason ? h("div", { class: "muted" }, `blocked: ${task.blocked_reason}`) : null,
       task.summary ? h("div", { class: "muted" }, task.summary) : null,
-      h("div", { class: "toolbar" }, move,
-        opButton(ctx, "kanban", "move", "Move", async () => {
-          await ctx.api.call("kanban", "move", { task_id: task.task_id, status: move.value });
-          await load();
-        }, { class: "small" })),
+      h("div", { class: "toolbar" }, start, toAgent,
+        moves.length ? move : null,
+        moves.length
+          ? opButton(ctx, "kanban", "move", "Move", async () => {
+              await ctx.api.call("kanban", "move", { task_id: task.task_id, status: move.value });
+              await load();
+            }, { class: "small" })
+          : null),
     );
   }
 
   const title = h("input", { name: "title", placeholder: "New task title" });
+  const forAgent = h("input", { name: "for_agent", type: "checkbox" });
   const add = h("form", { class: "toolbar", onsubmit: async (e) => {
     e.preventDefault();
     if (!title.value.trim()) return;
     try {
-      await ctx.api.call("kanban", "create", { title: title.value });
+      await ctx.api.call("kanban", "create", { title: title.value, assignee: forAgent.checked ? AGENT : "" });
       title.value = "";
       await load();
     } catch (err) {
       toast(err.message, true);
     }
-  } }, title, h("button", { class: "btn", disabled: !ctx.catalog.can("kanban", "create") }, "Add task"));
+  } }, title, h("label", { class: "check" }, forAgent, " for the agent"),
+    h("button", { class: "btn", disabled: !ctx.catalog.can("kanban", "create") }, "Add task"));
   await load();
   root.append(section("Board", statsBox, add, board));
   return load;
