@@ -54,6 +54,7 @@ _WORD_OPS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\^"), " ** "),
 ]
 _CANDIDATE = re.compile(r"[\d.\s+\-*/%()]+")
+_OPERATOR = re.compile(r"[+\-*/%]")
 _TOKEN = re.compile(r"\d+(?:\.\d+)?|\*\*|[-+*/%()]")
 _BINARY_TOKENS = frozenset({"+", "-", "*", "/", "%", "**"})
 _MAX_BITS = 10_000
@@ -106,6 +107,8 @@ def find_expression(text: str) -> str | None:
         rewritten = pattern.sub(replacement, rewritten)
     best: str | None = None
     for match in _CANDIDATE.finditer(rewritten):
+        if not _OPERATOR.search(match.group(0)):
+            continue  # a number alone is no expression: not worth a parse (a long text has thousands)
         candidate = normalize(match.group(0))
         if candidate and _is_expression(candidate) and (best is None or len(candidate) > len(best)):
             best = candidate
