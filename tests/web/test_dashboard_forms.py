@@ -240,3 +240,25 @@ def test_kanban_offers_only_legal_moves_starts_a_card_and_assigns_one_to_the_age
     page.locator(f".card[data-task='{then}'] button[data-op='kanban.assign']").click()
     expect(page.locator(f".card[data-task='{then}']")).to_have_attribute("data-assignee", "agent")
     assert server.call(bob, "kanban", "show", task_id=then)["task"]["assignee"] == "agent"
+
+
+def test_tool_names_and_event_types_are_picked_from_lists(dashboard: Any, server: Server) -> None:
+    admin_token = token(*ADMIN)
+    tools = {t["name"] for t in server.call(admin_token, "tool_executor", "list_tools")["tools"]}
+    server.call(admin_token, "memory", "store_memory", key=uid("picker"), value="an event of one type")
+    job = uid("picker")
+    server.call(admin_token, "cron_scheduler", "create_job", job_id=job, prompt="p", schedule="every 1d")
+    server.call(admin_token, "cron_scheduler", "delete_job", job_id=job)  # events of other types
+    board = dashboard(*ADMIN)
+    page = board.open("guardrails")
+    offered = page.locator("datalist#tool-names option").evaluate_all("options => options.map(o => o.value)")
+    assert set(offered) == tools and "calculator" in offered
+    assert page.locator("input[name=tool_name]").get_attribute("list") == "tool-names"
+
+    audit = board.open("audit")
+    audit.fill("input[name=event_type]", "memory_stored")
+    audit.click("form.toolbar button")
+    audit.wait_for_selector("tr[data-event-type='memory_stored']")
+    types = audit.locator("datalist#event-types option")
+    values = types.evaluate_all("options => options.map(o => o.value)")
+    assert {"memory_stored", "cron_job_created"} <= set(values)  # filtered, yet every recent type is offered

@@ -46,7 +46,8 @@ async function renderGuardrails(root, ctx) {
     const state = await ctx.api.call("guardrails", "get_state", {});
     const policies = Object.entries(state.policies || {}).map(([tool, decision]) => ({ tool, decision }));
     const mode = select("mode", [["open"], ["supervised"], ["lockdown"]], state.mode);
-    const tool = h("input", { name: "tool_name", placeholder: "tool name" });
+    const tool = h("input", { name: "tool_name", placeholder: "tool name", list: "tool-names", autocomplete: "off" });
+    const tools = h("datalist", { id: "tool-names" }, (await toolNames(ctx)).map(([name, text]) => h("option", { value: name }, text)));
     const decision = select("decision", [["allow"], ["review"], ["deny"]], "review");
     clear(
       box,
@@ -67,7 +68,7 @@ async function renderGuardrails(root, ctx) {
           await load();
         }, { class: "small" })],
       ], { empty: "No per-tool policy: defaults apply (read tools allow, risky tools review).", rowAttrs: (p) => ({ dataset: { policy: p.tool } }) }),
-      h("form", { class: "toolbar", onsubmit: (e) => e.preventDefault() }, tool, decision,
+      h("form", { class: "toolbar", onsubmit: (e) => e.preventDefault() }, tool, tools, decision,
         opButton(ctx, "guardrails", "set_policy", "Set policy", async () => {
           if (!tool.value.trim()) return;
           await ctx.api.call("guardrails", "set_policy", { tool_name: tool.value.trim(), decision: decision.value });
@@ -91,6 +92,17 @@ function options(selectEl, values, keep = true) {
   const previous = selectEl.value;
   clear(selectEl, values.map(([v, text]) => h("option", { value: v }, text ?? v)));
   if (keep && values.some(([v]) => v === previous)) selectEl.value = previous;
+}
+
+// [name, "name: description"] of every tool the caller may see (tool_executor.list_tools), for pickers.
+export async function toolNames(ctx) {
+  if (!ctx.catalog.can("tool_executor", "list_tools")) return [];
+  try {
+    const reply = await ctx.api.call("tool_executor", "list_tools", {});
+    return (reply.tools || []).map((t) => [t.name, t.description ? `${t.name}: ${String(t.description).slice(0, 80)}` : t.name]);
+  } catch {
+    return [];
+  }
 }
 
 async function renderProviders(root, ctx) {

@@ -12,7 +12,8 @@ function epoch(input) {
 
 async function renderAudit(root, ctx) {
   if (!ctx.catalog.has("audit_event")) return root.append(notEnabled("audit_event"));
-  const type = h("input", { name: "event_type", placeholder: "event type (e.g. tool_executed)", list: "event-types" });
+  const type = h("input", { name: "event_type", placeholder: "event type (pick or type)", list: "event-types", autocomplete: "off" });
+  const seen = new Set(); // every type met in the tenant's trail while the page is open
   const types = h("datalist", { id: "event-types" });
   const since = h("input", { name: "since", type: "datetime-local", title: "from" });
   const until = h("input", { name: "until", type: "datetime-local", title: "until" });
@@ -27,7 +28,13 @@ async function renderAudit(root, ctx) {
       const end = epoch(until);
       // Newest first; `until` is applied here (the op filters from `since` on).
       const events = (reply.events || []).filter((e) => !end || e.ts <= end).reverse();
-      clear(types, [...new Set(events.map((e) => e.event_type))].sort().map((t) => h("option", { value: t })));
+      for (const e of events) seen.add(e.event_type);
+      if (type.value.trim()) {
+        // Filtered: the picker still offers every type of the recent trail.
+        const recent = await ctx.api.call("audit_event", "query_events", { limit: 500 });
+        for (const e of recent.events || []) seen.add(e.event_type);
+      }
+      clear(types, [...seen].sort().map((t) => h("option", { value: t })));
       clear(box, table(events, [
         ["seq", "#"],
         ["ts", "time", (e) => fmtTime(e.ts)],
