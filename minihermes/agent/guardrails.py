@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from minihermes.agent.audit import fire_audit
 from minihermes.runtime import (
+    ActorArgs,
     ActorError,
     ActorNotFound,
     Conflict,
@@ -95,6 +96,11 @@ class Guardrails(GenFSM):
 
     Args: ``max_repeats`` (loop breaker), ``resume_timeout`` (seconds to wait for a resumed turn).
     """
+
+    class Args(ActorArgs):
+        max_repeats: int = MAX_REPEATS
+        resume_timeout: float = RESUME_TIMEOUT
+        self_approval: bool = False
 
     states = ("open", "supervised", "lockdown")
     initial = "open"

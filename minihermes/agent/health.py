@@ -22,7 +22,16 @@ import logging
 from collections import deque
 from typing import Any
 
-from minihermes.runtime import SYSTEM_TENANT, GenServer, call, cast, current_context, parse_duration
+from minihermes.runtime import (
+    SYSTEM_TENANT,
+    ActorArgs,
+    Duration,
+    GenServer,
+    call,
+    cast,
+    current_context,
+    parse_duration,
+)
 
 from .audit import fire_audit
 
@@ -36,6 +45,14 @@ MAX_INTERVAL = 300.0
 
 class HealthMonitor(GenServer):
     """Shared service: ``get_health()`` -> ``{status, group_health, healthy, degraded}``."""
+
+    class Args(ActorArgs):
+        poll_interval: Duration = DEFAULT_INTERVAL
+        poll_interval_ms: float | None = None
+        crash_threshold: int = 3
+        crash_window: Duration = 60.0
+        groups: list[str] = []
+        max_snapshots: int = 720
 
     interval: float
     crash_threshold: int

@@ -32,6 +32,8 @@ import random
 import uuid
 from typing import Any, Literal
 
+from pydantic import ValidationInfo, field_validator
+
 from minihermes.llm import (
     Completion,
     CompletionRequest,
@@ -75,6 +77,20 @@ class LLMGateway(GenServer):
 
     Args (all optional): ``credential_key`` (see ``credentials``) and the ``GatewaySettings`` fields.
     """
+
+    class Args(policy.GatewaySettings):
+        """The ``GatewaySettings`` fields and the vault's ``credential_key``."""
+
+        credential_key: str | None = None
+
+        @field_validator("*", mode="before")
+        @classmethod
+        def _a_number(cls, value: Any, info: ValidationInfo) -> Any:  # type: ignore[override]
+            # Replaces the settings' check of the same name (pydantic: by name; it needs ``info`` to tell
+            # the fields apart): the key is a string, the settings numbers.
+            if info.field_name == "credential_key":
+                return value
+            return policy.GatewaySettings._a_number(value)
 
     state_version = 1
     # Every session of the tenant calls through this one instance, and a completion holds the mailbox only

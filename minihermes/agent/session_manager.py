@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import quote
 
 from minihermes.runtime import (
+    ActorArgs,
     ActorError,
     GenServer,
     InvalidArgument,
@@ -44,6 +45,9 @@ MAX_METADATA_BYTES = 8192
 
 class SessionManager(GenServer):
     """Create, find, touch, end and list the tenant's sessions."""
+
+    class Args(ActorArgs):
+        """No arguments."""
 
     total_created: int = state(default=0)
     total_ended: int = state(default=0)

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import quote
 
 from minihermes.runtime import (
+    ActorArgs,
     ActorError,
     GenServer,
     InvalidArgument,
@@ -47,6 +48,13 @@ def archive_name(session_id: str, seq: int) -> str:
 class ContextCompressor(GenServer):
     """Per-tenant compressor. Args: ``threshold`` (share of the budget), ``tail_share``, ``keep_share``,
     ``summary_timeout`` (seconds for the LLM summary), ``summary_max_tokens``."""
+
+    class Args(ActorArgs):
+        threshold: float = DEFAULT_THRESHOLD
+        tail_share: float = DEFAULT_TAIL_SHARE
+        keep_share: float = DEFAULT_KEEP_SHARE
+        summary_timeout: float = 60
+        summary_max_tokens: int = 1024
 
     state_version = 1
     compress_count: int = state(default=0)

@@ -24,6 +24,7 @@ from typing import Any
 
 from minihermes.audit import fire_audit
 from minihermes.runtime import (
+    ActorArgs,
     ActorError,
     Conflict,
     Deferred,
@@ -61,6 +62,12 @@ def _require(roles: frozenset[str], op: str) -> None:
 
 class MCPManager(GenServer):
     """Per-tenant MCP servers and their tools (see the module docstring)."""
+
+    class Args(ActorArgs):
+        log_dir: str | None = None
+        stdio_commands: list[str] = ["*"]
+        max_servers: int = MAX_SERVERS
+        credential_key: str | None = None
 
     state_version = 1
     servers: dict[str, dict[str, Any]] = state(default_factory=dict)

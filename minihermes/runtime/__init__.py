@@ -12,7 +12,15 @@ from ._app import build_node
 from ._behaviors import GenEvent, GenFSM, GenServer, in_states
 from ._cell import Cell, CellKey, Deferred
 from ._clock import Clock, ManualClock, SystemClock
-from ._config import AppConfig, ClusterModel, known_roles, parse_duration, register_actor_type
+from ._config import (
+    ActorArgs,
+    AppConfig,
+    ClusterModel,
+    Duration,
+    known_roles,
+    parse_duration,
+    register_actor_type,
+)
 from ._context import (
     DEFAULT_NAMESPACE,
     DEFAULT_TENANT,
@@ -59,6 +67,7 @@ __all__ = [
     "SYSTEM_SCOPE",
     "SYSTEM_TENANT",
     "Actor",
+    "ActorArgs",
     "ActorCrashed",
     "ActorError",
     "ActorNotFound",
@@ -73,6 +82,7 @@ __all__ = [
     "ConfigError",
     "Conflict",
     "Deferred",
+    "Duration",
     "Fabric",
     "FabricFactory",
     "GenEvent",

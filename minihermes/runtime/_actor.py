@@ -33,6 +33,8 @@ import orjson
 from ._errors import InvalidArgument
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from ._host import Host
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -383,6 +385,11 @@ class Actor:
     _log_fields: ClassVar[tuple[str, ...]] = ()
     """The append-only state fields (saved item by item, ``runtime._statelog``)."""
     _handlers: ClassVar[dict[str, Handler]] = {}
+    Args: ClassVar[type[BaseModel] | None] = None
+    """The actor's arguments (its spec's ``args``) as a pydantic model, ``extra="forbid"`` (derive from
+    ``minihermes.runtime.ActorArgs``). The app config checks each actor's args against it when it loads, so
+    an unknown or ill-typed key fails at start-up naming the known ones. ``on_init`` still gets the dict.
+    None: the args are not checked."""
 
     actor_id: str
     host: Host

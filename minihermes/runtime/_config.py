@@ -8,9 +8,9 @@ import importlib
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from ._actor import Actor
 from ._errors import ConfigError
@@ -50,6 +50,16 @@ def parse_duration(value: Any) -> float:
         if m:
             return float(m.group(1)) * _UNITS[m.group(2)]
     raise ValueError(f"expected a duration like 30, '500ms', '10m', '1h', got {value!r}")
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+"""Seconds, given as 30, 2.5, "500ms", "10m", "1h" (``parse_duration``): for ``ActorArgs`` fields."""
+
+
+class ActorArgs(BaseModel):
+    """Base of an actor's ``Args`` model: unknown keys are errors (see ``Actor.Args``)."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
 
 class _Model(BaseModel):
@@ -328,6 +338,7 @@ def _build_actor(at: str, c: ChildModel) -> ActorSpec:
         raise ConfigError(
             f"{at}.behavior_kind", f"{c.behavior_kind!r} does not match {cls.__name__} (a {cls.behavior})"
         )
+    _check_args(f"{at}.args", cls, c.args)
     spec = ActorSpec(name=c.name, cls=cls, args=dict(c.args), restart=c.restart)
     for j, f in enumerate(sorted(c.facets, key=lambda f: -f.priority)):
         fat = f"{at}.facets[{c.facets.index(f)}].config"
@@ -362,6 +373,24 @@ def _build_actor(at: str, c: ChildModel) -> ActorSpec:
     if spec.virtual and spec.per_tenant:
         raise ConfigError(f"{at}.facets", "virtual actors are already per tenant; drop the tenancy facet")
     return spec
+
+
+def _check_args(where: str, cls: type[Actor], args: dict[str, Any]) -> None:
+    """``args`` against ``cls.Args`` (if it declares one); a ``ConfigError`` naming the first bad key and
+    every known one. Checked only: the actor's ``on_init`` gets the args as written."""
+    model = cls.Args
+    if model is None:
+        return
+    try:
+        model.model_validate(args)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = tuple(first.get("loc", ()))
+        known = ", ".join(model.model_fields) or "none"
+        at = f"{where}.{_loc(loc)}" if loc else where
+        if first.get("type") == "extra_forbidden":
+            raise ConfigError(at, f"unknown argument of {cls.__name__} (known: {known})") from None
+        raise ConfigError(at, f"{first.get('msg')} (known: {known})") from None
 
 
 def _pos_int(v: Any, name: str) -> int:

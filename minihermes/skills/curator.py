@@ -21,7 +21,7 @@ from collections import defaultdict
 from typing import Any
 
 from minihermes.audit import fire_audit
-from minihermes.runtime import ActorError, GenServer, call, cast, state
+from minihermes.runtime import ActorArgs, ActorError, GenServer, call, cast, state
 
 from . import _access as access
 from ._extract import _json
@@ -42,6 +42,14 @@ def _words(record: dict[str, Any]) -> list[str]:
 class Curator(GenServer):
     """Args: ``stale_after_days`` (30), ``archive_after_days`` (90), ``interval`` seconds (86400),
     ``similarity`` (0.6), ``aux_provider`` / ``aux_model`` (auxiliary LLM; empty: deterministic merge)."""
+
+    class Args(ActorArgs):
+        stale_after_days: float = 30
+        archive_after_days: float = 90
+        interval: float = DAY
+        similarity: float = 0.6
+        aux_provider: str = ""
+        aux_model: str = ""
 
     state_version = 1
     scheduled: bool = state(default=False)

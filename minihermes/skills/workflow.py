@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from minihermes.runtime import ActorError, Workflow
+from minihermes.runtime import ActorArgs, ActorError, Workflow
 
 from . import _evaluate as evaluation
 from . import _extract as extract
@@ -27,6 +27,9 @@ def _calls(turn: dict[str, Any]) -> list[extract.TurnCall]:
 
 class SkillWorkflow(Workflow):
     """Args: ``use_llm`` (default true: ask the gateway first, fall back to the deterministic extraction)."""
+
+    class Args(ActorArgs):
+        use_llm: bool = True
 
     async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
         self.use_llm = bool(args.get("use_llm", True))

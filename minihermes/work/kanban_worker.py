@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from minihermes.runtime import ActorError, GenServer, RequestContext, call, cast, current_context
+from minihermes.runtime import ActorArgs, ActorError, GenServer, RequestContext, call, cast, current_context
 
 from ._cronstore import acting_as
 from ._owner import system_context
@@ -49,6 +49,13 @@ def worker_prompt(card: dict[str, Any], deps: list[dict[str, Any]]) -> str:
 class KanbanWorker(GenServer):
     """Args: ``max_concurrent`` (2), ``claim_ttl`` (s, 120), ``turn_timeout`` (s, 600), ``poll`` (s, 5),
     ``assignee_prefix`` ("agent")."""
+
+    class Args(ActorArgs):
+        max_concurrent: int = 2
+        claim_ttl: float = 120
+        turn_timeout: float = 600
+        assignee_prefix: str = "agent"
+        poll: float = 5
 
     async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
         self.max_concurrent = int(args.get("max_concurrent", 2))

@@ -15,7 +15,7 @@ import asyncio
 from typing import Any
 
 from minihermes.audit import fire_audit
-from minihermes.runtime import ActorError, InvalidArgument, NotFound, Workflow, call
+from minihermes.runtime import ActorArgs, ActorError, InvalidArgument, NotFound, Workflow, call
 
 from ._turns import run_turn_once
 from .plan import PLAN_PROMPT, SubTask, plan_deterministic, plan_from_llm
@@ -25,6 +25,10 @@ SUB_TIMEOUT = 600.0
 
 class Orchestrator(Workflow):
     """Virtual, keyed by ``task_id``. Args: ``sub_timeout`` (s per sub-task turn), ``max_subtasks``."""
+
+    class Args(ActorArgs):
+        sub_timeout: float = SUB_TIMEOUT
+        max_subtasks: int = 8
 
     async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
         self.sub_timeout = float(args.get("sub_timeout", SUB_TIMEOUT))

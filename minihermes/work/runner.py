@@ -19,7 +19,7 @@ import asyncio
 from typing import Any
 
 from minihermes.audit import fire_audit
-from minihermes.runtime import ActorError, GenServer, call, cast, current_context
+from minihermes.runtime import ActorArgs, ActorError, GenServer, call, cast, current_context
 from minihermes.runtime.store import ChannelMessage
 
 from ._cronstore import (
@@ -94,6 +94,11 @@ class ConsumerLoop:
 class CronRunner(GenServer):
     """Per-tenant consumer of ``cron:pending``. Args: ``max_concurrent`` (runs at once), ``run_timeout`` (s),
     ``poll`` (s between channel polls for sends from other processes)."""
+
+    class Args(ActorArgs):
+        run_timeout: float = 300
+        max_concurrent: int = 8
+        poll: float = 0.5
 
     async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
         self.run_timeout = float(args.get("run_timeout", 300))

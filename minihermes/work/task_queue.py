@@ -22,6 +22,7 @@ from typing import Any
 
 from minihermes.audit import fire_audit
 from minihermes.runtime import (
+    ActorArgs,
     Deferred,
     GenServer,
     Host,
@@ -90,6 +91,11 @@ def task_of(msg: ChannelMessage) -> dict[str, Any]:
 
 class TaskQueue(GenServer):
     """Per-tenant task queue. Args: ``visibility_timeout`` (s, 30), ``max_deliveries`` (5)."""
+
+    class Args(ActorArgs):
+        visibility_timeout: float = 30.0
+        max_deliveries: int = 5
+        nudge_interval: float = 30
 
     state_version = 1
     enqueued: int = state(default=0)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from minihermes.runtime import ActorError, GenServer, RequestContext, call, cast, current_context
+from minihermes.runtime import ActorArgs, ActorError, GenServer, RequestContext, call, cast, current_context
 from minihermes.runtime.store import ChannelMessage
 
 from ._cronstore import acting_as
@@ -29,6 +29,11 @@ TASK_TYPE = "agent_prompt"
 
 class TaskWorker(GenServer):
     """Args: ``max_concurrent`` (4), ``turn_timeout`` (s, 300), ``wait_ms`` (receive long-poll, 1000)."""
+
+    class Args(ActorArgs):
+        turn_timeout: float = 300
+        max_concurrent: int = 4
+        wait_ms: int = 1000
 
     async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
         self.turn_timeout = float(args.get("turn_timeout", 300))
