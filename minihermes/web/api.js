@@ -25,6 +25,38 @@ export const credential = {
   },
 };
 
+// The server could not be reached (down, restarting, network gone): not an HTTP answer at all. Pages show it
+// like any error; the shell shows a banner until a request gets through again (`connection` events).
+export class UnreachableError extends Error {
+  constructor() {
+    super(`The server at ${location.host} is not answering: is \`minihermes serve\` running? Retrying when you act or the page refreshes.`);
+    this.status = 0;
+    this.code = "server_unreachable";
+    this.details = {};
+  }
+}
+
+export const connection = new EventTarget();
+let reachable = true;
+function reached(ok) {
+  if (ok === reachable) return;
+  reachable = ok;
+  connection.dispatchEvent(new CustomEvent("change", { detail: { ok } }));
+}
+
+async function send(path, init) {
+  let response;
+  try {
+    response = await fetch(path, init);
+  } catch (err) {
+    if (init.signal?.aborted) throw err;
+    reached(false);
+    throw new UnreachableError();
+  }
+  reached(true);
+  return response;
+}
+
 function headers(extra = {}) {
   const out = { accept: "application/json", ...extra };
   const token = credential.get();
@@ -35,7 +67,7 @@ function headers(extra = {}) {
 async function request(method, path, body) {
   const init = { method, headers: headers(body === undefined ? {} : { "content-type": "application/json" }) };
   if (body !== undefined) init.body = JSON.stringify(body);
-  const response = await fetch(path, init);
+  const response = await send(path, init);
   const text = await response.text();
   let data = null;
   try {
@@ -78,7 +110,7 @@ export class Catalog {
 // POST a message with stream: true and hand each Server-Sent Event to `onEvent(name, data)`.
 // Resolves with the final reply; rejects with ApiError (refused before streaming, or an `error` event).
 export async function streamChat(sessionId, content, onEvent, signal) {
-  const response = await fetch(`/api/v1/sessions/${encodeURIComponent(sessionId)}/messages`, {
+  const response = await send(`/api/v1/sessions/${encodeURIComponent(sessionId)}/messages`, {
     method: "POST",
     headers: headers({ "content-type": "application/json", accept: "text/event-stream" }),
     body: JSON.stringify({ content, stream: true }),

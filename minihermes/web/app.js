@@ -1,7 +1,7 @@
 // The dashboard shell: login, navigation and a hash router (#/chat, #/skills, ...). Each page module
 // exports { title, actors, render(root, ctx) }; ctx = { me, catalog, api, refresh }.
 
-import { api, ApiError, Catalog, credential } from "./api.js";
+import { api, ApiError, Catalog, connection, credential, UnreachableError } from "./api.js";
 import { clear, errorBox, h } from "./ui.js";
 import * as chat from "./pages/chat.js";
 import * as sessions from "./pages/sessions.js";
@@ -41,9 +41,27 @@ async function start() {
     route();
   } catch (err) {
     if (err instanceof ApiError && err.status === 401) return login(credential.get() ? err : null);
+    if (err instanceof UnreachableError) return clear(root, h("main", { class: "login" }, h("p", { class: "empty" }, "Waiting for the server…")));
     clear(root, h("main", { class: "login" }, errorBox(err)));
   }
 }
+
+// A banner while the server cannot be reached, instead of each page's "Failed to fetch".
+function banner() {
+  let el = document.getElementById("offline");
+  if (!el) {
+    el = h("div", { id: "offline", class: "offline", role: "alert", hidden: true },
+      h("b", {}, "Cannot reach the MiniHermes server. "),
+      h("span", {}, `Nothing at ${location.host} is answering: is \`minihermes serve\` running? `),
+      h("button", { class: "btn small", onclick: () => (ctx ? route() : start()) }, "Retry"));
+    document.body.prepend(el);
+  }
+  return el;
+}
+
+connection.addEventListener("change", (event) => {
+  banner().hidden = event.detail.ok;
+});
 
 function login(error) {
   const input = h("textarea", {

@@ -112,7 +112,8 @@ export function toast(message, isError = false) {
 export function table(rows, columns, { empty = "Nothing here yet.", rowAttrs } = {}) {
   if (!rows || !rows.length) return h("p", { class: "empty" }, empty);
   const shown = columns.filter(([key, , render]) => render || rows.some((r) => r[key] !== undefined));
-  return h(
+  // Wrapped: a table wider than a phone scrolls by itself, the page does not.
+  return h("div", { class: "table-wrap" }, h(
     "table",
     { class: "grid" },
     h("thead", {}, h("tr", {}, shown.map(([, label]) => h("th", {}, label)))),
@@ -127,7 +128,7 @@ export function table(rows, columns, { empty = "Nothing here yet.", rowAttrs } =
         ),
       ),
     ),
-  );
+  ));
 }
 
 export function section(title, ...children) {

@@ -224,9 +224,8 @@ def test_kanban_offers_only_legal_moves_starts_a_card_and_assigns_one_to_the_age
     page = dashboard("acme", "bob", ["user"]).open("kanban")
 
     def moves(task_id: str) -> list[str]:
-        return page.locator(f".card[data-task='{task_id}'] select[name=move] option").evaluate_all(
-            "options => options.map(o => o.value)"
-        )
+        options = page.locator(f".card[data-task='{task_id}'] select[name=move] option")
+        return [str(v) for v in options.evaluate_all("options => options.map(o => o.value)")]
 
     assert "in_progress" not in moves(first)  # in progress means claimed: Start does that
     assert "ready" not in moves(then) and "in_progress" not in moves(then)  # waits for `first`
@@ -262,3 +261,76 @@ def test_tool_names_and_event_types_are_picked_from_lists(dashboard: Any, server
     types = audit.locator("datalist#event-types option")
     values = types.evaluate_all("options => options.map(o => o.value)")
     assert {"memory_stored", "cron_job_created"} <= set(values)  # filtered, yet every recent type is offered
+
+
+PAGES = [
+    "chat",
+    "sessions",
+    "skills",
+    "memory",
+    "cron",
+    "kanban",
+    "goals",
+    "approvals",
+    "guardrails",
+    "providers",
+    "audit",
+    "health",
+    "metrics",
+]
+
+# True when every word of every table cell's text sits on one line (a word broken mid-word has 2+ line boxes).
+WORDS_WHOLE = """() => {
+    const broken = [];
+    for (const td of document.querySelectorAll("table.grid td")) {
+        const walker = document.createTreeWalker(td, NodeFilter.SHOW_TEXT);
+        for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+            for (const m of node.data.matchAll(/[A-Za-z]{4,}/g)) {
+                const range = document.createRange();
+                range.setStart(node, m.index);
+                range.setEnd(node, m.index + m[0].length);
+                const tops = new Set([...range.getClientRects()].map((r) => Math.round(r.top)));
+                if (tops.size > 1) broken.push(m[0]);
+            }
+        }
+    }
+    return broken;
+}"""
+
+
+def test_a_banner_says_when_the_server_is_unreachable(dashboard: Any) -> None:
+    board = dashboard(*ADMIN)
+    page = board.open("goals")
+    banner = page.locator("#offline")
+    assert banner.count() == 0 or banner.is_hidden()
+    page.route("**/api/v1/**", lambda route: route.abort("connectionrefused"))
+    page.evaluate("location.hash = '#/kanban'")
+    expect(banner).to_be_visible()
+    expect(banner).to_contain_text("Cannot reach the MiniHermes server")
+    assert "Failed to fetch" not in page.inner_text("body")
+    page.unroute("**/api/v1/**")
+    banner.locator("button", has_text="Retry").click()
+    expect(banner).to_be_hidden()
+    page.wait_for_selector("#page[data-page='kanban'] .view")
+
+
+def test_usable_at_phone_width_without_words_broken_mid_word(dashboard: Any, server: Server) -> None:
+    admin_token = token(*ADMIN)
+    words = "remember to water the rhododendrons and the chrysanthemums every Thursday afternoon"
+    server.call(admin_token, "memory", "store_memory", key=uid("plants"), value=words)
+    board = dashboard(*ADMIN)
+    board.page.set_viewport_size({"width": 375, "height": 740})
+    for name in PAGES:
+        page = board.open(name)
+        page.wait_for_load_state("networkidle")
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"{name}: the page scrolls sideways by {overflow}px at 375px"
+        nav = page.locator("nav.side").bounding_box()
+        main = page.locator("#page").bounding_box()
+        assert nav and main and nav["x"] >= 0 and nav["x"] + nav["width"] <= 375, name
+        assert main["x"] >= 0 and main["x"] + main["width"] <= 375, name
+        assert page.evaluate(WORDS_WHOLE) == [], name
+    board.page.set_viewport_size({"width": 1360, "height": 860})
+    page = board.open("memory")
+    assert "rhododendrons" in page.inner_text("#page")
+    assert page.evaluate(WORDS_WHOLE) == []
