@@ -4,6 +4,7 @@ module's live server, checked against the server's own state."""
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -107,7 +108,7 @@ def test_goals_set_complete_and_clear(dashboard: Any, server: Server) -> None:
 
 
 def test_admin_registers_a_credential_and_a_provider_and_switches_to_it(
-    dashboard: Any, server: Server
+    dashboard: Any, server: Server, shots: Path
 ) -> None:
     admin_token = token(*ADMIN)
     board = dashboard(*ADMIN)
@@ -134,6 +135,7 @@ def test_admin_registers_a_credential_and_a_provider_and_switches_to_it(
     expect(prov.locator(".form-errors .error[data-field='base_url']")).to_contain_text("http(s)")
     prov.locator("input[name=base_url]").fill("http://127.0.0.1:9/v1")
     prov.locator("select[name=credential]").select_option("openai-key")
+    page.locator(".split", has=prov).screenshot(path=str(shots / "providers-register.png"))
     prov.locator("button[data-op='llm_gateway.register_provider']").click()
     row = page.locator(f"tr[data-provider='{name}']")
     expect(row).to_contain_text("tiny-model")
@@ -158,7 +160,7 @@ def test_admin_registers_a_credential_and_a_provider_and_switches_to_it(
 
 
 def test_candidate_skills_say_why_they_wait_and_are_approved_or_rejected(
-    dashboard: Any, server: Server
+    dashboard: Any, server: Server, shots: Path
 ) -> None:
     admin_token = token(*ADMIN)
     names: dict[str, str] = {}
@@ -196,6 +198,7 @@ def test_candidate_skills_say_why_they_wait_and_are_approved_or_rejected(
     expect(held).to_contain_text("evaluation of v1 passed")
     expect(held).to_contain_text("outside effects (write_file)")
     expect(held).to_contain_text("with_skill")
+    page.screenshot(path=str(shots / "skills-candidate.png"))
     held.locator("button[data-op='skill_store.approve_skill']").click()
     expect(page.locator(f"[data-skill-detail='{names['keep']}'] .badge.active")).to_have_count(1)
     assert (
@@ -298,7 +301,7 @@ WORDS_WHOLE = """() => {
 }"""
 
 
-def test_a_banner_says_when_the_server_is_unreachable(dashboard: Any) -> None:
+def test_a_banner_says_when_the_server_is_unreachable(dashboard: Any, shots: Path) -> None:
     board = dashboard(*ADMIN)
     page = board.open("goals")
     banner = page.locator("#offline")
@@ -308,13 +311,16 @@ def test_a_banner_says_when_the_server_is_unreachable(dashboard: Any) -> None:
     expect(banner).to_be_visible()
     expect(banner).to_contain_text("Cannot reach the MiniHermes server")
     assert "Failed to fetch" not in page.inner_text("body")
+    page.screenshot(path=str(shots / "offline.png"))
     page.unroute("**/api/v1/**")
     banner.locator("button", has_text="Retry").click()
     expect(banner).to_be_hidden()
     page.wait_for_selector("#page[data-page='kanban'] .view")
 
 
-def test_usable_at_phone_width_without_words_broken_mid_word(dashboard: Any, server: Server) -> None:
+def test_usable_at_phone_width_without_words_broken_mid_word(
+    dashboard: Any, server: Server, shots: Path
+) -> None:
     admin_token = token(*ADMIN)
     words = "remember to water the rhododendrons and the chrysanthemums every Thursday afternoon"
     server.call(admin_token, "memory", "store_memory", key=uid("plants"), value=words)
@@ -330,6 +336,8 @@ def test_usable_at_phone_width_without_words_broken_mid_word(dashboard: Any, ser
         assert nav and main and nav["x"] >= 0 and nav["x"] + nav["width"] <= 375, name
         assert main["x"] >= 0 and main["x"] + main["width"] <= 375, name
         assert page.evaluate(WORDS_WHOLE) == [], name
+        if name == "cron":
+            page.screenshot(path=str(shots / "phone-cron.png"))
     board.page.set_viewport_size({"width": 1360, "height": 860})
     page = board.open("memory")
     assert "rhododendrons" in page.inner_text("#page")

@@ -151,8 +151,8 @@ function cronForm(ctx, done) {
   const prompt = h("textarea", { name: "prompt", rows: 2, placeholder: "What the agent does each time, e.g. Remind me to water the plants" });
   const schedule = h("input", { name: "schedule", placeholder: "0 9 * * 1", list: "schedule-examples", "aria-describedby": "schedule-hint" });
   const hint = h("small", { id: "schedule-hint", class: "muted hint" },
-    "A 5-field cron expression (minute hour day month weekday), an interval (every 30m, every 2h, every 1d) or a one-shot time (2030-01-01T09:00). ",
-    SCHEDULE_EXAMPLES.slice(0, 3).map(([v, label]) => `${v}: ${label}; `));
+    "A 5-field cron expression (minute hour day month weekday), an interval (every 30m, every 2h, every 1d) or a one-shot time (2030-01-01T09:00). Examples: ",
+    SCHEDULE_EXAMPLES.slice(0, 3).map(([v, label]) => `${v} (${label})`).join(", "), ".");
   const examples = h("datalist", { id: "schedule-examples" }, SCHEDULE_EXAMPLES.map(([v, label]) => h("option", { value: v }, label)));
   const tz = h("input", { name: "tz", value: "UTC", list: "time-zones", placeholder: "UTC" });
   const zones = h("datalist", { id: "time-zones" }, timeZones().map((z) => h("option", { value: z })));
