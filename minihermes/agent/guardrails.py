@@ -25,7 +25,7 @@ import hashlib
 import json
 import uuid
 from collections import OrderedDict
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired, TypedDict
 
 from minihermes.agent.audit import fire_audit
 from minihermes.runtime import (
@@ -87,8 +87,20 @@ def _check_tool_name(op: str, name: str) -> None:
         )
 
 
-def _verdict(decision: str, reason: str, message: str, **extra: Any) -> dict[str, Any]:
-    return {"status": "ok", "decision": decision, "reason": reason, "message": message, **extra}
+class ToolDecision(TypedDict):
+    """The reply of ``check_tool``: whether one intended call may run (``allow``), may not (``deny``), or
+    waits for a person (``review``); ``effects`` and ``trust`` where the tool was described."""
+
+    status: Literal["ok"]
+    decision: Decision
+    reason: str
+    message: str
+    effects: NotRequired[str]
+    trust: NotRequired[str]
+
+
+def _verdict(decision: str, reason: str, message: str, **extra: Any) -> ToolDecision:
+    return {"status": "ok", "decision": decision, "reason": reason, "message": message, **extra}  # type: ignore[typeddict-item]
 
 
 class Guardrails(GenFSM):
@@ -141,8 +153,8 @@ class Guardrails(GenFSM):
         session_id: str = "",
         turn_id: str = "",
         after_untrusted: bool = False,
-    ) -> dict[str, Any] | Deferred:
-        """``{decision: allow | deny | review, reason, message}`` for one intended call."""
+    ) -> ToolDecision | Deferred:
+        """``{decision: allow | deny | review, reason, message}`` (a ``ToolDecision``) for one intended call."""
         if not TOOL_NAME.match(tool_name):  # an LLM's malformed call is denied, not an error
             return self._decided(
                 tool_name, session_id, _verdict("deny", "unknown_tool", "not a valid tool name")
@@ -182,7 +194,7 @@ class Guardrails(GenFSM):
         mode: str,
         policy: str | None,
         after_untrusted: bool,
-    ) -> dict[str, Any]:
+    ) -> ToolDecision:
         info = await self._describe(tool_name, args)
         verdict = self._judge(tool_name, session_id, mode, policy, info, after_untrusted)
         self.host.save_soon()  # the counters it moved, outside a handler: saved (and rolled back to) now
@@ -196,7 +208,7 @@ class Guardrails(GenFSM):
         policy: str | None,
         info: dict[str, Any] | None,
         after_untrusted: bool,
-    ) -> dict[str, Any]:
+    ) -> ToolDecision:
         effects = info["effects"] if info else "mutating"
         extra = {"effects": effects, "trust": info["trust"]} if info else {}
         if mode == "lockdown" and effects == "mutating":
@@ -274,7 +286,7 @@ class Guardrails(GenFSM):
         else:
             self._classified.clear()
 
-    def _decided(self, tool_name: str, session_id: str, verdict: dict[str, Any]) -> dict[str, Any]:
+    def _decided(self, tool_name: str, session_id: str, verdict: ToolDecision) -> ToolDecision:
         decision = verdict["decision"]
         tool_name = tool_name[:100]  # the LLM wrote it: bounded before it reaches the audit trail
         self.host.incr_counter("guardrail_decisions_total", decision=decision, reason=verdict["reason"])

@@ -29,6 +29,7 @@ from __future__ import annotations
 import difflib
 import json
 import random
+import typing
 import uuid
 from typing import Any, Literal
 
@@ -43,6 +44,7 @@ from minihermes.llm import (
     UnknownProviderError,
     create_provider,
 )
+from minihermes.llm.protocol import CompletionReply
 from minihermes.runtime import (
     Clock,
     ConfigError,
@@ -165,7 +167,8 @@ class LLMGateway(GenServer):
         cache_prefix_messages: int = 0,
         stream_topic: str = "",
     ) -> Deferred:
-        """One LLM completion over the neutral message shape; see docs/agent.md for the reply. With
+        """One LLM completion over the neutral message shape; replies a ``CompletionReply``
+        (``minihermes.llm.protocol``; docs/agent.md). With
         ``stream_topic``, text deltas are published on that topic as they arrive (``text_delta`` events)."""
         request = policy.completion_request(
             messages, tools or [], max_tokens, temperature, cache_prefix_messages
@@ -202,7 +205,7 @@ class LLMGateway(GenServer):
         route: list[tuple[str, str]],
         caller: Caller,
         progress: policy.StreamProgress | None,
-    ) -> dict[str, Any]:
+    ) -> CompletionReply:
         self._ledger.prefetch(caller.keys())
         await self._check_budgets(caller)
         failures: list[Failure] = []
@@ -230,7 +233,7 @@ class LLMGateway(GenServer):
         request: CompletionRequest,
         caller: Caller,
         progress: policy.StreamProgress | None,
-    ) -> dict[str, Any] | Failure:
+    ) -> CompletionReply | Failure:
         entry = self.providers.get(name)
         if entry is None:
             return Failure(name, "not_registered")
@@ -267,7 +270,7 @@ class LLMGateway(GenServer):
         request: CompletionRequest,
         caller: Caller,
         progress: policy.StreamProgress | None,
-    ) -> dict[str, Any] | Failure:
+    ) -> CompletionReply | Failure:
         clock = self._clock
         if model:
             request = request.model_copy(update={"model": model})
@@ -318,7 +321,7 @@ class LLMGateway(GenServer):
         elapsed: float,
         retries: int,
         caller: Caller,
-    ) -> dict[str, Any]:
+    ) -> CompletionReply:
         usage = completion.usage
         cost = policy.cost_of(usage, entry["pricing"])
         slow = elapsed > (entry["slow_call_seconds"] or self._settings.slow_call_seconds)
@@ -509,7 +512,9 @@ class LLMGateway(GenServer):
             slow_call_seconds=slow_call_seconds,
         )
         replaced = name in self.providers
-        self.providers[name] = entry
+        self.providers[name] = typing.cast(
+            "dict[str, Any]", entry
+        )  # state is plain JSON (restored unchecked)
         # A new registration (new URL, key, model) is judged afresh, not by the old one's failures.
         self.circuits.pop(name, None)
         self._pool.retire(name)

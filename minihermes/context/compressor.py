@@ -15,6 +15,7 @@ import json
 from typing import Any
 from urllib.parse import quote
 
+from minihermes.llm.protocol import CompletionReply
 from minihermes.runtime import (
     ActorArgs,
     ActorError,
@@ -199,7 +200,7 @@ class ContextCompressor(GenServer):
                 "user_id": user_id,
             }
             try:
-                reply = await self.host.ask(
+                reply: CompletionReply = await self.host.ask(
                     "llm_gateway", "completion", request, timeout=self.summary_timeout
                 )
                 text = str(((reply or {}).get("response") or {}).get("content") or "").strip()

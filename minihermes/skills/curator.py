@@ -21,6 +21,7 @@ from collections import defaultdict
 from typing import Any
 
 from minihermes.audit import fire_audit
+from minihermes.llm.protocol import CompletionReply
 from minihermes.runtime import ActorArgs, ActorError, GenServer, call, cast, state
 
 from . import _access as access
@@ -188,7 +189,7 @@ class Curator(GenServer):
                 '"N. tool_name: what to do" and the same tools in the same order. Answer with JSON '
                 '{"procedure": "..."} only.\n\nA:\n' + a["procedure"] + "\n\nB:\n" + b["procedure"]
             )
-            reply = await self.host.ask(
+            reply: CompletionReply = await self.host.ask(
                 "llm_gateway",
                 "completion",
                 {"messages": [{"role": "user", "content": prompt}], "session_id": AUX_SESSION},

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from minihermes.llm.protocol import CompletionReply
 from minihermes.runtime import ActorArgs, ActorError, Workflow
 
 from . import _evaluate as evaluation
@@ -90,7 +91,7 @@ class SkillWorkflow(Workflow):
         if not self.host.has_actor("llm_gateway"):
             return None
         try:
-            reply = await self.host.ask(
+            reply: CompletionReply = await self.host.ask(
                 "llm_gateway",
                 "completion",
                 {

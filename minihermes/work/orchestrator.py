@@ -15,6 +15,7 @@ import asyncio
 from typing import Any
 
 from minihermes.audit import fire_audit
+from minihermes.llm.protocol import CompletionReply, ProviderList
 from minihermes.runtime import ActorArgs, ActorError, InvalidArgument, NotFound, Workflow, call
 
 from ._turns import run_turn_once
@@ -72,7 +73,7 @@ class Orchestrator(Workflow):
         source = "deterministic"
         if self.host.has_actor("llm_gateway") and not await self._simulated():
             try:
-                reply = await self.host.ask(
+                reply: CompletionReply = await self.host.ask(
                     "llm_gateway",
                     "completion",
                     {
@@ -96,7 +97,7 @@ class Orchestrator(Workflow):
         return [s.to_dict() | {"source": source} for s in plan]
 
     async def _simulated(self) -> bool:
-        providers = await self.host.ask("llm_gateway", "list_providers", {})
+        providers: ProviderList = await self.host.ask("llm_gateway", "list_providers", {})
         active = providers.get("active", {}).get("provider")
         return any(
             p["name"] == active and p.get("kind") == "simulated" for p in providers.get("providers", [])

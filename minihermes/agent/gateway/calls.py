@@ -9,7 +9,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 
@@ -23,6 +23,7 @@ from minihermes.llm import (
     ToolView,
     ViewMemo,
 )
+from minihermes.llm.protocol import CompletionReply, ToolCallRecord, UsageRecord
 from minihermes.runtime import ActorError, InvalidArgument
 
 
@@ -183,14 +184,15 @@ def completion_request(
     raise InvalidArgument(message, field=where)
 
 
-def completion_reply(name: str, model: str, completion: Completion, cost: float | None) -> dict[str, Any]:
+def completion_reply(name: str, model: str, completion: Completion, cost: float | None) -> CompletionReply:
     return {
         "status": "ok",
         "response": {
             "content": completion.content,
             "stop_reason": completion.stop_reason,
-            "tool_calls": [c.model_dump() for c in completion.tool_calls],
-            "usage": completion.usage.model_dump(),
+            # The models' dumps are these records (type-level only: no conversion at run time).
+            "tool_calls": cast("list[ToolCallRecord]", [c.model_dump() for c in completion.tool_calls]),
+            "usage": cast("UsageRecord", completion.usage.model_dump()),
         },
         "provider": name,
         "model": completion.model or model,

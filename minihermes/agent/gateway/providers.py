@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from minihermes.llm import Provider, UnknownProviderError, network_kinds, provider_class, provider_kinds
+from minihermes.llm.protocol import ProviderEntry
 from minihermes.runtime import InvalidArgument
 
 OFFLINE_KIND = "simulated"
@@ -57,7 +58,7 @@ def provider_entry(
     options: dict[str, Any],
     pricing: dict[str, Any],
     slow_call_seconds: float,
-) -> dict[str, Any]:
+) -> ProviderEntry:
     """Validate a registration into the JSON entry kept in state; raises ``InvalidArgument`` naming the field."""
     known = provider_kinds()
     if kind not in known:
@@ -93,7 +94,7 @@ def provider_entry(
     }
 
 
-def default_providers() -> dict[str, dict[str, Any]]:
+def default_providers() -> dict[str, ProviderEntry]:
     """What a tenant starts with: the offline model, active, and every network kind unconfigured.
 
     The names exist so that ``switch_provider("anthropic", model=...)`` works as the documented examples
