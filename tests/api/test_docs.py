@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from minihermes.agent.app import build_agent_node, default_config
 from minihermes.api.permissions import ACCESS_ROLES, DEFAULT_PERMISSIONS
@@ -23,7 +24,7 @@ def test_permission_table_in_the_docs_matches_the_code(tmp_path: Path) -> None:
         assert set(roles.split(", ")) == ACCESS_ROLES[acc]
 
 
-async def test_seed_curl_examples_work_as_written(client):
+async def test_seed_curl_examples_work_as_written(client: Any) -> None:
     c = client(base_url="http://localhost:8091")
     examples = re.findall(
         r"curl -X POST http://localhost:8091(/api/v1/actors/\S+)\s*(?:\\\n\s*)?-d '(.*?)'",
