@@ -65,6 +65,7 @@ from minihermes.tools.catalog import (
 from minihermes.tools.contract import (
     MUTATING,
     UNTRUSTED,
+    ExecutorEnv,
     Permission,
     ToolEnv,
     ToolFailure,
@@ -149,7 +150,10 @@ class ToolExecutor(GenServer):
         catalog = Catalog(CORE_TOOLSETS if toolsets is None else toolsets)
         self._kinds: dict[str, ToolDef] = catalog.tools
         """The built-in tools (of every toolset given, whether or not this node has what each requires)."""
-        self._toolsets = catalog.toolsets
+        self._env = ExecutorEnv(
+            self.workspace_root, self.terminal_limits, self.sandbox_policy, catalog.toolsets
+        )
+        """What every call's ``ToolEnv`` shares."""
         self._registered: dict[str, ToolDef] = {}
         for name, record in self.tools.items():
             try:
@@ -363,10 +367,7 @@ class ToolExecutor(GenServer):
             tenant=ctx.tenant,
             namespace=ctx.namespace,
             session_id=session_id,
-            workspace_root=self.workspace_root,
-            terminal_limits=self.terminal_limits,
-            sandbox_policy=self.sandbox_policy,
-            toolsets=self._toolsets,
+            executor=self._env,
         )
         task = self.host.spawn(self._run(uuid.uuid4().hex, tool, args, env, started))
         return Deferred(task)

@@ -23,7 +23,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .builtin import CORE_TOOLSETS
     from .catalog import Catalog, ToolDef, Toolset
-    from .contract import MUTATING, READ, TRUSTED, UNTRUSTED, Tool, ToolEnv, ToolFailure, UntrustedResult
+    from .contract import (
+        MUTATING,
+        READ,
+        TRUSTED,
+        UNTRUSTED,
+        ExecutorEnv,
+        Tool,
+        ToolEnv,
+        ToolFailure,
+        UntrustedResult,
+    )
 
 _LAZY = {
     "CORE_TOOLSETS": "builtin",
@@ -34,6 +44,7 @@ _LAZY = {
     "READ": "contract",
     "TRUSTED": "contract",
     "UNTRUSTED": "contract",
+    "ExecutorEnv": "contract",
     "Tool": "contract",
     "ToolEnv": "contract",
     "ToolFailure": "contract",
@@ -55,6 +66,7 @@ __all__ = [
     "TRUSTED",
     "UNTRUSTED",
     "Catalog",
+    "ExecutorEnv",
     "Tool",
     "ToolDef",
     "ToolEnv",

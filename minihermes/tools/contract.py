@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -70,18 +70,43 @@ class ToolFailure(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class ExecutorEnv:
+    """What every call of one tool executor shares (built once, when the executor starts)."""
+
+    workspace_root: Path | None
+    terminal_limits: SandboxLimits
+    sandbox_policy: SandboxPolicy | None = None
+    toolsets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """The executor's toolsets (name -> tool names), for a tool that hands tools on (``delegate_task``)."""
+
+
+@dataclass(frozen=True, slots=True)
 class ToolEnv:
-    """What a handler may use for one call."""
+    """What a handler may use for one call: the host, the caller's tenant and session, and (through
+    ``executor``) the executor's settings."""
 
     host: Host
     tenant: str
     namespace: str
     session_id: str
-    workspace_root: Path | None
-    terminal_limits: SandboxLimits
-    sandbox_policy: SandboxPolicy | None = None
-    toolsets: Mapping[str, tuple[str, ...]] | None = None
-    """The executor's toolsets (name -> tool names), for a tool that hands tools on (``delegate_task``)."""
+    executor: ExecutorEnv
+
+    @property
+    def workspace_root(self) -> Path | None:
+        """The folder of the session workspaces (None: file and terminal tools are unavailable)."""
+        return self.executor.workspace_root
+
+    @property
+    def terminal_limits(self) -> SandboxLimits:
+        return self.executor.terminal_limits
+
+    @property
+    def sandbox_policy(self) -> SandboxPolicy | None:
+        return self.executor.sandbox_policy
+
+    @property
+    def toolsets(self) -> Mapping[str, tuple[str, ...]]:
+        return self.executor.toolsets
 
 
 Handler = Callable[[dict[str, Any], ToolEnv], Awaitable[Any]]
@@ -147,6 +172,7 @@ __all__ = [
     "TRUSTED",
     "UNTRUSTED",
     "UNTRUSTED_NOTE",
+    "ExecutorEnv",
     "Handler",
     "Permission",
     "PermissionSpec",

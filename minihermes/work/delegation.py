@@ -82,7 +82,7 @@ async def delegate_task(args: dict[str, Any], env: ToolEnv) -> Any:
     if depth >= MAX_DEPTH:
         raise ToolFailure("depth_exceeded", f"delegation is limited to {MAX_DEPTH} levels")
     child_depth = depth + 1
-    tools = expand_toolsets(list(args.get("toolsets") or []), child_depth, env.toolsets or {})
+    tools = expand_toolsets(list(args.get("toolsets") or []), child_depth, env.toolsets)
     child = f"delegate:{uuid.uuid4().hex[:16]}"
     record = {"parent": env.session_id, "depth": child_depth, "goal": args["goal"][:500], "tools": tools}
     await env.host.kv.put(f"delegation:{child}", record, ttl=RECORD_TTL)
