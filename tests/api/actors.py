@@ -124,44 +124,47 @@ CALLS: list[tuple[str, str]] = []
 
 
 class StubGuardrails(GenServer):
-    """Stands in for guardrails: the permission layer is what is under test."""
+    """Stands in for guardrails: the permission layer is what is under test. Its ops declare the access
+    classes of the real ones (``tests/api/test_declared_access.py`` keeps them equal)."""
 
-    @call
+    @call(access="admin")
     def set_policy(self, tool_name: str, decision: str) -> dict[str, Any]:
         CALLS.append(("guardrails", "set_policy"))
         return {"status": "ok"}
 
-    @call
+    @call(access="read")
     def get_policies(self) -> dict[str, Any]:
         return {"policies": {}}
 
-    @call
+    @call(access="write")
     def approve(self, approval_id: str) -> dict[str, Any]:
         CALLS.append(("guardrails", "approve"))
         return {"status": "ok"}
 
-    @call
+    @call(access="observe")
     def list_approvals(self, status: str = "pending") -> dict[str, Any]:
         return {"approvals": []}
 
 
 class StubGateway(GenServer):
-    @call
+    """Stands in for llm_gateway, declaring the real ops' access classes like ``StubGuardrails``."""
+
+    @call(access="admin")
     def register_credential(self, phantom_token: str, api_key: str) -> dict[str, Any]:
         CALLS.append(("llm_gateway", "register_credential"))
         return {"status": "ok", "phantom_token": phantom_token}
 
-    @call
+    @call(access="admin")
     def register_provider(self, name: str, kind: str, model: str) -> dict[str, Any]:
         CALLS.append(("llm_gateway", "register_provider"))
         return {"status": "ok"}
 
-    @call
+    @call(access="admin")
     def switch_provider(self, provider: str, model: str = "", session_id: str = "") -> dict[str, Any]:
         CALLS.append(("llm_gateway", "switch_provider"))
         return {"status": "ok"}
 
-    @call
+    @call(access="read")
     def get_stats(self) -> dict[str, Any]:
         return {"status": "ok"}
 

@@ -204,3 +204,15 @@ def test_the_catalog_reads_declared_access(tmp_path: Path) -> None:
         "add": "write",
         "purge": "admin",
     }
+
+
+def test_the_api_tests_stand_ins_declare_what_the_real_actors_declare() -> None:
+    from minihermes.agent.guardrails import Guardrails
+    from minihermes.agent.llm_gateway import LLMGateway
+
+    from .actors import StubGateway, StubGuardrails
+
+    for stub, real in ((StubGuardrails, Guardrails), (StubGateway, LLMGateway)):
+        for op, handler in stub._handlers.items():
+            if op in real._handlers:
+                assert handler.access == real._handlers[op].access, (stub.__name__, op)
