@@ -47,8 +47,8 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 from minihermes.agent.audit import fire_audit, is_restricted
+from minihermes.context import analyze, query_terms, snippet
 from minihermes.context import forget as forgetting
-from minihermes.context._text import analyze, query_terms, snippet
 from minihermes.context.recall import (
     DEFAULT_HALF_LIFE_DAYS,
     final_score,

@@ -71,8 +71,7 @@ async def check_storage(data_dir: Path, config: AppConfig | None = None) -> list
 
 
 def check_sandbox() -> list[Check]:
-    from minihermes.tools._sandbox_report import isolation_report
-    from minihermes.tools.sandbox import SandboxError
+    from minihermes.tools.sandbox import SandboxError, isolation_report
 
     try:
         report = isolation_report()

@@ -11,9 +11,8 @@ from typing import Annotated, Any
 
 import typer
 
-from minihermes.runtime import AppConfig, ConfigError, Node, RedactSecrets, build_node
-from minihermes.runtime._loop import loop_name, tune_gc
-from minihermes.runtime._loop import run as run_main
+from minihermes.runtime import AppConfig, ConfigError, Node, RedactSecrets, build_node, loop_name, tune_gc
+from minihermes.runtime import run_loop as run_main
 
 from ._connection import NO_JSON, ConnectedTyper, connected, connection
 

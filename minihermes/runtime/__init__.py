@@ -51,8 +51,8 @@ from ._errors import (
 from ._fabric import Fabric, FabricFactory, NodePort, fabric_names, get_fabric, open_fabric, register_fabric
 from ._host import Host
 from ._links import LinkError, RedactSecrets, ServiceLink, ServiceLinks
+from ._loop import loop_name, tune_gc
 from ._loop import run as run_loop
-from ._loop import tune_gc
 from ._metrics import Metrics
 from ._node import MAX_KEY_CHARS, SYSTEM_SCOPE, Node, NodeOptions, valid_key
 from ._pubsub import Bridge, PubSub, Subscription
@@ -121,6 +121,7 @@ __all__ = [
     "get_fabric",
     "in_states",
     "known_roles",
+    "loop_name",
     "open_fabric",
     "parse_duration",
     "register_actor_type",
