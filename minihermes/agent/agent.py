@@ -444,7 +444,11 @@ class Agent(GenServer):
                     "turn_id": turn["turn_id"],
                 },
             )
-            turn["paused"] = {"approval_id": approval["approval_id"], "tool_call": call_}
+            turn["paused"] = {
+                "approval_id": approval["approval_id"],
+                "tool_call": call_,
+                "self_approve": bool(approval.get("self_approve")),
+            }
             await self.host.checkpoint()
             self._audit("approval_requested", f"tool={call_['name']} approval={approval['approval_id']}")
             return "paused"
@@ -725,6 +729,7 @@ class Agent(GenServer):
             "turn_id": turn["turn_id"],
             "approval_id": paused["approval_id"],
             "pending_tool": {"name": paused["tool_call"]["name"], "input": paused["tool_call"]["input"]},
+            "requester_may_decide": bool(paused.get("self_approve")),
         }
         self._publish({"type": "final", "reply": reply})
         return reply
