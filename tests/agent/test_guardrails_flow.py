@@ -126,3 +126,19 @@ async def test_a_reviewed_call_runs_when_an_admin_approves(make_node, root):
         ctx=ACME,
     )
     assert got["result"]["untrusted_content"]["content"] == "# Q3\n"
+
+
+async def test_the_paused_reply_says_whether_its_requester_may_decide(make_node, root):
+    """The chat page enables Approve/Deny for the requester only where the approval policy lets them."""
+    for session in ("s6", "s7"):
+        SCRIPTS[session] = [tool_use(("write_file", {"path": "a.md", "content": "a"})), end("Wrote a.md.")]
+    node = await make_node(specs(root))
+    paused = await chat(node, "write a", "s6")
+    assert paused["status"] == "paused" and paused["requester_may_decide"] is False
+    await node.ask(
+        "guardrails", "set_approval_policy", {"tool_name": "write_file", "self_approve": True}, ctx=ACME
+    )
+    paused = await chat(node, "write a", "s7")
+    assert paused["status"] == "paused" and paused["requester_may_decide"] is True
+    decided = await node.ask("guardrails", "approve", {"approval_id": paused["approval_id"]}, ctx=ACME_USER)
+    assert decided["decision"] == "approved"
