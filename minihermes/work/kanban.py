@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from minihermes.audit import fire_audit
 from minihermes.runtime import (
+    ActorArgs,
     Conflict,
     GenServer,
     InvalidArgument,
@@ -88,13 +89,16 @@ def _require_owner(op: str, card: dict[str, Any]) -> None:
 class Kanban(GenServer):
     """Per-tenant board. Args: ``sweep_interval`` (s between reclaim sweeps, 10)."""
 
+    class Args(ActorArgs):
+        sweep_interval: float = 10
+
     async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
         self._audit = self.host.has_actor("audit_event")
         await self.host.set_reminder("kanban_sweep", "sweep", every=float(args.get("sweep_interval", 10)))
 
     # -- cards --------------------------------------------------------------------------------------------
 
-    @call
+    @call(access="write")
     async def create(
         self,
         title: str,
@@ -141,7 +145,7 @@ class Kanban(GenServer):
         self._nudge()
         return {"status": "ok", "task_id": task_id, "task": card}
 
-    @call
+    @call(access="read")
     async def show(self, task_id: str) -> dict[str, Any]:
         """The card, its recent events and its dependencies with their summaries (the hand-off)."""
         card = await self._card("show", task_id)
@@ -158,7 +162,7 @@ class Kanban(GenServer):
             "events": [{"seq": e.seq, "at": e.ts, **e.data} for e in events],
         }
 
-    @call(name="list")
+    @call(name="list", access="read")
     async def list_tasks(
         self,
         status: StatusFilter = "",
@@ -179,7 +183,7 @@ class Kanban(GenServer):
         cards.sort(key=lambda c: (-c["priority"], c["created_at"], c["task_id"]))
         return {"status": "ok", "tasks": cards[:limit], "count": min(len(cards), limit), "total": len(cards)}
 
-    @call
+    @call(access="write")
     async def update(
         self, task_id: str, title: str | None = None, body: str | None = None, priority: int | None = None
     ) -> dict[str, Any]:
@@ -194,7 +198,7 @@ class Kanban(GenServer):
 
         return await self._change("update", task_id, change, guard=True)
 
-    @call
+    @call(access="admin")
     async def delete(self, task_id: str) -> dict[str, Any]:
         """Delete a card nobody depends on (cancel or archive it otherwise)."""
         _require_owner("delete", await self._card("delete", task_id))
@@ -205,7 +209,7 @@ class Kanban(GenServer):
         await self._event(task_id, "deleted")
         return {"status": "ok", "task_id": task_id, "deleted": True}
 
-    @call
+    @call(access="write")
     async def assign(self, task_id: str, assignee: str) -> dict[str, Any]:
         _text("assign", "assignee", assignee, 200)
 
@@ -215,7 +219,7 @@ class Kanban(GenServer):
 
         return await self._change("assign", task_id, change, guard=True, assignee=assignee)
 
-    @call
+    @call(access="write")
     async def move(self, task_id: str, status: Status) -> dict[str, Any]:
         """Put a card in a column by hand. A claim ends when the card leaves ``in_progress``; ``ready``
         needs every dependency done."""
@@ -233,7 +237,7 @@ class Kanban(GenServer):
 
         return await self._change("move", task_id, change, guard=True, to=status)
 
-    @call
+    @call(access="write")
     async def comment(self, task_id: str, text: str, author: str = "") -> dict[str, Any]:
         """Anyone may comment; the author is the caller (``author`` names another only for admins and the
         system)."""
@@ -247,7 +251,7 @@ class Kanban(GenServer):
 
         return await self._change("comment", task_id, change, author=who)
 
-    @call
+    @call(access="write")
     async def block(self, task_id: str, reason: str) -> dict[str, Any]:
         _text("block", "reason", reason, 2000, required=True)
         reason = scrub(reason)
@@ -259,7 +263,7 @@ class Kanban(GenServer):
 
         return await self._change("block", task_id, change, guard=True, reason=reason)
 
-    @call
+    @call(access="write")
     async def unblock(self, task_id: str) -> dict[str, Any]:
         """Back to ready (or todo while dependencies are open); the failure count starts again."""
         deps_done = await self._deps_done(await self._card("unblock", task_id))
@@ -274,7 +278,9 @@ class Kanban(GenServer):
         self._nudge()
         return reply
 
-    @call
+    # the claim protocol (start, heartbeat, fail): write, and the actor keeps it to the card's author,
+    # assignee or an admin, like complete
+    @call(access="write")
     async def start(self, task_id: str, worker: str, ttl: float = DEFAULT_TTL) -> dict[str, Any]:
         """Claim a ready card for ``ttl`` seconds (atomic: one worker wins). Reply has the ``claim``."""
         _text("start", "worker", worker, 200, required=True)
@@ -294,7 +300,7 @@ class Kanban(GenServer):
 
         return await self._change("start", task_id, change, guard=True, worker=worker)
 
-    @call
+    @call(access="write")
     async def heartbeat(self, task_id: str, worker: str, ttl: float = DEFAULT_TTL) -> dict[str, Any]:
         """Extend a live claim; ``conflict`` when the worker lost it (reclaimed, blocked, done)."""
         now = self.host.now()
@@ -306,7 +312,7 @@ class Kanban(GenServer):
 
         return await self._change("heartbeat", task_id, change, guard=True)
 
-    @call
+    @call(access="write")
     async def complete(
         self, task_id: str, summary: str, metadata: dict[str, Any] | None = None, worker: str = ""
     ) -> dict[str, Any]:
@@ -328,7 +334,7 @@ class Kanban(GenServer):
         reply["unblocked"] = await self._release_dependents(task_id)
         return reply
 
-    @call
+    @call(access="write")
     async def fail(self, task_id: str, worker: str, reason: str) -> dict[str, Any]:
         """A worker gives up on its attempt: back to ready, or blocked with the reason after the second."""
         _text("fail", "reason", reason, 2000, required=True)
@@ -341,7 +347,7 @@ class Kanban(GenServer):
 
         return await self._change("fail", task_id, change, guard=True, reason=reason)
 
-    @call
+    @call(access="write")
     async def cancel(self, task_id: str, reason: str = "") -> dict[str, Any]:
         reason = scrub(reason)
 
@@ -352,7 +358,7 @@ class Kanban(GenServer):
 
         return await self._change("cancel", task_id, change, guard=True, reason=reason)
 
-    @call
+    @call(access="write")
     async def archive(self, task_id: str) -> dict[str, Any]:
         """Hide a done or cancelled card from lists (kept, never deleted)."""
 
@@ -364,7 +370,7 @@ class Kanban(GenServer):
 
         return await self._change("archive", task_id, change, guard=True)
 
-    @call
+    @call(access="read")
     async def stats(self) -> dict[str, Any]:
         """Cards per status, archived, claimed, and claims past their expiry (about to be reclaimed)."""
         cards = await self._all()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from minihermes.permissions import DEFAULT_TABLE
+from minihermes.permissions import DEFAULT_PERMISSIONS
 from minihermes.runtime import Node, RequestContext
 
 from . import doubles
@@ -47,7 +47,7 @@ async def card_exists(node: Node, task_id: str) -> bool:
 
 async def test_a_users_turn_cannot_delete_a_card_an_admins_turn_can(app_node):
     node = await app_node(scripted=True)
-    assert DEFAULT_TABLE[("kanban", "delete")] == "admin"  # 403 for bob over HTTP
+    assert DEFAULT_PERMISSIONS.for_node(node).access("kanban", "delete") == "admin"  # 403 for bob over HTTP
     t = (await node.ask("kanban", "create", {"title": "Alice's card"}, ctx=ALICE))["task_id"]
     call_tool("kanban_delete", task_id=t)
     refused = await chat(node, BOB, "bob-1", f"use kanban_delete task_id={t}")
