@@ -96,16 +96,6 @@ DEFAULT_TABLE: Final[Mapping[tuple[str, str], Access]] = {
     ("skill_tools", "rollback_tool"): "write",
     ("skill_tools", "run_tool"): "write",
     ("skill_tools", "promote_tool"): "admin",
-    # cron_scheduler
-    ("cron_scheduler", "list_jobs"): "read",
-    ("cron_scheduler", "get_job"): "read",
-    ("cron_scheduler", "job_runs"): "read",
-    ("cron_scheduler", "get_stats"): "read",
-    ("cron_scheduler", "create_job"): "admin",
-    ("cron_scheduler", "delete_job"): "admin",
-    ("cron_scheduler", "pause_job"): "admin",
-    ("cron_scheduler", "resume_job"): "admin",
-    ("cron_scheduler", "run_now"): "admin",
     # goals (a user sets goals in their own sessions)
     ("goals", "list_goals"): "read",
     ("goals", "set_goal"): "write",

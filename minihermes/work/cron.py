@@ -28,6 +28,7 @@ from minihermes.audit import fire_audit
 from minihermes.context.forget import session_owner
 from minihermes.runtime import (
     MAX_KEY_CHARS,
+    ActorArgs,
     Conflict,
     GenServer,
     InvalidArgument,
@@ -95,6 +96,15 @@ class CronScheduler(GenServer):
     """Per-tenant scheduler. Args: ``tick_interval`` (s), ``lock_ttl`` (s, default 3 ticks, at least 5 s),
     ``misfire_grace`` (s), ``run_timeout`` (s, handed to runs), ``batch`` (due jobs per store round)."""
 
+    class Args(ActorArgs):
+        tick_interval: float = DEFAULT_TICK
+        lock_ttl: float | None = None
+        """None: 3 ticks, at least 5 s."""
+        misfire_grace: float | None = None
+        """None: 5 ticks, at least 60 s."""
+        run_timeout: float = 300
+        batch: int = BATCH
+
     state_version = 1
 
     async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
@@ -126,7 +136,7 @@ class CronScheduler(GenServer):
 
     # -- jobs ---------------------------------------------------------------------------------------------
 
-    @call
+    @call(access="admin")
     async def create_job(
         self,
         job_id: str,
@@ -210,7 +220,7 @@ class CronScheduler(GenServer):
         self._audit_event("cron_job_created", f"job_id={job_id} schedule={sched.spec}")
         return {"status": "ok", "job_id": job_id, "schedule": sched.spec, "next_run_at": first}
 
-    @call
+    @call(access="read")
     async def list_jobs(self, status: str = "", limit: int = 100) -> dict[str, Any]:
         """Jobs sorted by id: ``jobs: [{job_id, prompt, schedule, status, next_run_at, ...}]``."""
         if not 1 <= limit <= 10_000:
@@ -223,21 +233,21 @@ class CronScheduler(GenServer):
         ]
         return {"status": "ok", "jobs": jobs[:limit], "count": min(len(jobs), limit), "total": len(jobs)}
 
-    @call
+    @call(access="read")
     async def get_job(self, job_id: str) -> dict[str, Any]:
         """The job and its latest run (``last_run``, None before the first)."""
         job = await self._job("get_job", job_id)
         runs = await self._runs(job_id, 1)
         return {"status": "ok", "job": _job_view(job), "last_run": runs[0] if runs else None}
 
-    @call
+    @call(access="admin")
     async def pause_job(self, job_id: str) -> dict[str, Any]:
         _require_writer("pause_job")
         job = await self._change("pause_job", job_id, lambda j: {"status": "paused"})
         await self._drop_due(job)
         return {"status": "ok", "job_id": job_id, "job_status": "paused"}
 
-    @call
+    @call(access="admin")
     async def resume_job(self, job_id: str) -> dict[str, Any]:
         """Resume from the next fire time after now (what was missed while paused is not run)."""
         _require_writer("resume_job")
@@ -261,7 +271,7 @@ class CronScheduler(GenServer):
             "next_run_at": job["next_run_at"],
         }
 
-    @call
+    @call(access="admin")
     async def delete_job(self, job_id: str) -> dict[str, Any]:
         """Delete a job and its run history. A run already dispatched is cancelled when it is picked up."""
         _require_writer("delete_job")
@@ -273,7 +283,7 @@ class CronScheduler(GenServer):
         self._audit_event("cron_job_deleted", f"job_id={job_id}")
         return {"status": "ok", "job_id": job_id, "deleted": True}
 
-    @call
+    @call(access="admin")
     async def run_now(self, job_id: str) -> dict[str, Any]:
         """Dispatch one run at once (a paused job too); its schedule is unchanged."""
         _require_writer("run_now")
@@ -284,7 +294,7 @@ class CronScheduler(GenServer):
         self._wake_runner()
         return {"status": "ok", "job_id": job_id, "run_id": run_id, "msg_id": msg_id}
 
-    @call
+    @call(access="read")
     async def job_runs(self, job_id: str, limit: int = 20) -> dict[str, Any]:
         """Runs newest first: ``runs: [{run_id, scheduled_at, status, attempt, result, error, ...}]``."""
         if not 1 <= limit <= MAX_RUNS_KEPT:
@@ -295,7 +305,7 @@ class CronScheduler(GenServer):
         runs = await self._runs(job_id, limit)
         return {"status": "ok", "job_id": job_id, "runs": runs, "count": len(runs)}
 
-    @call
+    @call(access="read")
     def get_stats(self) -> dict[str, Any]:
         return {"status": "ok", "holder": self.holder, **self._stats}
 
