@@ -56,13 +56,6 @@ DEFAULT_TABLE: Final[Mapping[tuple[str, str], Access]] = {
     ("agent", "get_stats"): "read",
     ("agent", "last_turn"): "read",
     ("agent", "resume"): "admin",
-    # tool_executor
-    ("tool_executor", "list_tools"): "read",
-    ("tool_executor", "describe_tool"): "read",
-    ("tool_executor", "get_stats"): "read",
-    ("tool_executor", "register_tool"): "admin",
-    ("tool_executor", "unregister_tool"): "admin",
-    ("tool_executor", "execute"): "admin",
     # memory (the actor keeps users to their own memories)
     ("memory", "store_memory"): "write",
     ("memory", "recall_memory"): "read",

@@ -40,6 +40,7 @@ from minihermes.permissions import (
     may_access,
 )
 from minihermes.runtime import (
+    ActorArgs,
     ActorError,
     Conflict,
     Deferred,
@@ -57,6 +58,7 @@ from minihermes.tools.builtin import CORE_TOOLSETS, calculate_now
 from minihermes.tools.catalog import (
     Catalog,
     ToolDef,
+    Toolset,
     build_registered,
     check_registration,
     run_tool,
@@ -122,6 +124,18 @@ class ToolExecutor(GenServer):
     ``CORE_TOOLSETS``).
     """
 
+    class Args(ActorArgs):
+        workspace_root: str | Path | None = None
+        default_timeout: float = DEFAULT_TIMEOUT
+        max_result_chars: int = MAX_RESULT_CHARS
+        max_tools: int = MAX_TOOLS
+        max_owned_tools: int = MAX_OWNED_TOOLS
+        terminal: dict[str, Any] = {}
+        sandbox_policy: SandboxPolicy | None = None
+        permissions: PermissionTable | None = None
+        toolsets: str | Toolset | list[str | Toolset] | None = None
+        """Toolset names (the app resolves them, ``agent.app.toolsets_for``) or ``Toolset`` objects."""
+
     state_version = 1
     tools: dict[str, dict[str, Any]] = state(default_factory=dict)
     """Runtime-registered tools by name: the checked registration records."""
@@ -172,7 +186,7 @@ class ToolExecutor(GenServer):
 
     # -- catalogue ----------------------------------------------------------------------------------------
 
-    @call
+    @call(access="read")
     def list_tools(self) -> dict[str, Any]:
         """Every tool the caller may see, sorted by name: ``{name, description, input_schema, effects,
         trust}`` (the tenant's tools, and the caller's own self-written ones). The same catalogue always
@@ -198,7 +212,7 @@ class ToolExecutor(GenServer):
         tools = [dict(t) for t in listing]
         return {"status": "ok", "tools": tools, "count": len(tools), "digest": digest}
 
-    @call
+    @call(access="admin")
     def register_tool(
         self,
         name: str,
@@ -282,7 +296,7 @@ class ToolExecutor(GenServer):
                 field="handler_type",
             )
 
-    @call
+    @call(access="admin")
     def unregister_tool(self, name: str) -> dict[str, Any]:
         """Remove a runtime tool. Admin only (or the owner of a self-written tool); built-ins stay."""
         ctx = current_context()
@@ -301,7 +315,7 @@ class ToolExecutor(GenServer):
         self._audit("tool_unregistered", f"tool={name}", data={"tool": name})
         return {"status": "ok", "name": name}
 
-    @call
+    @call(access="read")
     def describe_tool(self, name: str, input: Any = None) -> dict[str, Any]:
         """A tool's schema and classification (effects, trust, review_by_default). With ``input``, the
         effects of that call (an ``http_request`` GET is a read)."""
@@ -310,7 +324,7 @@ class ToolExecutor(GenServer):
             raise NotFound(self._unknown_message(name), field="name")
         return {**tool.describe(input), "timeout": self._timeout(tool)}
 
-    @call
+    @call(access="read")
     def get_stats(self) -> dict[str, Any]:
         """Executions since this instance started, per tool too."""
         return {
@@ -326,7 +340,7 @@ class ToolExecutor(GenServer):
 
     # -- execution ----------------------------------------------------------------------------------------
 
-    @call
+    @call(access="admin")
     def execute(self, name: str, input: Any = None, session_id: str = "") -> Any:
         """Run a tool: ``{status: "ok", result, untrusted}`` or ``{status: "error", error: {code, message}}``.
         Unknown tools and invalid input are error results too (the LLM reads them)."""
