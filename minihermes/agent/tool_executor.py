@@ -30,6 +30,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from pydantic import InstanceOf
+
 from minihermes.audit import fire_audit
 from minihermes.permissions import (
     DEFAULT_PERMISSIONS,
@@ -131,9 +133,9 @@ class ToolExecutor(GenServer):
         max_tools: int = MAX_TOOLS
         max_owned_tools: int = MAX_OWNED_TOOLS
         terminal: dict[str, Any] = {}
-        sandbox_policy: SandboxPolicy | None = None
-        permissions: PermissionTable | None = None
-        toolsets: str | Toolset | list[str | Toolset] | None = None
+        sandbox_policy: InstanceOf[SandboxPolicy] | None = None
+        permissions: InstanceOf[PermissionTable] | None = None
+        toolsets: str | InstanceOf[Toolset] | list[str | InstanceOf[Toolset]] | None = None
         """Toolset names (the app resolves them, ``agent.app.toolsets_for``) or ``Toolset`` objects."""
 
     state_version = 1
