@@ -81,14 +81,6 @@ DEFAULT_TABLE: Final[Mapping[tuple[str, str], Access]] = {
     ("skill_store", "archive"): "admin",
     ("skill_store", "recover"): "admin",
     ("skill_store", "rollback"): "admin",
-    # skill_tools: a user's turn writes tools that belong to that user (the actor keeps them to their owner)
-    # until an admin promotes them to the tenant
-    ("skill_tools", "list_tools"): "read",
-    ("skill_tools", "get_tool"): "read",
-    ("skill_tools", "create_tool"): "write",
-    ("skill_tools", "rollback_tool"): "write",
-    ("skill_tools", "run_tool"): "write",
-    ("skill_tools", "promote_tool"): "admin",
     # goals (a user sets goals in their own sessions)
     ("goals", "list_goals"): "read",
     ("goals", "set_goal"): "write",

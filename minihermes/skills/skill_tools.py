@@ -24,8 +24,18 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import InstanceOf
+
 from minihermes.audit import fire_audit
-from minihermes.runtime import Conflict, GenServer, InvalidArgument, NotFound, call, current_context
+from minihermes.runtime import (
+    ActorArgs,
+    Conflict,
+    GenServer,
+    InvalidArgument,
+    NotFound,
+    call,
+    current_context,
+)
 from minihermes.tools.catalog import Toolset
 from minihermes.tools.contract import (
     MUTATING,
@@ -36,7 +46,7 @@ from minihermes.tools.contract import (
     ToolFailure,
     UntrustedResult,
 )
-from minihermes.tools.sandbox import SandboxPolicy, make_workspace
+from minihermes.tools.sandbox import SandboxLimits, SandboxPolicy, make_workspace
 from minihermes.tools.workspace import safe_component
 
 from . import _access as access
@@ -60,7 +70,16 @@ def _schema(parameters: dict[str, str]) -> dict[str, Any]:
 
 class SkillTools(GenServer):
     """Args: ``tools_root`` (folder for the tools' sandboxes; required to create or run tools),
-    ``max_fix_attempts`` (3)."""
+    ``max_fix_attempts`` (3); in-process only: ``limits`` (``SandboxLimits``), ``sandbox_policy``.
+
+    Ops: a user's turn writes tools that belong to that user (the actor keeps them to their owner) until
+    an admin promotes them to the tenant."""
+
+    class Args(ActorArgs):
+        tools_root: str | Path | None = None
+        max_fix_attempts: int = 3
+        limits: InstanceOf[SandboxLimits] | None = None
+        sandbox_policy: InstanceOf[SandboxPolicy] | None = None
 
     state_version = 1
 
@@ -72,7 +91,7 @@ class SkillTools(GenServer):
         self.policy: SandboxPolicy | None = args.get("sandbox_policy")
         self._audit_on = self.host.has_actor("audit_event")
 
-    @call
+    @call(access="write")
     async def create_tool(
         self,
         name: str,
@@ -139,7 +158,7 @@ class SkillTools(GenServer):
         self._event("skill_tool_registered", name, f"version={version}", session_id)
         return {"status": "ok", "name": name, "version": version}
 
-    @call
+    @call(access="write")
     async def rollback_tool(self, name: str, version: int) -> dict[str, Any]:
         """Make an earlier version current (as a new version; every version is kept)."""
         op = "rollback_tool"
@@ -157,7 +176,7 @@ class SkillTools(GenServer):
         self._event("skill_tool_rolled_back", name, f"to=v{version} now=v{new}", "")
         return {"status": "ok", "name": name, "version": new, "restored": version}
 
-    @call
+    @call(access="admin")
     async def promote_tool(self, name: str) -> dict[str, Any]:
         """Admin: make a user's tool the tenant's (listed to everyone, its output trusted like the other
         self-written tenant tools). Idempotent."""
@@ -172,7 +191,7 @@ class SkillTools(GenServer):
         self._event("skill_tool_promoted", name, f"owner={access.tool_owner(record)}", "")
         return {"status": "ok", "name": name, "promoted": True, "owner": access.tool_owner(record)}
 
-    @call
+    @call(access="write")
     async def run_tool(self, name: str, input: dict[str, Any] | None = None) -> dict[str, Any]:
         """Run the current version in the sandbox: ``{status: ok, result, trust}`` or ``{status: error,
         error}``. ``trust`` is ``untrusted`` until the tool is promoted."""
@@ -197,12 +216,12 @@ class SkillTools(GenServer):
         trust = "trusted" if access.tool_promoted(record) else "untrusted"
         return {"status": "ok", "result": out.get("result"), "version": record["version"], "trust": trust}
 
-    @call
+    @call(access="read")
     async def get_tool(self, name: str, version: int = 0) -> dict[str, Any]:
         record = await self._record("get_tool", name)
         return {"status": "ok", "tool": record, **(await self._version(name, version or record["version"]))}
 
-    @call
+    @call(access="read")
     async def list_tools(self) -> dict[str, Any]:
         """The tenant's tools and the caller's own (an admin: every tool), each with ``owner`` and
         ``promoted``."""
