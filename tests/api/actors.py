@@ -176,7 +176,9 @@ class StubGateway(GenServer):
 
 
 class StubTools(GenServer):
-    @call
+    """Stands in for tool_executor, declaring the real ops' access classes like ``StubGuardrails``."""
+
+    @call(access="admin")
     def register_tool(
         self,
         name: str,
@@ -188,11 +190,11 @@ class StubTools(GenServer):
         CALLS.append(("tool_executor", "register_tool"))
         return {"status": "ok"}
 
-    @call
+    @call(access="admin")
     def execute(self, name: str, input: dict[str, Any], session_id: str = "") -> dict[str, Any]:
         CALLS.append(("tool_executor", "execute"))
         return {"status": "ok"}
 
-    @call
+    @call(access="read")
     def list_tools(self) -> dict[str, Any]:
         return {"tools": []}

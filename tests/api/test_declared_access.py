@@ -209,10 +209,11 @@ def test_the_catalog_reads_declared_access(tmp_path: Path) -> None:
 def test_the_api_tests_stand_ins_declare_what_the_real_actors_declare() -> None:
     from minihermes.agent.guardrails import Guardrails
     from minihermes.agent.llm_gateway import LLMGateway
+    from minihermes.agent.tool_executor import ToolExecutor
 
-    from .actors import StubGateway, StubGuardrails
+    from .actors import StubGateway, StubGuardrails, StubTools
 
-    for stub, real in ((StubGuardrails, Guardrails), (StubGateway, LLMGateway)):
+    for stub, real in ((StubGuardrails, Guardrails), (StubGateway, LLMGateway), (StubTools, ToolExecutor)):
         for op, handler in stub._handlers.items():
             if op in real._handlers:
                 assert handler.access == real._handlers[op].access, (stub.__name__, op)
