@@ -6,7 +6,7 @@ access class; a class names the roles allowed to call it:
 
 - ``read``: viewer, user, admin. Ops that change nothing (actors narrow what a user sees to what they own).
 - ``write``: user, admin. Ops that change the caller's own data (sessions, memories, chat).
-- ``observe``: viewer, admin. Tenant-wide views that end users do not get (other users' pending approvals).
+- ``observe``: viewer, admin. Tenant-wide views that end users do not get (dead letters of other users' tasks).
 - ``admin``: admin only. Configuration, credentials, providers, tools, policies, and every internal op.
 
 An op declares its class on its decorator (``@call(access="read")``); ``DEFAULT_TABLE`` holds the

@@ -65,6 +65,8 @@ CLASSIFICATION_TTL = 60.0
 MAX_CLASSIFIED = 1000
 _ADMIN_ROLES = frozenset({"admin", "system"})
 _WRITER_ROLES = _ADMIN_ROLES | {"user"}
+_OPERATOR_ROLES = _ADMIN_ROLES | {"viewer"}
+"""Who sees every approval of the tenant; a user sees only the approvals of their own turns."""
 _UNAUTHENTICATED = RequestContext().principal
 """Without auth every request is the local owner: that principal names nobody in particular."""
 
@@ -469,24 +471,34 @@ class Guardrails(GenFSM):
     def _self_approves(self, tool_name: str) -> bool:
         return bool(self.approval_policy.get(tool_name, self.approval_policy.get("", False)))
 
-    @call(access="observe")
+    # "read": admins and viewers see the tenant's approvals; a user only those of their own turns.
+    @call(access="read")
     def list_approvals(
         self, status: ApprovalStatus = "pending", session_id: str = "", limit: int = 100
     ) -> dict[str, Any]:
-        """Approvals, oldest first: ``{approval_id, tool, input, session_id, requested_by, status, created_at}``."""
+        """Approvals, oldest first: ``{approval_id, tool, input, session_id, requested_by, status, created_at}``.
+        Admins and viewers get every approval of the tenant, a user the ones they requested."""
         if not 1 <= limit <= 1000:
             raise InvalidArgument("list_approvals: limit must be 1..1000", field="limit")
+        ctx = current_context()
+        everyone = bool(ctx.roles & _OPERATOR_ROLES)
         chosen = [
             self._public(a)
             for a in self.approvals.values()  # insertion order: the order they were requested
             if (status == "all" or a["status"] == status)
             and (not session_id or a["session_id"] == session_id)
+            and (everyone or a["requester"] == ctx.principal)
         ]
         return {"status": "ok", "approvals": chosen[:limit], "count": len(chosen[:limit])}
 
-    @call(access="observe")
+    @call(access="read")
     def get_approval(self, approval_id: str) -> dict[str, Any]:
-        return {"status": "ok", **self._public(self._approval(approval_id))}
+        """One approval; ``not_found`` for a user asking for one they did not request (as for an unknown id)."""
+        record = self._approval(approval_id)
+        ctx = current_context()
+        if not ctx.roles & _OPERATOR_ROLES and record["requester"] != ctx.principal:
+            raise NotFound(f"no approval {approval_id}", field="approval_id")
+        return {"status": "ok", **self._public(record)}
 
     # "write": admins decide others' requests, the requester their own where the policy lets them (checked
     # in ``_decide``).

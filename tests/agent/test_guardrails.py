@@ -432,6 +432,26 @@ async def test_nobody_approves_their_own_request_and_only_admins_decide(make_nod
     assert (await g(node, "approve", ctx=CAROL, approval_id=own))["decision"] == "approved"
 
 
+async def test_a_user_sees_only_the_approvals_they_requested(make_node):
+    node = await make_node(specs())
+    alice = RequestContext(tenant="acme", principal="alice", roles=frozenset({"user"}))
+    hers = await request(node, ctx=alice, session_id="s-alice")
+    his = await request(node, ctx=ACME_USER, session_id="s-bob")  # bob
+    for status in ("pending", "all"):
+        listed = (await g(node, "list_approvals", ctx=ACME_USER, status=status))["approvals"]
+        assert [a["approval_id"] for a in listed] == [his], status
+    assert (await g(node, "get_approval", ctx=ACME_USER, approval_id=his))["approval_id"] == his
+    with pytest.raises(NotFound):  # the same answer as for an id that does not exist
+        await g(node, "get_approval", ctx=ACME_USER, approval_id=hers)
+    assert [a["approval_id"] for a in (await g(node, "list_approvals", ctx=alice))["approvals"]] == [hers]
+    for operator in (ACME_VIEWER, ACME):  # a viewer and an admin see the tenant's approvals
+        listed = (await g(node, "list_approvals", ctx=operator))["approvals"]
+        assert [a["approval_id"] for a in listed] == [hers, his]
+        for approval_id in (hers, his):
+            got = await g(node, "get_approval", ctx=operator, approval_id=approval_id)
+            assert got["approval_id"] == approval_id
+
+
 async def test_unauthenticated_local_requests_are_told_apart_by_requested_by(make_node):
     node = await make_node(specs())
     local = RequestContext(tenant="acme")  # no auth: every request is the local owner

@@ -141,7 +141,7 @@ class StubGuardrails(GenServer):
         CALLS.append(("guardrails", "approve"))
         return {"status": "ok"}
 
-    @call(access="observe")
+    @call(access="read")
     def list_approvals(self, status: str = "pending") -> dict[str, Any]:
         return {"approvals": []}
 

@@ -44,8 +44,10 @@ BEFORE: dict[tuple[str, str], str] = {
     ("tool_executor", "execute"): "admin",
     ("guardrails", "get_policies"): "read",
     ("guardrails", "get_state"): "read",
-    ("guardrails", "list_approvals"): "observe",
-    ("guardrails", "get_approval"): "observe",
+    # Deliberately changed from "observe" (issue 18): users reach their own approvals; guardrails narrows a
+    # user to the approvals they requested (tests/agent/test_guardrails.py).
+    ("guardrails", "list_approvals"): "read",
+    ("guardrails", "get_approval"): "read",
     ("guardrails", "check_tool"): "admin",
     ("guardrails", "set_policy"): "admin",
     ("guardrails", "clear_policy"): "admin",
