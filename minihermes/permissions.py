@@ -81,11 +81,6 @@ DEFAULT_TABLE: Final[Mapping[tuple[str, str], Access]] = {
     ("skill_store", "archive"): "admin",
     ("skill_store", "recover"): "admin",
     ("skill_store", "rollback"): "admin",
-    # goals (a user sets goals in their own sessions)
-    ("goals", "list_goals"): "read",
-    ("goals", "set_goal"): "write",
-    ("goals", "complete_goal"): "write",
-    ("goals", "clear_goal"): "write",
 }
 
 

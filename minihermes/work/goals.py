@@ -30,6 +30,7 @@ from minihermes.audit import fire_audit
 from minihermes.context.forget import session_owner
 from minihermes.runtime import (
     MAX_KEY_CHARS,
+    ActorArgs,
     ActorError,
     Conflict,
     GenServer,
@@ -117,6 +118,10 @@ def _key(session_id: str, goal_id: str) -> str:
 class Goals(GenServer):
     """Per-tenant goals. Args: ``max_turns`` (default budget per goal), ``judge_timeout`` (s)."""
 
+    class Args(ActorArgs):
+        max_turns: int = DEFAULT_MAX_TURNS
+        judge_timeout: float = 60
+
     async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
         self.default_max_turns = int(args.get("max_turns", DEFAULT_MAX_TURNS))
         self.judge_timeout = float(args.get("judge_timeout", 60))
@@ -129,7 +134,7 @@ class Goals(GenServer):
         # active goal of its session.
         self._marked: set[str] = await self._load_marks()
 
-    @call
+    @call(access="write")
     async def set_goal(
         self, session_id: str, text: str, max_turns: int = 0, user_id: str = ""
     ) -> dict[str, Any]:
@@ -177,7 +182,7 @@ class Goals(GenServer):
         self._fire("goal_set", f"goal_id={goal['goal_id']}", session_id, goal)
         return {"status": "ok", "goal_id": goal["goal_id"], "goal": _view(goal)}
 
-    @call
+    @call(access="read")
     async def list_goals(self, session_id: str = "", status: StatusFilter = "active") -> dict[str, Any]:
         """Goals of one session (or of every session with ``session_id=""``), oldest first: a user's own and
         the tenant's."""
@@ -185,7 +190,7 @@ class Goals(GenServer):
         goals = await self._mine(await self._goals(session_id, status))
         return {"status": "ok", "goals": [_view(g) for g in goals], "count": len(goals)}
 
-    @call
+    @call(access="write")
     async def complete_goal(self, goal_id: str, session_id: str = "", reason: str = "") -> dict[str, Any]:
         """Mark a goal done by hand (audited like a judged completion)."""
         _check_session_id("complete_goal", session_id)
@@ -195,7 +200,7 @@ class Goals(GenServer):
         await self._complete(goal, scrub(reason) or "completed by request", by="request")
         return {"status": "ok", "goal": _view(goal)}
 
-    @call
+    @call(access="write")
     async def clear_goal(self, goal_id: str = "", session_id: str = "") -> dict[str, Any]:
         """Drop one goal, or with only ``session_id`` every active goal of that session (its own)."""
         _check_session_id("clear_goal", session_id)
