@@ -56,15 +56,6 @@ DEFAULT_TABLE: Final[Mapping[tuple[str, str], Access]] = {
     ("agent", "get_stats"): "read",
     ("agent", "last_turn"): "read",
     ("agent", "resume"): "admin",
-    # memory (the actor keeps users to their own memories)
-    ("memory", "store_memory"): "write",
-    ("memory", "recall_memory"): "read",
-    ("memory", "list_memories"): "read",
-    ("memory", "search_memories"): "read",
-    ("memory", "delete_memory"): "write",
-    ("memory", "core_snapshot"): "read",
-    ("memory", "get_stats"): "read",
-    ("memory", "clear_memories"): "write",
     # audit_event: the GenEvent behavior's own ops (the actor declares the others)
     ("audit_event", "subscribe"): "admin",
     ("audit_event", "unsubscribe"): "admin",

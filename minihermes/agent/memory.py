@@ -59,6 +59,7 @@ from minihermes.context.recall import (
 from minihermes.context.redact import redact_text
 from minihermes.runtime import MAX_KEY_CHARS as MAX_ACTOR_KEY_CHARS
 from minihermes.runtime import (
+    ActorArgs,
     Conflict,
     GenServer,
     InvalidArgument,
@@ -263,6 +264,14 @@ class Memory(GenServer):
     similarity from the semantic extra when it is installed; default false).
     """
 
+    class Args(ActorArgs):
+        max_memories: int = MAX_MEMORIES
+        max_value_chars: dict[str, int] = {}
+        """Per tier, over the defaults (``MAX_VALUE_CHARS``)."""
+        core_snapshot_chars: int = CORE_SNAPSHOT_CHARS
+        half_life_days: float = DEFAULT_HALF_LIFE_DAYS
+        semantic: bool = False
+
     state_version = 1
     memory_count: int = state(default=0)
 
@@ -284,7 +293,7 @@ class Memory(GenServer):
 
     # -- writes -------------------------------------------------------------------------------------------
 
-    @call
+    @call(access="write")
     async def store_memory(
         self,
         key: str,
@@ -410,7 +419,7 @@ class Memory(GenServer):
             "created": earlier is None,
         }
 
-    @call
+    @call(access="write")
     async def delete_memory(
         self, key: str, scope: Scope = "global", agent_id: str = "", session_id: str = "", user_id: str = ""
     ) -> dict[str, Any]:
@@ -437,7 +446,7 @@ class Memory(GenServer):
                     )
         return {"status": "ok", "key": key, "scope": scope, "deleted": deleted}
 
-    @call
+    @call(access="write")
     async def clear_memories(self, scope: Scope, agent_id: str = "", session_id: str = "") -> dict[str, Any]:
         """Forget every fact of one agent or session (e.g. when a session ends), or all global facts
         (admin only). A user clears only their own facts there."""
@@ -482,7 +491,7 @@ class Memory(GenServer):
 
     # -- reads --------------------------------------------------------------------------------------------
 
-    @call
+    @call(access="read")
     async def recall_memory(
         self, key: str, scope: Scope = "global", agent_id: str = "", session_id: str = "", user_id: str = ""
     ) -> dict[str, Any]:
@@ -505,7 +514,7 @@ class Memory(GenServer):
             return {"status": "ok", "key": key, "scope": scope, "found": False, "value": None}
         return {"status": "ok", "found": True, **_view(record)}
 
-    @call
+    @call(access="read")
     async def list_memories(
         self,
         scope: ScopeFilter = "",
@@ -548,7 +557,7 @@ class Memory(GenServer):
             "truncated": len(shown) > limit,
         }
 
-    @call
+    @call(access="read")
     async def search_memories(
         self,
         query: str,
@@ -639,7 +648,7 @@ class Memory(GenServer):
         self.host.incr_counter("memory_searches_total")
         return {"status": "ok", "query": query, "memories": found, "count": len(found)}
 
-    @call
+    @call(access="read")
     async def core_snapshot(
         self, user_id: str = "", agent_id: str = "", session_id: str = "", max_chars: int = 0
     ) -> dict[str, Any]:
@@ -742,7 +751,7 @@ class Memory(GenServer):
             else:
                 await self.host.tuples.take_all(_tuple(t[0], t[1], t[2], None, t[3]))
 
-    @call
+    @call(access="read")
     def get_stats(self) -> dict[str, Any]:
         """Stored facts (durable count) and operations since this instance started."""
         return {"status": "ok", "memories": self.memory_count, **self._stats}
