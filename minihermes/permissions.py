@@ -61,17 +61,6 @@ DEFAULT_TABLE: Final[Mapping[tuple[str, str], Access]] = {
     ("audit_event", "unsubscribe"): "admin",
     # agent: transcript search (the actor narrows users to their own sessions)
     ("agent", "session_search"): "read",
-    # skill_store: everyone reads; curating the tenant's skills is an admin's job
-    ("skill_store", "list_skills"): "read",
-    ("skill_store", "get_skill"): "read",
-    ("skill_store", "search_skills"): "read",
-    ("skill_store", "match_skills"): "read",
-    ("skill_store", "get_stats"): "read",
-    ("skill_store", "pin"): "admin",
-    ("skill_store", "unpin"): "admin",
-    ("skill_store", "archive"): "admin",
-    ("skill_store", "recover"): "admin",
-    ("skill_store", "rollback"): "admin",
 }
 
 

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from minihermes.context.embeddings import fuse
 from minihermes.runtime import (
+    ActorArgs,
     ActorError,
     Conflict,
     InvalidArgument,
@@ -39,7 +40,7 @@ from ._model import (
     check_text,
     procedure_tools,
 )
-from ._store_core import Scope, SkillStoreCore, check_id, view
+from ._store_core import DUPLICATE_SIMILARITY, Scope, SkillStoreCore, check_id, view
 
 _LEARNED_CACHE = 4096
 """Learned-request markers kept in memory (the rest are read from KV when a request repeats)."""
@@ -51,6 +52,18 @@ class SkillStore(SkillStoreCore):
     """Per-tenant skill store; see the module docstring. Args: ``learn_min_tool_calls`` (3),
     ``duplicate_similarity`` (0.6), ``workflow`` (the extraction workflow's actor name),
     ``relearn_after_days`` (30: how long a taught request is not taught again)."""
+
+    class Args(ActorArgs):
+        """Read by ``SkillStoreCore.on_init``."""
+
+        learn_min_tool_calls: int = 3
+        duplicate_similarity: float = DUPLICATE_SIMILARITY
+        workflow: str = "skill_workflow"
+        relearn_after_days: float = 30
+        recency_half_life_days: float = 30
+        semantic: Literal["auto", "on", "off"] = "auto"
+        embedder: Any = None
+        """A model object (tests); None: the semantic extra's, when installed."""
 
     state_version = 1
 
@@ -125,7 +138,7 @@ class SkillStore(SkillStoreCore):
         record = await self._patch(record, fields, reason=reason or "updated", replace_words=True)
         return {"status": "ok", "skill_id": skill_id, "version": record["version"], "skill": view(record)}
 
-    @call
+    @call(access="admin")
     async def rollback(self, skill_id: str, version: int) -> dict[str, Any]:
         """Make an earlier version current again (as a new version, so the history only grows)."""
         op = "rollback"
@@ -142,7 +155,7 @@ class SkillStore(SkillStoreCore):
 
     # -- reads --------------------------------------------------------------------------------------------
 
-    @call
+    @call(access="read")
     async def get_skill(self, skill_id: str, version: int = 0) -> dict[str, Any]:
         """``{skill: {...record, procedure}, versions: [{version, reason, created_at}]}``; ``version``
         picks an older procedure."""
@@ -156,7 +169,7 @@ class SkillStore(SkillStoreCore):
         history = await io.versions(self.host, skill_id)
         return {"status": "ok", "skill": {**view(record), "procedure": procedure}, "versions": history}
 
-    @call
+    @call(access="read")
     async def match_skills(
         self, query: str, limit: int = 3, user_id: str = "", session_id: str = ""
     ) -> dict[str, Any]:
@@ -193,7 +206,7 @@ class SkillStore(SkillStoreCore):
         self.host.incr_counter("skill_matches_total", float(len(skills)))
         return {"status": "ok", "skills": skills}
 
-    @call
+    @call(access="read")
     async def search_skills(self, query: str, limit: int = 10) -> dict[str, Any]:
         """Full-text search (FTS5) over every skill the caller may see, any status, with snippets."""
         op = "search_skills"
@@ -211,7 +224,7 @@ class SkillStore(SkillStoreCore):
                 break
         return {"status": "ok", "skills": found, "count": len(found)}
 
-    @call
+    @call(access="read")
     def list_skills(self, status: StatusFilter = "", user_id: str = "", limit: int = 1000) -> dict[str, Any]:
         """Skills with a status (``pinned``: the pinned ones; empty: all) the caller may see, newest
         first. Admins see every user's skills (or one user's, with ``user_id``)."""
@@ -233,7 +246,7 @@ class SkillStore(SkillStoreCore):
             "truncated": len(chosen) > limit,
         }
 
-    @call
+    @call(access="read")
     def get_stats(self) -> dict[str, Any]:
         by_status = Counter(r["status"] for r in self._records.values())
         return {
@@ -270,15 +283,15 @@ class SkillStore(SkillStoreCore):
             "skill_status": record["status"],
         }
 
-    @call
+    @call(access="admin")
     async def pin(self, skill_id: str) -> dict[str, Any]:
         return await self._set_pinned("pin", skill_id, True)
 
-    @call
+    @call(access="admin")
     async def unpin(self, skill_id: str) -> dict[str, Any]:
         return await self._set_pinned("unpin", skill_id, False)
 
-    @call
+    @call(access="admin")
     async def archive(self, skill_id: str, reason: str = "") -> dict[str, Any]:
         op = "archive"
         record = self._get(op, skill_id)
@@ -289,7 +302,7 @@ class SkillStore(SkillStoreCore):
             record, "archived", reason or f"archived by {current_context().principal}"
         )
 
-    @call
+    @call(access="admin")
     async def recover(self, skill_id: str) -> dict[str, Any]:
         """Bring an archived (or stale) skill back into use; a never-evaluated candidate stays one."""
         op = "recover"
