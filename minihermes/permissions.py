@@ -47,20 +47,11 @@ DEFAULT_ACCESS: Final[Access] = "admin"
 
 DEFAULT_TABLE: Final[Mapping[tuple[str, str], Access]] = {
     # The classes of ops that do not declare their own (``@call(access=...)``), and overrides of those that
-    # do. Ops move from here to their decorators actor by actor (tests/api/test_declared_access.py pins
-    # the effective table of the agent app).
-    # agent (per session)
-    ("agent", "chat"): "write",
-    ("agent", "get_history"): "read",
-    ("agent", "clear_history"): "write",
-    ("agent", "get_stats"): "read",
-    ("agent", "last_turn"): "read",
-    ("agent", "resume"): "admin",
+    # do. Every actor of the agent app declares its ops on their handlers (tests/api/test_declared_access.py
+    # pins the effective table); what is left here is what a handler cannot say for itself.
     # audit_event: the GenEvent behavior's own ops (the actor declares the others)
     ("audit_event", "subscribe"): "admin",
     ("audit_event", "unsubscribe"): "admin",
-    # agent: transcript search (the actor narrows users to their own sessions)
-    ("agent", "session_search"): "read",
 }
 
 

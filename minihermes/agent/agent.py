@@ -22,7 +22,7 @@ import json
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from minihermes.agent._history import HistoryViews
 from minihermes.audit import fire_audit, sees_own_only
@@ -33,6 +33,7 @@ from minihermes.context.redact import redact, redact_text
 from minihermes.context.session_indexer import SessionIndexer
 from minihermes.context.tokens import count_tokens, tools_tokens
 from minihermes.runtime import (
+    ActorArgs,
     ActorError,
     ActorNotFound,
     Conflict,
@@ -97,6 +98,23 @@ class Agent(GenServer):
     search when the semantic extra is installed; ``"on"``: the same, warning when it is not; ``"off"``),
     ``embedder`` (a model object, tests).
     """
+
+    class Args(ActorArgs):
+        max_iterations: int = 8
+        llm_timeout: float = 120
+        tool_timeout: float = 120
+        system_prompt: str = ""
+        soul_path: str | Path | None = None
+        workspace_root: str | Path | None = None
+        token_budget: int = DEFAULT_TOKEN_BUDGET
+        skills_limit: int = 3
+        skills_tokens: int = 1_500
+        memory_top_k: int = 5
+        memory_min_score: float = 0.3
+        episodic: bool = True
+        index_sessions: bool = True
+        semantic: Literal["auto", "on", "off"] = "auto"
+        embedder: Any = None
 
     state_version = 1
 
@@ -167,7 +185,7 @@ class Agent(GenServer):
 
     # -- ops ----------------------------------------------------------------------------------------------
 
-    @call
+    @call(access="write")
     async def chat(
         self,
         message: str,
@@ -237,7 +255,7 @@ class Agent(GenServer):
         self._publish({"type": "turn_started", "turn_id": self.turn["turn_id"]})
         return await self._run_loop()
 
-    @call
+    @call(access="admin")
     async def resume(self, approval_id: str, decision: str) -> dict[str, Any]:
         """Continue a turn paused for approval (sent by guardrails)."""
         if decision not in ("approved", "denied"):
@@ -258,11 +276,11 @@ class Agent(GenServer):
             await self.host.checkpoint()
         return await self._run_loop()
 
-    @call
+    @call(access="read")
     def get_history(self, session_id: str = "") -> dict[str, Any]:
         return {"status": "ok", "session_id": self.session_id, "messages": list(self.history)}
 
-    @call
+    @call(access="write")
     async def clear_history(self, session_id: str = "") -> dict[str, Any]:
         await self._wait_resumed()
         if self.turn is not None:
@@ -273,7 +291,7 @@ class Agent(GenServer):
         self.unembedded = []
         return {"status": "ok", "session_id": self.session_id, "cleared": n}
 
-    @call
+    @call(access="read")
     def get_stats(self, session_id: str = "") -> dict[str, Any]:
         return {
             "status": "ok",
@@ -285,12 +303,12 @@ class Agent(GenServer):
             **self.stats,
         }
 
-    @call
+    @call(access="read")
     def last_turn(self, session_id: str = "") -> dict[str, Any]:
         """The reply of the last finished turn (e.g. one completed after a restart)."""
         return self.last_reply or {"status": "none", "session_id": self.session_id}
 
-    @call
+    @call(access="read")
     async def session_search(
         self, query: str, session_id: str = "", limit: int = 10, user_id: str = "", in_session: str = ""
     ) -> dict[str, Any]:
