@@ -41,3 +41,8 @@ def test_an_ill_typed_argument_of_an_app_actor_fails_at_start_up() -> None:
     assert "credential_key" in str(e.value)  # the known ones include the gateway's own argument
     assert AppConfig.from_toml(with_args(gateway, '{ max_retries = 4, credential_key = "k" }'))
     assert LLMGateway.Args is not None
+
+
+def test_the_app_actors_declare_their_args() -> None:
+    undeclared = {s.name for s in default_config().tree.walk() if s.cls.Args is None}
+    assert undeclared == {"audit_event", "agent_fsm"}  # not converted yet: shrink this set as they are
