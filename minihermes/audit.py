@@ -1,7 +1,7 @@
 """What every subsystem uses to audit and to keep secrets out: ``fire_audit``, ``scrub_secrets``, and who
 sees only their own data (``is_restricted``, ``sees_own_only``).
 
-The trail itself is the ``audit_event`` actor (``minihermes.agent.audit``): every event is appended to the
+The trail itself is the ``audit_event`` actor (``minihermes.agent.audit_event``): every event is appended to the
 ``audit`` stream of the tenant's EventLog, whose hash chain makes any later edit or deletion detectable.
 Values that look like credentials are scrubbed before they are written: callers must not put secrets in
 events, and this is the second line of defence.
@@ -39,8 +39,8 @@ from minihermes.runtime import (
     current_context,
 )
 
-log = logging.getLogger("minihermes.agent.audit")
-"""The audit trail's logger (named as before the helpers left ``minihermes.agent.audit``)."""
+log = logging.getLogger("minihermes.agent.audit_event")
+"""The audit trail's logger (named as before the helpers left ``minihermes.agent.audit_event``)."""
 
 STREAM = "audit"
 """The EventLog stream (per tenant) holding the audit trail."""

@@ -21,9 +21,9 @@ from minihermes.work import WORK_ROLES, WORK_TOOLSETS
 
 from .agent import Agent
 from .agent_fsm import AgentFSM
-from .audit import AuditEvent
+from .audit_event import AuditEvent
 from .guardrails import Guardrails
-from .health import HealthMonitor
+from .health_monitor import HealthMonitor
 from .llm_gateway import LLMGateway
 from .memory import Memory
 from .session_manager import SessionManager

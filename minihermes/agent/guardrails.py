@@ -27,7 +27,7 @@ import uuid
 from collections import OrderedDict
 from typing import Any, Literal, NotRequired, TypedDict
 
-from minihermes.agent.audit import fire_audit
+from minihermes.agent.audit_event import fire_audit
 from minihermes.runtime import (
     ActorArgs,
     ActorError,

@@ -60,7 +60,7 @@ from minihermes.runtime import (
 )
 
 from . import gateway as policy
-from .audit import fire_audit
+from .audit_event import fire_audit
 from .credentials import CredentialVault, check_api_key, check_phantom_token
 from .gateway import BudgetExceeded, Caller, Circuit, Failure, LLMInternalError, LLMUnavailable
 

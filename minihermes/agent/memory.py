@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import quote
 
-from minihermes.agent.audit import fire_audit, is_restricted
+from minihermes.agent.audit_event import fire_audit, is_restricted
 from minihermes.context import analyze, query_terms, snippet
 from minihermes.context import forget as forgetting
 from minihermes.context.recall import (

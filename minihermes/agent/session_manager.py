@@ -32,7 +32,7 @@ from minihermes.runtime import (
     state,
 )
 
-from .audit import fire_audit, is_restricted, sees_own_only
+from .audit_event import fire_audit, is_restricted, sees_own_only
 
 _SESSION = "session:"
 _BY_CHANNEL = "session_map:"

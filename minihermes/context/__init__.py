@@ -7,7 +7,7 @@ ranking (relevance times temporal decay) and forgetting across stores.
 """
 
 from ._text import analyze, query_terms, snippet
-from .compressor import ContextCompressor
+from .context_compressor import ContextCompressor
 from .redact import redact, redact_text
 from .tokens import count_tokens, default_counter, messages_tokens, set_default_counter
 

@@ -8,7 +8,7 @@ docs/mcp.md.
 from ._config import check_server, public, tool_name
 from ._connection import MCPConnection, MCPTimeout, MCPToolError, MCPUnavailable
 from ._tool import MCP_TOOLSET
-from .manager import MCPManager
+from .mcp_manager import MCPManager
 
 __all__ = [
     "MCP_TOOLSET",

@@ -10,7 +10,7 @@ from ._model import format_skills, parse_skill_md, procedure_tools, render_skill
 from .curator import Curator
 from .skill_store import SkillStore
 from .skill_tools import SKILLS_TOOLSET, SkillTools
-from .workflow import SkillWorkflow
+from .skill_workflow import SkillWorkflow
 
 SKILL_ROLES = {
     "minihermes.skill_store": SkillStore,

@@ -5,7 +5,8 @@ One module per actor; ``WORK_ROLES`` maps their roles for the agent app's tree (
 composition root gives the tool executor.
 """
 
-from .cron import CronScheduler
+from .cron_runner import CronRunner
+from .cron_scheduler import CronScheduler
 from .delegation import DELEGATION_TOOLSET
 from .goals import Goals
 from .kanban import Kanban
@@ -13,10 +14,9 @@ from .kanban_tools import KANBAN_TOOLSET
 from .kanban_worker import KanbanWorker
 from .orchestrator import Orchestrator
 from .plan import SubTask, plan_deterministic
-from .runner import CronRunner
 from .schedule import Schedule, parse_schedule
 from .task_queue import TaskQueue
-from .workers import TaskWorker
+from .task_worker import TaskWorker
 
 WORK_ROLES = {
     "minihermes.cron_scheduler": CronScheduler,

@@ -9,7 +9,7 @@ An ``idempotency_key`` makes a repeated enqueue return the first task's ``msg_id
 The channel ties an in-flight task to the receipt of the actor that received it, and hands it out again at
 once when that actor dies or its node is declared down (see ``Node``/``Cluster``: they release the receipts).
 Consumers that ``dequeue`` through this actor ack through it. Task types the agent app runs itself
-(``agent_prompt``) are consumed by ``task_worker`` (``workers.py``) straight from the channel, under its own
+(``agent_prompt``) are consumed by ``task_worker`` (``task_worker.py``) straight from the channel, under its own
 receipt: its tasks stay tied to its node wherever this queue is active. It stores results with
 ``store_result`` (what ``set_result`` does; ``get_result`` reads them) and reports each outcome here
 (``settled``) for the counters and audit events.

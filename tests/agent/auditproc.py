@@ -11,7 +11,7 @@ import asyncio
 import sys
 from typing import Any
 
-from minihermes.agent.audit import AuditEvent, fire_audit
+from minihermes.agent.audit_event import AuditEvent, fire_audit
 from minihermes.runtime import ActorSpec, GenServer, Node, NodeOptions, SupervisorSpec, call, state
 from minihermes.runtime._loop import run as run_on_loop
 from minihermes.runtime.store._pg_testing import open_test_store

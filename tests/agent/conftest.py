@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from minihermes.agent.audit import STREAM as AUDIT_STREAM
+from minihermes.agent.audit_event import STREAM as AUDIT_STREAM
 from minihermes.runtime import ActorSpec, ManualClock, Node, NodeOptions, RequestContext, SupervisorSpec
 from minihermes.runtime.store._pg_testing import open_test_store
 

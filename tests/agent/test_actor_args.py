@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from minihermes.agent.app import AGENT_CONFIG, default_config
-from minihermes.agent.health import HealthMonitor
+from minihermes.agent.health_monitor import HealthMonitor
 from minihermes.agent.llm_gateway import LLMGateway
 from minihermes.runtime import AppConfig, ConfigError
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from minihermes.agent.audit import STREAM, AuditEvent, fire_audit, scrub_secrets
+from minihermes.agent.audit_event import STREAM, AuditEvent, fire_audit, scrub_secrets
 from minihermes.runtime import ActorSpec, GenServer, InvalidArgument, call, cast, state
 from minihermes.runtime.store._pg_testing import test_store_backend as backend_under_test
 

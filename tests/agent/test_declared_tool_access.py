@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from minihermes.agent.audit import AuditEvent
+from minihermes.agent.audit_event import AuditEvent
 from minihermes.agent.tool_executor import ToolExecutor
 from minihermes.permissions import PermissionTable
 from minihermes.runtime import ActorSpec, GenServer, call

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from minihermes.agent.audit import AuditEvent
+from minihermes.agent.audit_event import AuditEvent
 from minihermes.agent.guardrails import Guardrails
 from minihermes.agent.tool_executor import ToolExecutor
 from minihermes.runtime import (

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from minihermes.agent.audit import AuditEvent
-from minihermes.agent.health import HealthMonitor
+from minihermes.agent.audit_event import AuditEvent
+from minihermes.agent.health_monitor import HealthMonitor
 from minihermes.runtime import SYSTEM_CONTEXT, SYSTEM_SCOPE, ActorCrashed, ActorSpec, GenServer, call
 
 from .conftest import ACME
@@ -138,7 +138,7 @@ async def test_a_system_poll_does_not_fork_the_timer(make_node, clock):
 
 
 def test_interval_arguments():
-    from minihermes.agent.health import _interval
+    from minihermes.agent.health_monitor import _interval
 
     assert _interval({}) == 5.0
     assert _interval({"poll_interval": "30s"}) == 30.0

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from minihermes.agent.audit import AuditEvent
+from minihermes.agent.audit_event import AuditEvent
 from minihermes.agent.llm_gateway import LLMGateway
 from minihermes.llm import (
     Completion,

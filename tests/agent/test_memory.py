@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from minihermes.agent.audit import AuditEvent
+from minihermes.agent.audit_event import AuditEvent
 from minihermes.agent.memory import Memory
 from minihermes.runtime import ActorSpec, Conflict, InvalidArgument, PermissionDenied
 

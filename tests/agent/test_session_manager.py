@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from minihermes.agent.audit import AuditEvent
+from minihermes.agent.audit_event import AuditEvent
 from minihermes.agent.session_manager import SessionManager
 from minihermes.runtime import ActorSpec, InvalidArgument, NotFound, PermissionDenied, RequestContext
 

@@ -15,8 +15,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from minihermes.agent.agent_fsm import AgentFSM
-from minihermes.agent.audit import AuditEvent
-from minihermes.agent.health import HealthMonitor
+from minihermes.agent.audit_event import AuditEvent
+from minihermes.agent.health_monitor import HealthMonitor
 from minihermes.agent.session_manager import SessionManager
 from minihermes.api import DEFAULT_PERMISSIONS, AuthConfig, create_app
 from minihermes.runtime import ActorSpec, Node, SupervisorSpec

@@ -9,7 +9,7 @@ import logging
 import sys
 from pathlib import Path
 
-from minihermes.agent.audit import AuditEvent
+from minihermes.agent.audit_event import AuditEvent
 from minihermes.runtime import ActorSpec, Node, NodeOptions, SupervisorSpec
 from minihermes.runtime.store import open_store
 

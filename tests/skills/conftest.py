@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from minihermes.agent.audit import AuditEvent
+from minihermes.agent.audit_event import AuditEvent
 from minihermes.runtime import ActorSpec
 from minihermes.skills import Curator, SkillStore, SkillWorkflow
 from tests.agent.conftest import ACME, ACME_USER, ACME_VIEWER, GLOBEX, clock, make_node

@@ -21,7 +21,7 @@ from minihermes.runtime.store import ChannelMessage
 
 from ._cronstore import acting_as
 from ._turns import run_turn_once
-from .runner import ConsumerLoop
+from .cron_runner import ConsumerLoop
 from .task_queue import channel_of, store_result, task_of
 
 TASK_TYPE = "agent_prompt"

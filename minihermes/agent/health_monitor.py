@@ -33,9 +33,9 @@ from minihermes.runtime import (
     parse_duration,
 )
 
-from .audit import fire_audit
+from .audit_event import fire_audit
 
-log = logging.getLogger("minihermes.agent.health")
+log = logging.getLogger("minihermes.agent.health_monitor")
 
 SNAPSHOT = "health_snapshot"
 DEFAULT_INTERVAL = 5.0

@@ -5,7 +5,7 @@ tenant's ``cron_leader`` lock (TTL longer than the tick), so with several nodes 
 schedules; it reads the due index earliest first, and sends each due run to the ``cron:pending`` channel
 with its run id (``<job_id>@<scheduled ms>``) as the dedup key. A leader that dies after sending but before
 advancing the job makes the next leader send the same run id again, which the channel drops: a scheduled
-time is dispatched once. The ``cron_runner`` consumes the channel (``runner.py``).
+time is dispatched once. The ``cron_runner`` consumes the channel (``cron_runner.py``).
 
 After downtime, fire times missed by more than ``misfire_grace`` follow the job's policy: ``run_once`` fires
 the latest of them once, ``skip`` fires none; either way the job goes on from the next time in the future.
