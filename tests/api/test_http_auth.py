@@ -423,7 +423,13 @@ def test_auth_config_from_env(tmp_path, rsa_keys):
 def test_permission_table_defaults_to_admin():
     assert PERMISSIONS.access("llm_gateway", "anything_new") == "admin"
     assert PERMISSIONS.access("made_up", "op") == "admin"
-    assert PERMISSIONS.roles_for("memory", "store_memory") == {"user", "admin"}
+    from minihermes.agent.memory import Memory
+
+    # an op's access is declared on its handler; the table holds overrides on top
+    assert PERMISSIONS.with_declared({"memory": Memory}).roles_for("memory", "store_memory") == {
+        "user",
+        "admin",
+    }
     with pytest.raises(ValueError):
         PERMISSIONS.extended({("x", "y"): "superuser"})
 
