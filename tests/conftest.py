@@ -77,14 +77,18 @@ def pytest_asyncio_loop_factories(
 
 
 def _children(pid: int) -> list[int]:
+    """The live children of `pid`. /proc changes while it is read: a process that ends between the listing
+    and the read is skipped (pathlib's glob would raise ProcessLookupError on it, so the listing is by hand)."""
     out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
+            fields = Path("/proc", name, "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
             continue
         if int(fields[1]) == pid:
-            out.append(int(stat.parent.name))
+            out.append(int(name))
     return out
 
 
