@@ -159,6 +159,7 @@ class ChatLoop:
             f"[bold]MiniHermes[/bold] session [cyan]{self.session}[/cyan] ({self.backend.where}). "
             "/help for commands, /quit to leave."
         )
+        await self._say_if_offline()
         while True:
             try:
                 line = (await read_line("you> ")).strip()
@@ -297,6 +298,23 @@ class ChatLoop:
         else:
             c.print(f"unknown command {escape(cmd)}; /help lists them")
         return None
+
+    async def _say_if_offline(self) -> None:
+        """When the offline model answers, say so once, with where a real model is connected."""
+        try:
+            listing = await self.backend.ask("llm_gateway", "list_providers", {})
+        except CommandError:
+            return  # not allowed to read the providers, or no gateway: nothing to say
+        active = listing.get("active") or {}
+        kinds = {p.get("name"): p.get("kind") for p in listing.get("providers", [])}
+        if (kinds.get(active.get("provider")) or active.get("provider")) != "simulated":
+            return
+        self.console.print(
+            "[yellow]Offline model active[/yellow]: it does simple requests (arithmetic, memory, files, "
+            "reminders, goals) and says when it cannot. Connect a real model with /model NAME after an admin "
+            "registers one (docs/providers.md; what the offline model understands: docs/offline-model.md).",
+            highlight=False,
+        )
 
     async def _model(self, args: list[str]) -> None:
         if not args:

@@ -123,7 +123,37 @@ function layout() {
         )
       : h("span", { class: "badge" }, "local owner (no auth)"),
   );
-  clear(root, nav, h("div", { class: "main" }, h("header", { class: "top" }, h("h1", { id: "title" }), who), h("main", { id: "page" })));
+  const model = h("div", { id: "model", class: "model-note", hidden: true });
+  clear(root, nav, h("div", { class: "main" }, h("header", { class: "top" }, h("h1", { id: "title" }), who), model, h("main", { id: "page" })));
+}
+
+// Which model answers: when it is the offline one, say so and where a real one is connected (it understands
+// simple requests only and says "I cannot" for the rest: docs/offline-model.md).
+async function showModel() {
+  const el = document.getElementById("model");
+  if (!el || !ctx.catalog.has("llm_gateway")) return;
+  let reply;
+  try {
+    reply = await ctx.api.call("llm_gateway", "list_providers", {});
+  } catch {
+    return; // not allowed to read it, or the server is away (the banner says so)
+  }
+  const active = reply.active || {};
+  const entry = (reply.providers || []).find((p) => p.name === active.provider) || {};
+  const offline = (entry.kind || active.provider) === "simulated";
+  el.dataset.provider = active.provider || "";
+  el.hidden = !offline;
+  if (!offline) return clear(el);
+  const admin = ctx.me.roles.includes("admin");
+  clear(
+    el,
+    h("b", {}, "Offline model active. "),
+    h("span", {}, "It does simple requests (arithmetic, memory, files, reminders, goals) and says when it cannot; "),
+    admin
+      ? h("a", { href: "#/providers", dataset: { link: "providers" } }, "connect a real model")
+      : h("span", {}, "ask an admin to connect a real model"),
+    h("span", {}, " (docs/offline-model.md, docs/providers.md)."),
+  );
 }
 
 function missing(page) {
@@ -150,6 +180,7 @@ async function route() {
     const refresh = await page.render(view, ctx);
     if (mine !== generation) return;
     clear(target, view);
+    showModel();
     if (typeof refresh === "function" && page.poll) {
       timer = setInterval(() => refresh().catch(() => {}), page.poll);
     }

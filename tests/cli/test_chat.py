@@ -152,3 +152,19 @@ async def test_approve_from_the_chat_resumes_the_paused_turn(embedded, captured)
     out = captured.text[before:]
     assert "approved" in out
     assert "42" in out.split("approved", 1)[1]  # the resumed turn's answer
+
+
+async def test_the_chat_says_when_the_offline_model_answers(embedded, captured):
+    await ChatLoop(captured.console, embedded, "s-offline").run(lines("/quit"))
+    out = captured.text
+    assert "Offline model active" in out and "docs/providers.md" in out and "docs/offline-model.md" in out
+
+    await embedded.ask(
+        "llm_gateway",
+        "register_provider",
+        {"name": "local", "kind": "openai", "model": "m", "base_url": "http://127.0.0.1:9/v1"},
+    )
+    await embedded.ask("llm_gateway", "switch_provider", {"provider": "local"})
+    before = len(captured.text)
+    await ChatLoop(captured.console, embedded, "s-real").run(lines("/quit"))
+    assert "Offline model active" not in captured.text[before:]
