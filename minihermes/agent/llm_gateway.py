@@ -26,6 +26,7 @@ provider or the credential changes.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import random
@@ -48,6 +49,7 @@ from minihermes.llm.protocol import CompletionReply
 from minihermes.runtime import (
     Clock,
     ConfigError,
+    Conflict,
     Deferred,
     GenServer,
     InvalidArgument,
@@ -63,6 +65,7 @@ from . import gateway as policy
 from .audit_event import fire_audit
 from .credentials import CredentialVault, check_api_key, check_phantom_token
 from .gateway import BudgetExceeded, Caller, Circuit, Failure, LLMInternalError, LLMUnavailable
+from .gateway import probe as connection
 
 __all__ = ["BudgetExceeded", "LLMGateway", "LLMInternalError", "LLMUnavailable"]
 
@@ -490,8 +493,10 @@ class LLMGateway(GenServer):
         options: dict[str, Any] | None = None,
         pricing: dict[str, Any] | None = None,
         slow_call_seconds: float = 0,
-    ) -> dict[str, Any]:
-        """Add or replace a provider. ``credential`` is a phantom token from ``register_credential``."""
+        test: bool = False,
+    ) -> dict[str, Any] | Deferred:
+        """Add or replace a provider. ``credential`` is a phantom token from ``register_credential``.
+        With ``test``, the reply also carries ``test``: what ``test_provider`` answers for it."""
         _require(ADMIN_ROLES, "register_provider")
         policy.check_name(name, "name")
         if credential:
@@ -523,16 +528,21 @@ class LLMGateway(GenServer):
             f"provider {name} ({kind}) registered",
             {"provider": name, "kind": kind, "model": model, "replaced": replaced},
         )
-        return {"status": "ok", "provider": name, "kind": kind, "model": model, "replaced": replaced}
+        reply = {"status": "ok", "provider": name, "kind": kind, "model": model, "replaced": replaced}
+        if not test:
+            return reply
+        return Deferred(self.host.spawn(self._tested(reply, name, dict(entry), "", nested=True)))
 
     @call(access="admin")
     def switch_provider(self, provider: str, model: str = "", session_id: str = "") -> dict[str, Any]:
-        """Hot swap for the tenant, or only for ``session_id`` (``provider=""`` drops the session's override)."""
+        """Hot swap for the tenant, or only for ``session_id`` (``provider=""`` drops the session's override).
+        A provider no call could be sent to (no credential where its kind needs one, no model) is refused
+        with ``provider_not_configured`` (409) naming the fix."""
         if session_id:
             _require(SESSION_ROLES, "switch_provider")
             previous = self.session_overrides.get(session_id) or self.active
             if provider:
-                self._known(provider)
+                self._usable(provider, model)
                 self.session_overrides[session_id] = {"provider": provider, "model": model}
             else:
                 self.session_overrides.pop(session_id, None)
@@ -540,7 +550,7 @@ class LLMGateway(GenServer):
             scope = "session"
         else:
             _require(ADMIN_ROLES, "switch_provider")
-            self._known(provider)
+            self._usable(provider, model)
             previous = dict(self.active)
             now = self.active = {"provider": provider, "model": model}
             if previous["provider"] != provider:
@@ -572,6 +582,60 @@ class LLMGateway(GenServer):
         previous, self.failover = self.failover, list(chain)
         self._audit("failover_set", "failover chain set", {"from": previous, "to": self.failover})
         return {"status": "ok", "chain": self.failover}
+
+    @call(access="admin")
+    def test_provider(self, provider: str, model: str = "") -> Deferred:
+        """Test the connection: one tiny real completion (a few tokens) to ``provider`` (with ``model``, else
+        its registered one). Replies ``{ok, provider, model, latency_ms, error?}``; ``error`` is
+        ``{kind, message, hint, status_code?}`` with ``kind`` one of no_credential, misconfigured, auth,
+        unreachable, server_error, not_found, bad_request, rate_limited, timeout, bad_response. The key
+        never appears; circuits and usage are not touched (a test is not traffic)."""
+        _require(ADMIN_ROLES, "test_provider")
+        self._known(provider)
+        reply = {"status": "ok", "provider": provider}
+        entry = dict(self.providers[provider])
+        return Deferred(self.host.spawn(self._tested(reply, provider, entry, model)))
+
+    async def _tested(
+        self, reply: dict[str, Any], name: str, entry: dict[str, Any], model: str, nested: bool = False
+    ) -> dict[str, Any]:
+        result = await self._probe(name, entry, model or entry["model"])
+        error = result.get("error")
+        self._audit(
+            "provider_tested",
+            f"provider {name} tested: " + (f"failed ({error['kind']})" if error else "ok"),
+            {"provider": name, "ok": result["ok"], "error": error["kind"] if error else None},
+        )
+        return {**reply, "test": result} if nested else {**reply, **result}
+
+    async def _probe(self, name: str, entry: dict[str, Any], model: str) -> dict[str, Any]:
+        """One probe completion on a client of its own (the pooled one stays with the traffic)."""
+        out: dict[str, Any] = {"ok": False, "model": model, "latency_ms": None}
+        unusable = policy.unusable(name, entry, model, self.credentials)
+        if unusable is not None:
+            return {**out, "error": connection.failure(*unusable)}
+        try:
+            client = await self._build_provider(name, entry)
+        except policy.BuildFailed as failed:
+            kind = "no_credential" if failed.kind == "auth" else "misconfigured"
+            return {**out, "error": connection.failure(kind, f"provider {name!r}: cannot build a client")}
+        clock = self._clock
+        try:
+            started = clock.monotonic()
+            timeout = min(float(entry["timeout"]), connection.PROBE_TIMEOUT)
+            result = await policy.call_with_timeout(client, connection.probe_request(model), timeout, clock)
+            latency_ms = round((clock.monotonic() - started) * 1000, 1)
+        except LLMInternalError as bug:
+            self.host.log.warning("llm_gateway: testing %s: %s", name, bug.message)
+            return {**out, "error": connection.failure("bad_response", "the provider failed unexpectedly")}
+        finally:
+            secret = client.config.secret()
+            with contextlib.suppress(Exception):  # a client that fails to close has answered already
+                await client.aclose()
+        out["latency_ms"] = latency_ms
+        if isinstance(result, Completion):
+            return {**out, "ok": True, "model": result.model or model}
+        return {**out, "error": connection.classify(result, secret)}
 
     @call(access="admin")
     async def register_credential(self, phantom_token: str, api_key: str) -> dict[str, Any]:
@@ -687,6 +751,18 @@ class LLMGateway(GenServer):
             provider=provider,
             known=known,
         )
+
+    def _usable(self, provider: str, model: str) -> None:
+        """``_known``, and refused (409 ``provider_not_configured``) when no call to it could be sent."""
+        self._known(provider)
+        unusable = policy.unusable(provider, self.providers[provider], model, self.credentials)
+        if unusable is not None:
+            raise Conflict(
+                f"cannot switch to provider {provider!r}: {unusable[1]}",
+                code="provider_not_configured",
+                provider=provider,
+                reason=unusable[0],
+            )
 
 
 def _require(roles: frozenset[str], op: str) -> None:

@@ -162,16 +162,17 @@ async def test_the_well_known_providers_exist_but_answer_only_once_configured(ma
     node = await make_node(tree(max_retries=0))
     listed = await ask(node, "list_providers")
     assert [p["name"] for p in listed["providers"]] == ["anthropic", "ollama", "openai", "simulated"]
-    # The documented example: switching to a name nobody configured works, and takes effect on the next call...
-    reply = await ask(node, "switch_provider", provider="anthropic", model="claude-opus-4-8")
-    assert (reply["provider"], reply["model"]) == ("anthropic", "claude-opus-4-8")
-    # ...which fails without a key (nothing is sent: the test would fail on any non-loopback connect),
-    # and is not answered by the simulated model instead.
+    # Switching to a name nobody configured is refused (test_provider_switch_refused.py); reached through
+    # the failover chain it fails without a key (nothing is sent: the test would fail on any non-loopback
+    # connect), and is not answered by the simulated model instead.
+    await ask(node, "register_provider", name="gone", kind="openai", model="m", base_url="http://127.0.0.1:9")
+    await ask(node, "switch_provider", provider="gone")
+    await ask(node, "register_provider", name="claude", kind="anthropic", model="claude-opus-4-8")
+    await ask(node, "set_failover", chain=["claude", "ollama"])  # and ollama has no model to ask for
     error = await error_of(node, "completion", messages=user("hi"))
-    assert error.message == "no LLM provider could answer (anthropic: auth)"
-    await ask(node, "switch_provider", provider="openai")  # and no model to ask for
-    error = await error_of(node, "completion", messages=user("hi"))
-    assert error.message == "no LLM provider could answer (openai: misconfigured)"
+    assert error.message == (
+        "no LLM provider could answer (gone: unavailable; claude: auth; ollama: misconfigured)"
+    )
     assert "simulated" not in (await ask(node, "get_stats"))["providers"]
 
 

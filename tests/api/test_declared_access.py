@@ -36,6 +36,7 @@ BEFORE: dict[tuple[str, str], str] = {
     ("llm_gateway", "register_credential"): "admin",
     ("llm_gateway", "set_budget"): "admin",
     ("llm_gateway", "timer_tick"): "admin",
+    ("llm_gateway", "test_provider"): "admin",
     ("tool_executor", "list_tools"): "read",
     ("tool_executor", "describe_tool"): "read",
     ("tool_executor", "get_stats"): "read",

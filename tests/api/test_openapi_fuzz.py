@@ -48,7 +48,8 @@ EXAMPLES = int(os.environ.get("MINIHERMES_FUZZ_EXAMPLES", "15"))
 STATEFUL_EXAMPLES = int(os.environ.get("MINIHERMES_FUZZ_STATEFUL_EXAMPLES", "20"))
 
 OUTSIDE = {
-    "llm_gateway": {"register_provider", "switch_provider", "set_failover"},  # real providers: the network
+    # real providers: the network
+    "llm_gateway": {"register_provider", "switch_provider", "set_failover", "test_provider"},
     "mcp_manager": {"add_server", "refresh_server", "call_tool"},  # starts commands, opens connections
     "skill_store": {"import_skills", "export_skills"},  # paths on the server's disk
     "tool_executor": {"execute"},  # the terminal, files and HTTP for real

@@ -59,13 +59,31 @@ async def test_register_a_tool_at_run_time(client):
 
 
 async def test_switch_provider_hot_swap(client):
-    reply = await ask(
-        client, "llm_gateway", {"op": "switch_provider", "provider": "anthropic", "model": "claude-opus-4-8"}
+    # no key configured: the switch is refused with a 409 that names the fix, and nothing changes
+    body = {"provider": "anthropic", "model": "claude-opus-4-8"}
+    r = await client.post(f"{API}/llm_gateway/switch_provider", json=body)
+    assert r.status_code == 409 and r.json()["error"]["code"] == "provider_not_configured"
+    assert "register_credential" in r.json()["error"]["message"]
+    await ask(
+        client, "llm_gateway", {"op": "register_credential", "phantom_token": "ant", "api_key": "sk-ant-x1"}
     )
+    await ask(
+        client,
+        "llm_gateway",
+        {
+            "op": "register_provider",
+            "name": "anthropic",
+            "kind": "anthropic",
+            "model": "claude-sonnet-4-5",
+            "credential": "ant",
+            "base_url": "http://127.0.0.1:9",
+        },
+    )
+    reply = await ask(client, "llm_gateway", {"op": "switch_provider", **body})
     assert (
         reply["status"] == "ok" and reply["provider"] == "anthropic" and reply["model"] == "claude-opus-4-8"
     )
-    # no key configured: the next call fails over nowhere and says so; no simulated answer is substituted
+    # a key but no server: the next call fails over nowhere and says so; no simulated answer is substituted
     r = await client.post(f"{API}/agent/chat", json={"message": "hi", "session_id": "sw"})
     assert r.status_code in (502, 503) and r.json()["error"]["code"] == "llm_unavailable"
     back = await ask(

@@ -37,6 +37,7 @@ from .providers import (
     missing_credential,
     needs_model,
     provider_entry,
+    unusable,
 )
 from .retry import StreamProgress, call_with_timeout, redact, retry_delay, stream_completion
 from .settings import GatewaySettings
@@ -100,4 +101,5 @@ __all__ = [
     "stats_view",
     "stream_completion",
     "unavailable",
+    "unusable",
 ]

@@ -98,8 +98,9 @@ def default_providers() -> dict[str, ProviderEntry]:
     """What a tenant starts with: the offline model, active, and every network kind unconfigured.
 
     The names exist so that ``switch_provider("anthropic", model=...)`` works as the documented examples
-    send it; until a credential is registered for them, calling them fails with ``auth`` (no request is
-    sent) and the caller gets ``llm_unavailable``, never the simulated model in their place.
+    send it once a credential is registered for them (``register_credential``, then ``register_provider``
+    naming it); until then ``switch_provider`` refuses them (``unusable``), and a call routed to one by the
+    failover chain fails with ``auth`` (no request is sent), never answered by the simulated model instead.
     """
     entries = {OFFLINE_KIND: OFFLINE_KIND, **dict.fromkeys(network_kinds(), "")}
     return {
@@ -124,6 +125,30 @@ def missing_credential(entry: Mapping[str, Any]) -> bool:
         return False
     cls = declared(entry["kind"])
     return cls is not None and cls.needs_key_at_default_url
+
+
+def unusable(
+    name: str, entry: Mapping[str, Any], model: str, credentials: Mapping[str, Any]
+) -> tuple[str, str] | None:
+    """Why no call to provider ``name`` (with ``model``) could be sent: ``(kind, reason naming the fix)``
+    with kind ``no_credential`` or ``misconfigured``; None when one can. ``credentials``: the registered
+    phantom tokens."""
+    kind = entry["kind"]
+    token = entry["credential"]
+    fix = (
+        f"register the key with register_credential {{phantom_token, api_key}}, then register_provider "
+        f"{{name: {name!r}, kind: {kind!r}, model, credential: <phantom_token>}} (docs/providers.md)"
+    )
+    if missing_credential(entry):
+        return "no_credential", f"it has no credential and {kind} needs an API key; {fix}"
+    if token and token not in credentials:
+        return "no_credential", f"its credential {token!r} is not registered; {fix}"
+    if not (model or entry["model"]) and needs_model(kind):
+        return "misconfigured", (
+            f"it has no model; pass model, or register_provider {{name: {name!r}, kind: {kind!r}, model, "
+            f"...}} (docs/providers.md)"
+        )
+    return None
 
 
 def check_pricing(pricing: Mapping[str, Any]) -> dict[str, float]:
