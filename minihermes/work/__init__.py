@@ -1,8 +1,8 @@
 """Work that outlives a turn: cron, the task queue, the orchestrator, the kanban board, goals, delegation.
 
 One module per actor; ``WORK_ROLES`` maps their roles for the agent app's tree (``minihermes/agent/app.py``).
-``WORK_TOOLSETS`` are their LLM tools (``kanban``: ``kanban_*``; ``delegation``: ``delegate_task``), which the
-composition root gives the tool executor.
+``WORK_TOOLSETS`` are their LLM tools (``kanban``: ``kanban_*``; ``delegation``: ``delegate_task``; ``schedule``:
+``cron_*``; ``goals``: ``goal_*``), which the composition root gives the tool executor.
 """
 
 from .cron_runner import CronRunner
@@ -17,6 +17,7 @@ from .plan import SubTask, plan_deterministic
 from .schedule import Schedule, parse_schedule
 from .task_queue import TaskQueue
 from .task_worker import TaskWorker
+from .time_tools import GOALS_TOOLSET, SCHEDULE_TOOLSET
 
 WORK_ROLES = {
     "minihermes.cron_scheduler": CronScheduler,
@@ -29,11 +30,13 @@ WORK_ROLES = {
     "minihermes.goals": Goals,
 }
 
-WORK_TOOLSETS = (KANBAN_TOOLSET, DELEGATION_TOOLSET)
+WORK_TOOLSETS = (KANBAN_TOOLSET, DELEGATION_TOOLSET, SCHEDULE_TOOLSET, GOALS_TOOLSET)
 
 __all__ = [
     "DELEGATION_TOOLSET",
+    "GOALS_TOOLSET",
     "KANBAN_TOOLSET",
+    "SCHEDULE_TOOLSET",
     "WORK_ROLES",
     "WORK_TOOLSETS",
     "CronRunner",

@@ -12,9 +12,10 @@ the latest of them once, ``skip`` fires none; either way the job goes on from th
 Failed runs come back through ``cron:retry:`` entries with exponential backoff up to ``max_retries``.
 
 A job belongs to the principal that created it (``owner``, from the request context) and runs as that owner
-with the roles it had then, never more (``_cronstore.run_context``). Users see and change only their own
-jobs (another user's job is ``not_found`` to them); admins and the system see and change every job. The
-prompt is stored with recognisable secrets redacted.
+with the roles it had then, never more (``_cronstore.run_context``). Users create, see, pause, resume, run and
+delete only their own jobs (the ops are ``write``; another user's job is ``not_found`` to them); admins and the
+system see and change every job. Only an admin sets a ``deliver`` link. The prompt is stored with
+recognisable secrets redacted.
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ class CronScheduler(GenServer):
 
     # -- jobs ---------------------------------------------------------------------------------------------
 
-    @call(access="admin")
+    @call(access="write")
     async def create_job(
         self,
         job_id: str,
@@ -165,6 +166,9 @@ class CronScheduler(GenServer):
             raise InvalidArgument(f"{op}: retry_backoff must be in (0, 86400]", op=op, field="retry_backoff")
         if deliver is not None and not deliver.get("link"):
             raise InvalidArgument(f"{op}: deliver needs a 'link' (a service link name)", field="deliver")
+        if deliver is not None and not is_admin():
+            # A delivery is a call through a service link with no person's review: an admin's to set up.
+            raise PermissionDenied(f"{op}: only an admin sets a job's delivery link", op=op, field="deliver")
         sched = parse_schedule(schedule, tz)
         now = self.host.now()
         first = sched.first_fire(now)
@@ -240,14 +244,14 @@ class CronScheduler(GenServer):
         runs = await self._runs(job_id, 1)
         return {"status": "ok", "job": _job_view(job), "last_run": runs[0] if runs else None}
 
-    @call(access="admin")
+    @call(access="write")
     async def pause_job(self, job_id: str) -> dict[str, Any]:
         _require_writer("pause_job")
         job = await self._change("pause_job", job_id, lambda j: {"status": "paused"})
         await self._drop_due(job)
         return {"status": "ok", "job_id": job_id, "job_status": "paused"}
 
-    @call(access="admin")
+    @call(access="write")
     async def resume_job(self, job_id: str) -> dict[str, Any]:
         """Resume from the next fire time after now (what was missed while paused is not run)."""
         _require_writer("resume_job")
@@ -271,7 +275,7 @@ class CronScheduler(GenServer):
             "next_run_at": job["next_run_at"],
         }
 
-    @call(access="admin")
+    @call(access="write")
     async def delete_job(self, job_id: str) -> dict[str, Any]:
         """Delete a job and its run history. A run already dispatched is cancelled when it is picked up."""
         _require_writer("delete_job")
@@ -283,7 +287,7 @@ class CronScheduler(GenServer):
         self._audit_event("cron_job_deleted", f"job_id={job_id}")
         return {"status": "ok", "job_id": job_id, "deleted": True}
 
-    @call(access="admin")
+    @call(access="write")
     async def run_now(self, job_id: str) -> dict[str, Any]:
         """Dispatch one run at once (a paused job too); its schedule is unchanged."""
         _require_writer("run_now")
