@@ -100,11 +100,7 @@ def words_to_numbers(text: str) -> str:
 
 def find_expression(text: str) -> str | None:
     """The longest arithmetic expression in ``text`` with at least one operator, normalized."""
-    rewritten = words_to_numbers(text)
-    for pattern, replacement in _VERB_FORMS:
-        rewritten = pattern.sub(replacement, rewritten)
-    for pattern, replacement in _WORD_OPS:
-        rewritten = pattern.sub(replacement, rewritten)
+    rewritten = _rewrite(text)
     best: str | None = None
     for match in _CANDIDATE.finditer(rewritten):
         if not _OPERATOR.search(match.group(0)):
@@ -113,6 +109,101 @@ def find_expression(text: str) -> str | None:
         if candidate and _is_expression(candidate) and (best is None or len(candidate) > len(best)):
             best = candidate
     return best
+
+
+def _rewrite(text: str, *, verbs: bool = True) -> str:
+    rewritten = words_to_numbers(text)
+    if verbs:
+        for pattern, replacement in _VERB_FORMS:
+            rewritten = pattern.sub(replacement, rewritten)
+    for pattern, replacement in _WORD_OPS:
+        rewritten = pattern.sub(replacement, rewritten)
+    return rewritten
+
+
+_LEAD_IN = re.compile(
+    r"^(?:(?:what(?:'s|\s+is|\s+are|\s+does)|how\s+much\s+(?:is|are|does)|calculate|compute|evaluate|"
+    r"work\s+out|figure\s+out|solve|tell\s+me|find|give\s+me|do|and)\b\s*)*(?:the\s+(?:result|answer|value)"
+    r"\s+of\s+|the\s+)?",
+    re.I,
+)
+_TRAILERS = ("=", "equals", "equal", "make", "come to")
+
+
+def arithmetic_clause(clause: str) -> str | None:
+    """The expression when the whole clause asks for arithmetic ("what is 12 plus 30"), else None.
+
+    Nothing may be left over: "what is 2+2 and the weather in Paris" is not arithmetic (the model would
+    answer half of it)."""
+    rewritten = _rewrite(clause)
+    lead = _LEAD_IN.match(rewritten)
+    body = rewritten[lead.end() if lead else 0 :].rstrip()
+    for word in _TRAILERS:
+        if body.lower().endswith(word):
+            body = body[: -len(word)].rstrip()
+            break
+    if not body.strip() or _CANDIDATE.fullmatch(body) is None or not _OPERATOR.search(body):
+        return None
+    candidate = normalize(body)
+    if not candidate or not _is_expression(candidate):
+        return None
+    # Every number of the clause must be in the expression (nothing dropped at its edges).
+    if len(_NUMBER.findall(candidate)) != len(_NUMBER.findall(body)):
+        return None
+    return candidate
+
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_IT = r"(?:it|that|this|the\s+(?:result|answer|total|number|value)|them)"
+_CONTINUATIONS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(rf"^(?:then\s+)?add\s+(?P<n>\d+(?:\.\d+)?)(?:\s+(?:to|onto)\s+{_IT})?$", re.I), "{} + {n}"),
+    (re.compile(rf"^(?:then\s+)?add\s+{_IT}\s+to\s+(?P<n>\d+(?:\.\d+)?)$", re.I), "{} + {n}"),
+    (
+        re.compile(
+            rf"^(?:then\s+)?(?:subtract|take\s+away|take)\s+(?P<n>\d+(?:\.\d+)?)(?:\s+from\s+{_IT})?$", re.I
+        ),
+        "{} - {n}",
+    ),
+    (
+        re.compile(rf"^(?:then\s+)?multiply(?:\s+{_IT})?\s+(?:by|with)\s+(?P<n>\d+(?:\.\d+)?)$", re.I),
+        "{} * {n}",
+    ),
+    (re.compile(rf"^(?:then\s+)?divide(?:\s+{_IT})?\s+by\s+(?P<n>\d+(?:\.\d+)?)$", re.I), "{} / {n}"),
+    (re.compile(rf"^(?:then\s+)?(?:square)\s+{_IT}$", re.I), "{} ** 2"),
+    (re.compile(rf"^(?:then\s+)?(?:cube)\s+{_IT}$", re.I), "{} ** 3"),
+    (re.compile(rf"^(?:then\s+)?double\s+{_IT}$", re.I), "{} * 2"),
+    (re.compile(rf"^(?:then\s+)?triple\s+{_IT}$", re.I), "{} * 3"),
+    (re.compile(rf"^(?:then\s+)?halve\s+{_IT}$", re.I), "{} / 2"),
+    (
+        re.compile(
+            rf"^(?:then\s+)?(?:take\s+|what\s+is\s+|calculate\s+)?(?P<n>\d+(?:\.\d+)?)\s*(?:%|percent)\s+of\s+{_IT}$",
+            re.I,
+        ),
+        "{n} / 100 * {}",
+    ),
+    (re.compile(r"^(?:then\s+)?(?:and\s+)?(?P<op>\+|-|\*\*|\*|/|%)\s*(?P<n>\d+(?:\.\d+)?)$"), "{} {op} {n}"),
+]
+_N = r"\d+(?:\.\d+)?"
+
+
+def continuation(clause: str) -> str | None:
+    """A template for arithmetic on the previous result: "add 100 to it" -> "{} + 100", "times two" ->
+    "{} * 2", "squared" -> "{} ** 2"; None if the clause is not one."""
+    text = words_to_numbers(clause).strip()
+    for pattern, template in _CONTINUATIONS:
+        if (match := pattern.match(text)) is not None:
+            return _fill(template, match)
+    # Operator words ("times 2", "divided by 4", "squared") read as their symbols.
+    text = _rewrite(text, verbs=False).strip()
+    pattern, template = _CONTINUATIONS[-1]
+    if (match := pattern.match(text)) is not None:
+        return _fill(template, match)
+    return None
+
+
+def _fill(template: str, match: re.Match[str]) -> str:
+    groups = match.groupdict()
+    return template.replace("{n}", groups.get("n") or "").replace("{op}", groups.get("op") or "")
 
 
 def normalize(expression: str) -> str:

@@ -40,6 +40,30 @@ _READ = [
     ),
     re.compile(rf"^what(?:'s|\s+is)\s+in\s+(?:the\s+)?(?:file\s+)?{_PATH}$", re.I),
 ]
+_READ_BACK = re.compile(
+    r"^(?:read|show|display|print|give)\s+(?:me\s+)?(?:it|that|this|the\s+file|what\s+(?:it\s+says|is\s+in\s+it))"
+    r"(?:\s+back)?(?:\s+to\s+me)?$|^what(?:'s|\s+is)\s+in\s+it(?:\s+now)?$",
+    re.I,
+)
+_LIST_WORDS = re.compile(
+    r"^(?:the\s+)?(?:lines?|items?|entries|list|words)\s*:?\s*(?!\s)(?P<items>.+)$", re.I
+)
+_LIST_SPLIT = re.compile(r"\s*,\s*(?:and\s+)?|\s+and\s+", re.I)
+
+
+def _content(text: str) -> str:
+    """What to write: a quoted value as it is; "the lines a, b and c" as the lines a, b and c."""
+    text = text.strip()
+    quoted = strip_quotes(text)
+    if quoted != text:
+        return quoted
+    listed = _LIST_WORDS.match(text)
+    if listed is None:
+        return text
+    lines = [strip_quotes(item) for item in _LIST_SPLIT.split(listed.group("items")) if item.strip()]
+    return "\n".join(lines)
+
+
 _LIST = [
     re.compile(
         r"^(?:list|show(?:\s+me)?|what)\s+(?:are\s+)?(?:all\s+)?(?:the\s+)?files(?:\s+(?:are\s+)?(?:there\s+)?"
@@ -63,10 +87,10 @@ class WriteFile(Intent):
         match = _match(_WRITE, clause)
         if match is None:
             return None
-        path, content = strip_quotes(match.group("path")), strip_quotes(match.group("content"))
+        path, content = strip_quotes(match.group("path")), _content(match.group("content"))
         tool = ctx.toolbox.find("write_file")
         if tool is None:
-            return [Note(f"I can't write to {path}: no file-writing tool is available here.")]
+            return [Note(f"I can't write to {path}: no file-writing tool is available here.", cannot=True)]
         value: str | Ref = content
         source = ctx.last_result() if _PRONOUN.match(content) else None
         if source is not None:
@@ -82,26 +106,48 @@ class WriteFile(Intent):
 
 
 class ReadFile(Intent):
-    """'read P', 'show me P', 'what is in P'."""
+    """'read P', 'show me P', 'what is in P'; 'read it back' reads the file the request just wrote."""
 
     name = "read_file"
 
     def parse(self, clause: str, ctx: ParseContext) -> list[Item] | None:
         match = _match(_READ, clause)
-        if match is None:
+        if match is not None:
+            path = strip_quotes(match.group("path"))
+        elif _READ_BACK.match(clause):
+            earlier = [
+                item.subject
+                for item in ctx.items
+                if isinstance(item, Step) and item.intent in (WriteFile.name, ReadFile.name)
+            ]
+            if not earlier:
+                return [Note(f'I can\'t tell which file "{clause}" means.', cannot=True)]
+            path = earlier[-1]
+        else:
             return None
-        path = strip_quotes(match.group("path"))
         tool = ctx.toolbox.find("read_file")
         if tool is None:
-            return [Note(f"I can't read {path}: no file-reading tool is available here.")]
+            return [Note(f"I can't read {path}: no file-reading tool is available here.", cannot=True)]
         args = {ctx.toolbox.param(tool, _PATH_PARAMS): path}
         return [Step(ctx.key(), self.name, tool.name, args, subject=path, produces=True)]
 
     def describe(self, step: Step, outcome: Outcome) -> str:
-        text = outcome.value or outcome.content
+        text = outcome.text
         if len(text) > _MAX_SHOWN:
             text = text[:_MAX_SHOWN] + "\n[...]"
-        return f"Here is {step.subject}:\n{text}" if text else f"{step.subject} is empty."
+        if not text:
+            return f"{step.subject} is empty."
+        if outcome.untrusted:
+            # Outside content is shown as quoted data, never as the model's own words.
+            return f"Here is {step.subject} (its content, quoted as data):\n{quote_block(text)}"
+        return f"Here is {step.subject}:\n{text}"
+
+
+def quote_block(text: str) -> str:
+    fence = "```"
+    while fence in text:
+        fence += "`"
+    return f"{fence}\n{text}\n{fence}"
 
 
 class ListFiles(Intent):
@@ -117,7 +163,11 @@ class ListFiles(Intent):
         tool = ctx.toolbox.find("list_files")
         where = directory or "the workspace"
         if tool is None:
-            return [Note(f"I can't list the files in {where}: no file-listing tool is available here.")]
+            return [
+                Note(
+                    f"I can't list the files in {where}: no file-listing tool is available here.", cannot=True
+                )
+            ]
         args: dict[str, Any] = {}
         param = ctx.toolbox.has_param(tool, _DIR_PARAMS)
         if directory or (param and param in ctx.toolbox.required(tool)):
@@ -126,12 +176,15 @@ class ListFiles(Intent):
 
     def describe(self, step: Step, outcome: Outcome) -> str:
         names = _file_names(outcome)
+        if names is None:
+            return f"The {step.tool} tool returned:\n{quote_block(outcome.text)}"
         if not names:
             return f"There are no files in {step.subject}."
         return f"Files in {step.subject}: {', '.join(names)}."
 
 
-def _file_names(outcome: Outcome) -> list[str]:
+def _file_names(outcome: Outcome) -> list[str] | None:
+    """The names a listing holds, or None when its shape is not one the model knows."""
     data = outcome.data
     if isinstance(data, dict):
         data = next((data[k] for k in ("files", "entries", "items", "result", "names") if k in data), None)
@@ -139,4 +192,4 @@ def _file_names(outcome: Outcome) -> list[str]:
         return [as_text(i.get("name") or i.get("path")) if isinstance(i, dict) else as_text(i) for i in data]
     if isinstance(data, str):
         return [line.strip() for line in data.splitlines() if line.strip()]
-    return []
+    return None

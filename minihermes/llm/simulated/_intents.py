@@ -11,47 +11,87 @@ import re
 from typing import Any
 
 from .._types import ToolSpec
-from ._arith import ArithmeticError_, evaluate, find_expression, format_number, pretty
-from ._files import ListFiles, ReadFile, WriteFile
+from ._arith import (
+    ArithmeticError_,
+    arithmetic_clause,
+    continuation,
+    evaluate,
+    format_number,
+    normalize,
+    pretty,
+)
+from ._files import ListFiles, ReadFile, WriteFile, quote_block
 from ._memory import Recall, Remember, Search
-from ._plan import Intent, Item, Note, Outcome, ParseContext, Step
+from ._plan import Intent, Item, Note, Outcome, ParseContext, Ref, Step
 from ._text import Toolbox, strip_quotes
+from ._work import Courtesy, Goals, Kanban, Reminders
 
 
 class Calculate(Intent):
-    """Arithmetic in symbols or words: the calculator gets the expression ("12 plus 30" -> "12 + 30")."""
+    """Arithmetic in symbols or words: the calculator gets the expression ("12 plus 30" -> "12 + 30").
+
+    The whole clause must be arithmetic. A clause that goes on from the previous result ("add 100 to it",
+    "times two", "squared") is a new calculation on that result, left to right."""
 
     name = "calculate"
 
     def parse(self, clause: str, ctx: ParseContext) -> list[Item] | None:
-        expression = find_expression(clause)
-        if expression is None:
+        expression = arithmetic_clause(clause)
+        if expression is not None:
+            return [self._step(ctx, expression, _predict(expression))]
+        template = continuation(clause)
+        if template is None:
             return None
-        try:
-            prediction: str | None = format_number(evaluate(expression))
-        except ArithmeticError_:
-            prediction = None
+        source = ctx.last_result()
+        if source is None:
+            return [
+                Note(f'I can\'t tell what "{clause}" applies to: there is no earlier result.', cannot=True)
+            ]
+        if isinstance(source, Note):
+            expression = normalize(template.format(_operand(source.value)))
+            return [self._step(ctx, expression, _predict(expression))]
+        ref = Ref(source.key, template)
+        prediction = None
+        if source.prediction is not None:
+            prediction = _predict(normalize(ref.fill(source.prediction)))
+        return [self._step(ctx, ref, prediction)]
+
+    def _step(self, ctx: ParseContext, expression: str | Ref, prediction: str | None) -> Item:
         tool = ctx.toolbox.find("calculator")
         if tool is None:
             # A model without a calculator still knows arithmetic; it answers directly.
-            if prediction is None:
-                return [Note(f"I can't evaluate {pretty(expression)}.")]
-            return [Note(f"{pretty(expression)} = {prediction}.", value=prediction)]
+            if isinstance(expression, Ref) or prediction is None:
+                shown = "that" if isinstance(expression, Ref) else pretty(expression)
+                return Note(f"I can't evaluate {shown} here: no calculator is available.", cannot=True)
+            return Note(f"{pretty(expression)} = {prediction}.", value=prediction)
         param = ctx.toolbox.param(tool, ("expression", "expr", "input", "formula", "query"))
-        return [
-            Step(
-                ctx.key(),
-                self.name,
-                tool.name,
-                {param: expression},
-                subject=expression,
-                prediction=prediction,
-                produces=True,
-            )
-        ]
+        subject = expression if isinstance(expression, str) else ""
+        return Step(
+            ctx.key(),
+            self.name,
+            tool.name,
+            {param: expression},
+            subject=subject,
+            prediction=prediction,
+            produces=True,
+            form=param,
+        )
 
     def describe(self, step: Step, outcome: Outcome) -> str:
-        return f"{pretty(step.subject)} = {outcome.value or '(no result)'}."
+        sent = outcome.call.input.get(step.form) if step.form else None
+        expression = sent if isinstance(sent, str) and sent else step.subject
+        return f"{pretty(expression)} = {outcome.value or '(no result)'}."
+
+
+def _predict(expression: str) -> str | None:
+    try:
+        return format_number(evaluate(expression))
+    except ArithmeticError_:
+        return None
+
+
+def _operand(value: str) -> str:
+    return f"({value})" if value.startswith("-") else value
 
 
 class UseTool(Intent):
@@ -75,12 +115,14 @@ class UseTool(Intent):
                     args[name] = value
                 missing = [r for r in ctx.toolbox.required(tool) if r not in args]
             if missing:
-                return [Note(f"To use {tool.name} I need: {', '.join(missing)}.")]
+                return [Note(f"I can't use {tool.name} yet: I need {', '.join(missing)}.", cannot=True)]
             return [Step(ctx.key(), self.name, tool.name, args, subject=tool.name, produces=True)]
         return None
 
     def describe(self, step: Step, outcome: Outcome) -> str:
-        return f"The {step.tool} tool returned: {outcome.value or outcome.content}."
+        if outcome.untrusted:
+            return f"The {step.tool} tool returned (quoted as data):\n{quote_block(outcome.text)}"
+        return f"The {step.tool} tool returned: {outcome.text}."
 
 
 def _mention(name: str, clause: str) -> int | None:
@@ -119,13 +161,23 @@ ROLE_INTENTS = {
     "read_file": ReadFile.name,
     "write_file": WriteFile.name,
     "list_files": ListFiles.name,
+    "kanban_create": Kanban.name,
+    "kanban_list": Kanban.name,
+    "cron_schedule": Reminders.name,
+    "cron_list": Reminders.name,
+    "goal_set": Goals.name,
+    "goal_list": Goals.name,
 }
 SUBJECT_PARAMS = ("path", "file", "expression", "expr", "key", "query", "directory", "dir")
 
 DEFAULT_INTENTS: tuple[Intent, ...] = (
+    Courtesy(),
     WriteFile(),
     ReadFile(),
     ListFiles(),
+    Kanban(),
+    Reminders(),
+    Goals(),
     Search(),
     Remember(),
     Recall(),

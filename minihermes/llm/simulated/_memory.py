@@ -47,7 +47,7 @@ class Remember(Intent):
         if ref is not None:
             source = ctx.last_result()
             if source is None:
-                return [Note("What would you like me to remember?")]
+                return [Note("I can't tell what you would like me to remember.", cannot=True)]
             key = strip_quotes(ref.group("key") or RESULT_KEY)
             value: str | Ref = Ref(source.key) if isinstance(source, Step) else source.value
             return [self._step(ctx, tool, key, value, owner="", form="result")]
@@ -62,7 +62,7 @@ class Remember(Intent):
                 form = "fact-plural" if plural else "fact"
                 return [self._step(ctx, tool, subject, value_text, owner=owner, form=form)]
         if not rest:
-            return [Note("What would you like me to remember?")]
+            return [Note("I can't tell what you would like me to remember.", cannot=True)]
         _, key = memory_key(rest)
         return [self._step(ctx, tool, key, strip_quotes(rest), owner="", form="note")]
 
@@ -70,7 +70,7 @@ class Remember(Intent):
         self, ctx: ParseContext, tool: ToolSpec | None, key: str, value: str | Ref, *, owner: str, form: str
     ) -> Item:
         if tool is None:
-            return Note("I can't save that: no memory tool is available here.")
+            return Note("I can't save that: no memory tool is available here.", cannot=True)
         key_param = ctx.toolbox.param(tool, _KEY_PARAMS)
         value_param = ctx.toolbox.param(tool, _VALUE_PARAMS)
         args: dict[str, Any] = {key_param: key, value_param: value}
@@ -82,7 +82,7 @@ class Remember(Intent):
     def describe(self, step: Step, outcome: Outcome) -> str:
         stored = _stored_value(step, outcome)
         if step.form == "result":
-            return f"I've stored the result in your memory as '{step.subject}'."
+            return f"I've stored the result ({stored}) in your memory as '{step.subject}'."
         if step.form.startswith("fact"):
             verb = "are" if step.form == "fact-plural" else "is"
             return f"Got it. I'll remember that {step.owner} {step.subject} {verb} {stored}."
@@ -131,7 +131,9 @@ class Recall(Intent):
             return [
                 Step(ctx.key(), self.name, search.name, args, subject=subject, owner=owner, produces=True)
             ]
-        return [Note(f"I can't look up {_phrase(owner, subject)}: no memory tool is available here.")]
+        return [
+            Note(f"I can't look up {_phrase(owner, subject)}: no memory tool is available here.", cannot=True)
+        ]
 
     def describe(self, step: Step, outcome: Outcome) -> str:
         value = _recalled(step.subject, outcome)
@@ -207,7 +209,7 @@ class Search(Intent):
         search, recall = ctx.toolbox.find("memory_search"), ctx.toolbox.find("memory_recall")
         tool, params = (search, _QUERY_PARAMS) if search is not None else (recall, _KEY_PARAMS)
         if tool is None:
-            return [Note(f"I can't search for '{query}': no memory tool is available here.")]
+            return [Note(f"I can't search for '{query}': no memory tool is available here.", cannot=True)]
         args = {ctx.toolbox.param(tool, params): query}
         return [Step(ctx.key(), self.name, tool.name, args, subject=query, produces=True)]
 

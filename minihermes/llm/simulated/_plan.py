@@ -19,6 +19,14 @@ class Ref:
     """An argument filled from the result of the step with key ``step`` ("remember the result")."""
 
     step: str
+    template: str = ""
+    """How the value is used: ``"{} + 100"`` ("add 100 to it"); empty: the value as it is."""
+
+    def fill(self, value: str) -> str:
+        if not self.template:
+            return value
+        # A negative number is one operand: "(-5) ** 2", not "-5 ** 2".
+        return self.template.format(f"({value})" if value.startswith("-") else value)
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,8 @@ class Note:
 
     text: str
     value: str = ""
+    cannot: bool = False
+    """The request (or this part of it) cannot be done here: the turn does nothing and says so."""
 
 
 Item = Step | Note
@@ -68,6 +78,8 @@ class Plan:
     batch: bool = False
     procedure: str | None = None
     """The name of the procedure (skill) that shaped this plan, if any."""
+    unknown: list[str] = field(default_factory=list)
+    """Clauses of the request no intent understood: the model does none of it and says so."""
 
     @property
     def steps(self) -> list[Step]:
@@ -85,14 +97,27 @@ class Outcome:
     content: str
     error: str | None = None
     data: Any = None
+    untrusted: bool = False
+    """The result came wrapped as outside content (``{"untrusted_content": ...}``): ``data`` is what was
+    inside, shown to the person as quoted data, never the wrapper."""
 
     @classmethod
     def of(cls, call: ToolCall, content: str | None, is_error: bool) -> Outcome:
         if content is None:
             return cls(call, "", error="the tool returned no result")
         data = _json_or_text(content)
-        error = content if is_error else _error_in(data)
-        return cls(call, content, error=error or None, data=data)
+        untrusted = isinstance(data, dict) and "untrusted_content" in data
+        if untrusted:
+            data = data["untrusted_content"]
+            if isinstance(data, str):
+                data = _json_or_text(data) if data.lstrip().startswith(("{", "[")) else data
+        error = (content if not untrusted else as_text(data)) if is_error else _error_in(data)
+        return cls(call, content, error=error or None, data=data, untrusted=untrusted)
+
+    @property
+    def text(self) -> str:
+        """The result as text for the answer: the value, else the (unwrapped) data."""
+        return self.value or (as_text(self.data) if self.data is not None else self.content)
 
     @property
     def value(self) -> str:

@@ -10,20 +10,20 @@ the turn, and a round limit backs both up.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .._types import CompletionRequest, Message, ToolCall
 from ._plan import Intent, Item, Note, Outcome, ParseContext, Plan, Ref, Step
-from ._text import Toolbox, as_text, clean_clause, count_pieces, split_clauses
+from ._text import ROLE_NAMES, Toolbox, as_text, clean_clause, count_pieces, split_clauses
 
 MAX_REQUEST_CHARS = 10_000
 MAX_REQUEST_PIECES = 100
 """The longest user message the model plans from, and the most pieces (clauses, list items) it may split
 into. Planning is linear in the message's length (every pattern it applies is) and in its pieces times the
 tools offered, but it runs on the event loop: a larger message gets an honest "I can't" instead."""
-_GREETING = ("hi", "hello", "hey", "good morning", "good afternoon", "good evening", "greetings")
 _THANKS = ("thanks", "thank you", "cheers", "thx")
 
 
@@ -102,10 +102,14 @@ class Planner:
     def plan(self, request: CompletionRequest, user_text: str) -> Plan:
         toolbox = Toolbox(request.tools)
         ctx = ParseContext(toolbox)
+        unknown = []
         for clause in split_clauses(user_text, lambda piece: self._parses(piece, toolbox)):
             items = self._parse(clause, ctx)
-            ctx.items.extend(items or [])
-        plan = Plan(list(ctx.items))
+            if items is None:
+                unknown.append(clause)
+            else:
+                ctx.items.extend(items)
+        plan = Plan(list(ctx.items), unknown=unknown)
         planning = PlanningContext(request, user_text, toolbox, self.intents)
         for advisor in self.advisors:
             plan = advisor.advise(plan, planning)
@@ -120,8 +124,12 @@ class Planner:
         if (pieces := count_pieces(turn.user_text)) > MAX_REQUEST_PIECES:
             return Decision(_too_long(f"{pieces:,} parts", MAX_REQUEST_PIECES), [])
         plan = self.plan(request, turn.user_text)
-        if not plan.items:
-            return Decision(_chat_reply(turn.user_text, Toolbox(request.tools)), [])
+        toolbox = Toolbox(request.tools)
+        cannot = [item for item in plan.items if isinstance(item, Note) and item.cannot]
+        if not plan.items and not turn.calls:
+            return Decision(_chat_reply(turn.user_text, plan.unknown, toolbox), [])
+        if (plan.unknown or cannot) and not turn.calls:
+            return Decision(_refusal(plan, cannot, toolbox), [])
         done = _match(plan, turn)
         failed = next((step for step in plan.steps if step.key in done and done[step.key].error), None)
         pending = [step for step in plan.steps if step.key not in done]
@@ -177,10 +185,13 @@ class Planner:
             if outcome is None:
                 continue
             if outcome.error:
-                parts.append(
-                    f"The {item.tool} tool returned an error: {outcome.error.rstrip('.')}. "
+                done_so_far = " ".join(parts)
+                parts = [
+                    f"I couldn't finish: the {item.tool} tool returned an error: {outcome.error.rstrip('.')}. "
                     "I stopped there instead of retrying; please check the request and try again."
-                )
+                ]
+                if done_so_far:
+                    parts.append(f"Before that: {done_so_far}")
                 break
             intent = self._by_name.get(item.intent)
             parts.append(
@@ -196,7 +207,7 @@ def _foresight_mismatches(step: Step, outcome: Outcome, done: dict[str, Outcome]
     for name, value in step.args.items():
         if not isinstance(value, Ref) or value.step not in done:
             continue
-        sent, actual = as_text(outcome.call.input.get(name, "")), done[value.step].value
+        sent, actual = as_text(outcome.call.input.get(name, "")), value.fill(done[value.step].value)
         if sent != actual:
             source = done[value.step].call.name
             notes.append(f"Note: {step.tool} got {name} {sent!r} before {source} returned {actual!r}.")
@@ -229,7 +240,7 @@ def _resolve(args: dict[str, Any], values: dict[str, str]) -> dict[str, Any] | N
         if isinstance(value, Ref):
             if value.step not in values:
                 return None
-            value = values[value.step]
+            value = value.fill(values[value.step])
         resolved[name] = value
     return resolved
 
@@ -242,22 +253,97 @@ def _too_long(size: str, limit: int) -> str:
     )
 
 
-def _chat_reply(text: str, toolbox: Toolbox) -> str:
-    lowered = text.lower().strip()
-    tools = toolbox.names
-    offer = (
-        f"I can use these tools here: {', '.join(tools)}."
-        if tools
-        else "No tools are available in this chat."
+_CAPABILITIES = (
+    ("calculator", "arithmetic"),
+    ("memory_store", "remembering facts"),
+    ("memory_recall", "recalling them"),
+    ("write_file", "writing files"),
+    ("read_file", "reading files"),
+    ("list_files", "listing files"),
+    ("kanban_create", "adding kanban tasks"),
+    ("cron_schedule", "reminders"),
+    ("goal_set", "goals"),
+)
+OFFLINE_DOCS = "docs/offline-model.md"
+PROVIDER_DOCS = "docs/providers.md"
+_HOW_ARE_YOU = ("how are you", "how's it going", "how are things", "how do you do")
+_WHO = ("who are you", "what are you", "what is your name", "what's your name")
+_HELP = ("help", "what can you do", "what do you understand", "what can i ask", "what can i ask you")
+_BYE = ("bye", "goodbye", "good night", "see you", "see you later")
+
+
+def understood_tools(toolbox: Toolbox) -> list[str]:
+    """The offered tools the offline model knows how to use from plain requests (it lists no others)."""
+    return [tool.name for role in ROLE_NAMES if (tool := toolbox.find(role)) is not None]
+
+
+def _abilities(toolbox: Toolbox) -> str:
+    found = [what for role, what in _CAPABILITIES if toolbox.find(role) is not None]
+    if not found:
+        return "no tools are available in this chat, so I can only chat"
+    listed = ", ".join(found[:-1]) + (f" and {found[-1]}" if len(found) > 1 else found[0])
+    return f"I understand simple requests for {listed}"
+
+
+def _pointer() -> str:
+    return (
+        f"I'm the offline model built into MiniHermes; what I understand is in {OFFLINE_DOCS}. "
+        f"For anything else, connect a real model: see {PROVIDER_DOCS}."
     )
-    if lowered.startswith(_GREETING):
-        return f"Hello! I'm MiniHermes. {offer} What would you like to do?"
-    if any(word in lowered for word in _THANKS):
-        return "You're welcome! Anything else?"
-    quoted = text.strip() if len(text) <= 200 else text.strip()[:200] + "..."
-    if lowered.endswith("?") or lowered.split(" ", 1)[0] in ("what", "who", "why", "how", "when", "where"):
-        return (
-            f'You asked: "{quoted}". I\'m the offline simulated model, so I can only answer what my tools '
-            f"can work out (calculations, memory, files). {offer}"
+
+
+def _quote(text: str) -> str:
+    text = " ".join(text.split())
+    return f'"{text if len(text) <= 200 else text[:200] + "..."}"'
+
+
+def _chat_reply(text: str, unknown: list[str], toolbox: Toolbox) -> str:
+    lowered = " ".join(re.sub(r"[^\w\s']", " ", text.lower()).split())
+    tools = understood_tools(toolbox)
+    offer = f"Here I can use: {', '.join(tools)}." if tools else "No tools I understand are available here."
+    if not unknown:  # greetings and thanks only
+        if any(word in lowered for word in _THANKS):
+            return "You're welcome! Anything else?"
+        return f"Hello! I'm MiniHermes, running on the offline model. {offer} What would you like to do?"
+    if lowered in _HOW_ARE_YOU:
+        return "I'm fine, thanks! What would you like to do?"
+    if lowered in _WHO:
+        return f"I'm MiniHermes, running on the offline model. {_abilities(toolbox)}. {offer}"
+    if lowered in _HELP:
+        return f"{_abilities(toolbox)}: see {OFFLINE_DOCS} for examples. {offer}"
+    if lowered in _BYE:
+        return "Goodbye!"
+    verb = "answer" if text.strip().endswith("?") or lowered.split(" ", 1)[0] in _QUESTION else "do"
+    return f"I can't {verb} {_quote(text)}: {_abilities(toolbox)}. {_pointer()}"
+
+
+_QUESTION = (
+    "what",
+    "who",
+    "why",
+    "how",
+    "when",
+    "where",
+    "which",
+    "what's",
+    "is",
+    "are",
+    "can",
+    "do",
+    "does",
+)
+
+
+def _refusal(plan: Plan, cannot: list[Note], toolbox: Toolbox) -> str:
+    """Nothing done: what could not be, and how to get it done."""
+    parts = [note.text for note in cannot]
+    if plan.unknown:
+        parts.append(
+            f"I can't do {' or '.join(_quote(c) for c in plan.unknown)}: I don't understand that part."
         )
-    return f'You said: "{quoted}". {offer} Ask me to calculate, remember, recall or work with files.'
+    doable = [item for item in plan.items if not (isinstance(item, Note) and item.cannot)]
+    if doable:
+        parts.append("So I haven't done any of the request (I do a request whole or not at all).")
+    parts.append(f"{_abilities(toolbox)}. {_pointer()}")
+    text = " ".join(parts)
+    return text if text.startswith("I can't") else f"I can't do that. {text}"

@@ -45,6 +45,17 @@ ROLE_NAMES: dict[str, tuple[str, ...]] = {
     "read_file": ("read_file", "file_read", "read", "cat"),
     "write_file": ("write_file", "file_write", "write"),
     "list_files": ("list_files", "list_dir", "list_directory", "ls", "file_list"),
+    "kanban_create": ("kanban_create",),
+    "kanban_list": ("kanban_list",),
+    "cron_schedule": ("cron_schedule",),
+    "cron_list": ("cron_list",),
+    "cron_pause": ("cron_pause",),
+    "cron_resume": ("cron_resume",),
+    "cron_delete": ("cron_delete",),
+    "goal_set": ("goal_set",),
+    "goal_list": ("goal_list",),
+    "goal_complete": ("goal_complete",),
+    "goal_clear": ("goal_clear",),
 }
 
 
@@ -57,22 +68,48 @@ def split_clauses(text: str, parses: Callable[[str], bool]) -> list[str]:
     """Split a request into clauses, one intent each.
 
     A piece that means nothing on its own ("blue" in "my favourite colours are red and blue") is glued
-    back to the clause before it, so conjunctions inside a value survive.
+    back to the clause before it, so conjunctions inside a value survive; but never across "then" (a new
+    step) and never a piece that reads as a request of its own ("tell me a joke"): that stays a clause, and
+    a clause no intent understands makes the model say it cannot. Separators inside quotes do not split.
     """
-    pieces = _SEPARATOR.split(text.strip())
+    text = text.strip()
+    quoted = _quoted_spans(text)
     clauses: list[list[str]] = []  # each clause as its parts, joined once (gluing is not quadratic)
-    separator = ""
-    for i, piece in enumerate(pieces):
-        if i % 2 == 1:
-            separator = piece
-            continue
+    separator, start, span = "", 0, 0
+    pieces: list[tuple[str, str]] = []  # (separator before, piece)
+    for match in _SEPARATOR.finditer(text):
+        while span < len(quoted) and quoted[span][1] <= match.start():
+            span += 1
+        if span < len(quoted) and quoted[span][0] < match.start():
+            continue  # inside a quoted value
+        pieces.append((separator, text[start : match.start()]))
+        separator, start = match.group(0), match.end()
+    pieces.append((separator, text[start:]))
+    for separator, piece in pieces:
         if not piece.strip():
             continue
-        if clauses and not parses(piece):
+        if clauses and not _THEN.search(separator) and not _REQUEST.match(piece) and not parses(piece):
             clauses[-1] += (separator, piece)
         else:
             clauses.append([piece])
     return [cleaned for parts in clauses if (cleaned := clean_clause("".join(parts)))]
+
+
+_QUOTED = re.compile(r"(?<![\w])(?:'[^'\n]*'|\"[^\"\n]*\"|`[^`\n]*`|\u201c[^\u201d\n]*\u201d)(?![\w])")
+"""A quoted value: each scan stops at the next quote of its kind, so finding them all is linear."""
+_THEN = re.compile(r"\b(?:then|also)\b|;", re.I)
+_REQUEST = re.compile(
+    r"\s*(?:(?:please|and|so|now)\s+)*(?:tell|show|give|summari[sz]e|explain|translate|write|read|list|"
+    r"what|what's|who|why|how|when|where|which|can|could|would|will|do|does|is|are|find|search|send|book|"
+    r"order|call|email|open|delete|remove|play|set|create|make|calculate|compute|remember|recall|check|"
+    r"look|get|fetch|draw|generate|sing|help|schedule|remind|add|put|save|store|cancel|buy)\b",
+    re.I,
+)
+"""The start of a piece that is a request of its own, not the rest of a value."""
+
+
+def _quoted_spans(text: str) -> list[tuple[int, int]]:
+    return [m.span() for m in _QUOTED.finditer(text)]
 
 
 def clean_clause(clause: str) -> str:
