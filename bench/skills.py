@@ -199,7 +199,11 @@ async def actor_run(
             results: list[Any] = []
             for i in range(0, len(docs), 500):
                 out = await node.ask(
-                    "skill_store", "import_skills", {"documents": docs[i : i + 500]}, ctx=admin, timeout=600
+                    "skill_store",
+                    "import_skills",
+                    {"documents": docs[i : i + 500], "approve": True},
+                    ctx=admin,
+                    timeout=600,
                 )
                 results.extend(out["imported"])
             populate = time.perf_counter() - t0

@@ -217,14 +217,26 @@ class SkillStoreCore(GenServer):
         }
 
     async def _write_version(
-        self, record: dict[str, Any], procedure: str, reason: str, *, first: bool = False
+        self,
+        record: dict[str, Any],
+        procedure: str,
+        reason: str,
+        *,
+        first: bool = False,
+        folder: dict[str, Any] | None = None,
     ) -> None:
-        """Store a new version's procedure (blob first: a record never points at a missing version)."""
+        """Store a new version's procedure (blob first: a record never points at a missing version).
+        ``folder`` (``{head, files}``) is the version's exact files; None keeps the current version's."""
+        if folder is None and not first:
+            meta = await io.version_meta(self.host, record["skill_id"], record["version"])
+            folder = {"head": meta.get("head", ""), "files": meta.get("files") or []}
         record["versions"] = 1 if first else record["versions"] + 1
         record["version"] = record["versions"]
         record["proc_terms"] = dict(term_counts(procedure).most_common(_PROC_TERMS))
         record["tools"] = procedure_tools(procedure)
-        await io.put_version(self.host, record, procedure, reason, current_context().principal)
+        if folder is not None and "origin" in record:
+            record["file_count"] = len(folder.get("files") or [])
+        await io.put_version(self.host, record, procedure, reason, current_context().principal, folder)
         self._procedures[(record["skill_id"], record["version"])] = procedure
 
     async def _procedure(self, skill_id: str, version: int) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 
 from minihermes.runtime import Host, InvalidArgument, NotFound
 
+from ._folders import safe_relpath
 from ._model import parse_skill_md, render_skill_md
 from ._text import slug
 
@@ -85,11 +86,54 @@ async def index_text(host: Host, record: dict[str, Any], procedure: str) -> None
     await host.text.upsert(TEXT_INDEX, record["skill_id"], fields, {"owner": _owner_of(record)})
 
 
-async def put_version(host: Host, record: dict[str, Any], procedure: str, reason: str, author: str) -> None:
+async def put_version(
+    host: Host,
+    record: dict[str, Any],
+    procedure: str,
+    reason: str,
+    author: str,
+    folder: dict[str, Any] | None = None,
+) -> None:
+    """A version: its procedure (a skill folder's body, verbatim) in a blob, its meta in KV. ``folder``
+    (``{head, files}``: the SKILL.md front matter's blob and the files' manifest) is the exact set of
+    files the version has; their bytes are content-addressed blobs shared by every version."""
     sid, version = record["skill_id"], record["version"]
     await host.blobs.put(blob_name(sid, version), procedure.encode(), "text/markdown")
-    meta = {"version": version, "reason": reason[:500], "author": author, "created_at": host.now()}
+    meta: dict[str, Any] = {
+        "version": version,
+        "reason": reason[:500],
+        "author": author,
+        "created_at": host.now(),
+    }
+    if folder:
+        meta["head"] = folder.get("head", "")
+        meta["files"] = list(folder.get("files") or [])
     await host.kv.put(version_key(sid, version), meta)
+
+
+async def version_meta(host: Host, skill_id: str, version: int) -> dict[str, Any]:
+    meta = await host.kv.get(version_key(skill_id, version))
+    return meta if isinstance(meta, dict) else {}
+
+
+def file_blob(sha256: str) -> str:
+    return f"skill_file/{sha256}"
+
+
+async def put_content(host: Host, data: bytes, content_type: str) -> str:
+    """A content-addressed blob (``skill_file/<sha256>``), written once however many versions share it."""
+    digest = hashlib.sha256(data).hexdigest()
+    name = file_blob(digest)
+    if not any(info.name == name for info in await host.blobs.list(name)):
+        await host.blobs.put(name, data, content_type)
+    return digest
+
+
+async def get_content(host: Host, sha256: str) -> bytes:
+    data = await host.blobs.get(file_blob(sha256))
+    if data is None:
+        raise NotFound(f"skill file content {sha256[:12]} is missing", field="path")
+    return data
 
 
 async def get_version(host: Host, skill_id: str, version: int) -> str:
@@ -141,6 +185,12 @@ async def write_skill_docs(op: str, path: str, docs: list[dict[str, Any]]) -> in
     return await asyncio.to_thread(_write_folder, op, path, docs)
 
 
+def _folder_name(doc: dict[str, Any]) -> str:
+    wanted = str(doc.get("folder") or "")
+    clean = safe_relpath(wanted) if wanted else None
+    return clean.rsplit("/", 1)[-1] if clean else slug(doc["name"])
+
+
 def _write_folder(op: str, path: str, docs: list[dict[str, Any]]) -> int:
     root = Path(path)
     if not root.is_absolute():
@@ -148,11 +198,15 @@ def _write_folder(op: str, path: str, docs: list[dict[str, Any]]) -> int:
     root.mkdir(parents=True, exist_ok=True)
     used: set[str] = set()
     for doc in docs:
-        folder = slug(doc["name"])
-        n = 2
+        base = _folder_name(doc)
+        folder, n = base, 2
         while folder in used:
-            folder, n = f"{slug(doc['name'])}-{n}", n + 1
+            folder, n = f"{base}-{n}", n + 1
         used.add(folder)
         (root / folder).mkdir(exist_ok=True)
-        (root / folder / "SKILL.md").write_text(doc["skill_md"], encoding="utf-8")
+        (root / folder / "SKILL.md").write_bytes(doc["skill_md"].encode("utf-8"))
+        for rel, data in (doc.get("file_bytes") or {}).items():
+            target = root / folder / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
     return len(docs)

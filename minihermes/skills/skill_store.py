@@ -40,7 +40,8 @@ from ._model import (
     check_text,
     procedure_tools,
 )
-from ._store_core import DUPLICATE_SIMILARITY, Scope, SkillStoreCore, check_id, view
+from ._store_core import DUPLICATE_SIMILARITY, Scope, check_id, view
+from ._store_folders import SkillFolderOps, trusted
 
 _LEARNED_CACHE = 4096
 """Learned-request markers kept in memory (the rest are read from KV when a request repeats)."""
@@ -48,7 +49,7 @@ _LEARNED_CACHE = 4096
 StatusFilter = Literal["", "candidate", "active", "stale", "archived", "pinned"]
 
 
-class SkillStore(SkillStoreCore):
+class SkillStore(SkillFolderOps):
     """Per-tenant skill store; see the module docstring. Args: ``learn_min_tool_calls`` (3),
     ``duplicate_similarity`` (0.6), ``workflow`` (the extraction workflow's actor name),
     ``relearn_after_days`` (30: how long a taught request is not taught again)."""
@@ -64,6 +65,13 @@ class SkillStore(SkillStoreCore):
         semantic: Literal["auto", "on", "off"] = "auto"
         embedder: Any = None
         """A model object (tests); None: the semantic extra's, when installed."""
+        max_file_bytes: int = 10 * 1024 * 1024
+        """A skill folder's file (imports refuse a larger one, with the reason)."""
+        max_skill_bytes: int = 50 * 1024 * 1024
+        """All of one skill's files together."""
+        max_skill_files: int = 1000
+        max_import_bytes: int = 200 * 1024 * 1024
+        """One import (an archive, and what it unpacks to)."""
 
     state_version = 1
 
@@ -148,7 +156,8 @@ class SkillStore(SkillStoreCore):
             raise InvalidArgument(f"{op}: version must be 1..{record['versions']}", op=op, field="version")
         text = await self._procedure(skill_id, version)
         record = dict(record)
-        await self._write_version(record, text, f"rollback to v{version}")
+        folder = await self._folder(skill_id, version)  # the files that version had come back with it
+        await self._write_version(record, text, f"rollback to v{version}", folder=folder)
         await self._save(record, previous_status=record["status"])
         self._event("skill_rolled_back", record, f"to=v{version} now=v{record['version']}")
         return {"status": "ok", "skill_id": skill_id, "version": record["version"], "restored": version}
@@ -166,8 +175,16 @@ class SkillStore(SkillStoreCore):
         if not 1 <= wanted <= record["versions"]:
             raise InvalidArgument(f"{op}: no version {version}", op=op, field="version")
         procedure = await self._procedure(skill_id, wanted)
-        history = await io.versions(self.host, skill_id)
-        return {"status": "ok", "skill": {**view(record), "procedure": procedure}, "versions": history}
+        history = [
+            {k: v for k, v in meta.items() if k not in ("files", "head")}
+            for meta in await io.versions(self.host, skill_id)
+        ]
+        files = [
+            {"path": f["path"], "size": f["size"], "sha256": f["sha256"]}
+            for f in (await self._folder(skill_id, wanted))["files"]
+        ]
+        skill = {**view(record), "procedure": procedure, "files": files, "trusted": trusted(record)}
+        return {"status": "ok", "skill": skill, "versions": history}
 
     @call(access="read")
     async def match_skills(
@@ -197,7 +214,7 @@ class SkillStore(SkillStoreCore):
                     "skill_id": sid,
                     "name": record["name"],
                     "description": record["description"],
-                    "procedure": await self._procedure(sid, record["version"]),
+                    "procedure": await self._prompt_procedure(record),
                     "score": score,
                     "version": record["version"],
                     "status": record["status"],
@@ -334,7 +351,8 @@ class SkillStore(SkillStoreCore):
         record["approved_by"] = current_context().principal
         record["approved_tools"] = list(record["tools"])
         self._event("skill_approved", record, f"by={record['approved_by']}")
-        if record["status"] == "candidate" and (record.get("evaluation") or {}).get("passed"):
+        imported = record.get("origin") == "import"  # an admin's review is what an import waits for
+        if record["status"] == "candidate" and (imported or (record.get("evaluation") or {}).get("passed")):
             return await self._transition(record, "active", "approved after a passed evaluation")
         await self._save(record, previous_status=record["status"], reindex=False)
         return {"status": "ok", "skill_id": skill_id, "skill_status": record["status"]}
@@ -521,31 +539,38 @@ class SkillStore(SkillStoreCore):
 
     # -- import / export ----------------------------------------------------------------------------------
 
-    @call
+    @call(access="write")
     async def import_skills(
-        self, path: str = "", documents: list[str] | None = None, scope: Scope = "tenant"
+        self,
+        path: str = "",
+        documents: list[str] | None = None,
+        scope: Scope = "tenant",
+        archive: str = "",
+        approve: bool = False,
     ) -> dict[str, Any]:
-        """SKILL.md folders under ``path`` (admin; on this node's disk) and/or SKILL.md texts. Imported
-        skills are admin-curated: active at once. A name that exists already gets a new version."""
-        op = "import_skills"
-        access.require_admin(op)
-        parsed = await io.read_skill_docs(op, path, documents or [])
-        results = []
-        for doc in parsed:
-            results.append(await self._import_one(doc, scope))
-        return {"status": "ok", "imported": results, "count": len(results)}
+        """Skill folders (``SKILL.md`` with its files): under ``path`` (admin; this node's disk), in
+        ``archive`` (base64 of a .zip / .skill archive or a tarball) and/or as SKILL.md texts. Lenient and
+        lossless (see ``_folders.py``): ``warnings`` for what is odd, ``refused: [{skill, path, reason}]``
+        only for what is unsafe. Imported skills are candidates until an admin approves them (``approve``:
+        an admin's import approves at once); a user's import is their own (``scope: user``). A name that
+        exists gets a new version (none when nothing changed: ``unchanged``)."""
+        return await self._import_folders("import_skills", path, documents or [], archive, scope, approve)
 
     @call
-    async def export_skills(self, path: str = "", status: StatusFilter = "") -> dict[str, Any]:
-        """Skills as SKILL.md (``documents: [{name, skill_md}]``); with ``path`` (admin) also written as
-        ``<path>/<name>/SKILL.md`` folders."""
+    async def export_skills(
+        self, path: str = "", status: StatusFilter = "", with_files: bool = False
+    ) -> dict[str, Any]:
+        """Skills as their SKILL.md, byte for byte as imported plus one line of our keys (``documents:
+        [{name, folder, skill_md, files?}]``; ``with_files``: each file as ``{path, size, sha256, data}``,
+        data in base64); with ``path`` (admin) also written as ``<path>/<folder>/`` with every file."""
         op = "export_skills"
         if path:
             access.require_admin(op)
         listed = self.list_skills(status=status)["skills"]
-        docs = []
-        for record in listed:
-            procedure = await self._procedure(record["skill_id"], record["version"])
-            docs.append({"name": record["name"], "skill_md": io.render(record, procedure)})
+        docs = await self._export_docs(listed, with_files or bool(path))
         written = await io.write_skill_docs(op, path, docs) if path else 0
+        for doc in docs:
+            doc.pop("file_bytes", None)
+            if not with_files:
+                doc.pop("files", None)
         return {"status": "ok", "documents": docs, "count": len(docs), "written": written}

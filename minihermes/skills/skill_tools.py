@@ -51,6 +51,7 @@ from minihermes.tools.workspace import safe_component
 
 from . import _access as access
 from ._sandbox_code import DEFAULT_LIMITS, CodeRejected, check_code, run_code
+from ._view_tool import SKILL_VIEW
 
 _MANAGE_OPS = {"create": "create_tool", "rollback": "rollback_tool", "list": "list_tools"}
 
@@ -404,6 +405,8 @@ SKILLS_TOOLSET = Toolset(
             requires="skill_tools",
             permission=("skill_tools", "run_tool"),
         ),
+        SKILL_VIEW,
     ],
 )
-"""The ``skills`` toolset: ``skill_manage`` and ``run_skill_tool`` (given to the executor by the app)."""
+"""The ``skills`` toolset: ``skill_manage``, ``run_skill_tool`` and ``skill_view`` (given to the executor by
+the app)."""

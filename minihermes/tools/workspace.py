@@ -385,10 +385,18 @@ class Workspace:
     # ----------------------------------------------------------------------------------------- write
 
     def write_file(
-        self, path: str, content: str | bytes, *, create_dirs: bool = True, overwrite: bool = True
+        self,
+        path: str,
+        content: str | bytes,
+        *,
+        create_dirs: bool = True,
+        overwrite: bool = True,
+        readonly: bool = False,
     ) -> WriteResult:
         """Write ``content`` atomically (temp file + rename: readers never see half a file, and the rename
-        cannot be redirected through a symlink planted meanwhile). Refused over ``max_write_bytes``."""
+        cannot be redirected through a symlink planted meanwhile). Refused over ``max_write_bytes``.
+        ``readonly``: mode 0444 (0555 for a ``#!`` script), and, as root, left to root (a copy the sandbox's
+        programs read and run but cannot change in place)."""
         data = content.encode("utf-8") if isinstance(content, str) else content
         if not isinstance(data, bytes):
             raise WorkspaceError("invalid_path", "content must be str or bytes")
@@ -422,9 +430,12 @@ class Workspace:
                     view = memoryview(data)
                     while view:
                         view = view[os.write(fd, view) :]
-                    if existing is not None:
-                        os.fchmod(fd, stat.S_IMODE(existing.st_mode) & 0o777)  # keep e.g. a script's +x
-                    self._give_to_owner(fd)
+                    if readonly:
+                        os.fchmod(fd, 0o555 if data.startswith(b"#!") else 0o444)
+                    else:
+                        if existing is not None:
+                            os.fchmod(fd, stat.S_IMODE(existing.st_mode) & 0o777)  # keep e.g. a script's +x
+                        self._give_to_owner(fd)
                 finally:
                     os.close(fd)
                 if overwrite:

@@ -262,9 +262,11 @@ async def test_skill_md_import_and_export_round_trip(make_node, tmp_path):
         "---\nname: calc-and-remember\ndescription: Calculate an expression and keep the result.\n"
         "metadata:\n  triggers: [calculate, remember]\n---\n\n" + CALC_STORE + "\n"
     )
-    out = await node.ask("skill_store", "import_skills", {"path": str(tmp_path / "in")}, ctx=ACME)
+    out = await node.ask(
+        "skill_store", "import_skills", {"path": str(tmp_path / "in"), "approve": True}, ctx=ACME
+    )
     assert out["count"] == 1
-    # Imported skills are admin-curated and serve the whole tenant at once.
+    # An admin's approved import serves the whole tenant at once.
     [hit] = await _match(node, "calculate 3*4 and remember it", ctx=ACME_CAROL)
     assert hit["name"] == "calc-and-remember" and hit["procedure"] == CALC_STORE
     exported = await node.ask("skill_store", "export_skills", {"path": str(tmp_path / "out")}, ctx=ACME)

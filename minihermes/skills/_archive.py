@@ -1,0 +1,230 @@
+"""Reading a collection of skill folders from a folder, a ``.zip`` / ``.skill`` archive or a tarball, safely.
+
+Nothing is ever extracted to disk: members are read into memory, each path checked (no absolute paths, no
+``..``, no control characters), links resolved by hand and kept only when they point to a file inside the
+collection (a link out is refused), devices and FIFOs refused, and every size capped while reading (the
+declared sizes of a zip are not trusted: a zip bomb stops at the cap). Returns ``(entries, refused)``:
+``{path: bytes}`` and ``[{path, reason}]``, for ``_folders.group``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import posixpath
+import stat
+import tarfile
+import zipfile
+from pathlib import Path
+
+from minihermes.runtime import InvalidArgument
+
+from ._folders import Limits, safe_relpath
+
+_SKIPPED_DIRS = frozenset({".git", "__pycache__", ".DS_Store", "__MACOSX"})
+
+Read = tuple[dict[str, bytes], list[dict[str, str]]]
+
+
+class _Budget:
+    def __init__(self, op: str, limits: Limits) -> None:
+        self.op = op
+        self.limits = limits
+        self.total = 0
+        self.members = 0
+
+    def member(self) -> None:
+        self.members += 1
+        if self.members > self.limits.max_archive_members:
+            raise InvalidArgument(
+                f"{self.op}: more than {self.limits.max_archive_members} files in one import", op=self.op
+            )
+
+    def take(self, size: int) -> None:
+        self.total += size
+        if self.total > self.limits.max_archive_bytes:
+            raise InvalidArgument(
+                f"{self.op}: the import unpacks to more than {self.limits.max_archive_bytes} bytes",
+                op=self.op,
+            )
+
+
+def _skipped(path: str) -> bool:
+    return any(part in _SKIPPED_DIRS for part in path.split("/"))
+
+
+def _oversized(path: str, size: int, limits: Limits) -> dict[str, str]:
+    return {"path": path, "reason": f"oversized: {size} bytes, the limit is {limits.max_file_bytes}"}
+
+
+def _resolve_links(entries: dict[str, bytes], links: dict[str, str], refused: list[dict[str, str]]) -> None:
+    """Links whose target (relative to the link's folder) is a file inside the collection become copies
+    of it; any other link is refused."""
+    for path, target in sorted(links.items()):
+        joined = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+        clean = safe_relpath(joined) if not target.startswith("/") else None
+        if clean is None or clean not in entries:
+            refused.append({"path": path, "reason": f"a link out of the folder (to {target[:200]})"})
+            continue
+        entries[path] = entries[clean]
+
+
+# -------------------------------------------------------------------------------------------- archives
+
+
+def read_archive(op: str, data: bytes, limits: Limits) -> Read:
+    """A ``.zip`` / ``.skill`` archive or a tarball (plain, gz, bz2, xz), recognized by content."""
+    if len(data) > limits.max_archive_bytes:
+        raise InvalidArgument(f"{op}: the archive is larger than {limits.max_archive_bytes} bytes", op=op)
+    buffer = io.BytesIO(data)
+    if zipfile.is_zipfile(buffer):
+        return _read_zip(op, buffer, limits)
+    buffer.seek(0)
+    try:
+        with tarfile.open(fileobj=buffer, mode="r:*") as tar:
+            return _read_tar(op, tar, limits)
+    except (tarfile.TarError, EOFError, OSError) as e:
+        raise InvalidArgument(f"{op}: not a zip archive or a tarball ({e})", op=op, field="archive") from None
+
+
+def _read_zip(op: str, buffer: io.BytesIO, limits: Limits) -> Read:
+    budget = _Budget(op, limits)
+    entries: dict[str, bytes] = {}
+    links: dict[str, str] = {}
+    refused: list[dict[str, str]] = []
+    try:
+        with zipfile.ZipFile(buffer) as zf:
+            for info in zf.infolist():
+                budget.member()
+                if info.is_dir() or _skipped(info.filename):
+                    continue
+                path = safe_relpath(info.filename)
+                if path is None:
+                    refused.append({"path": info.filename[:300], "reason": "unsafe path (absolute or '..')"})
+                    continue
+                mode = info.external_attr >> 16
+                if stat.S_ISLNK(mode):
+                    with zf.open(info) as f:
+                        links[path] = f.read(4096).decode("utf-8", "replace")
+                    continue
+                if mode and not stat.S_ISREG(mode) and stat.S_IFMT(mode):
+                    refused.append({"path": path, "reason": "not a regular file"})
+                    continue
+                if info.file_size > limits.max_file_bytes:
+                    refused.append(_oversized(path, info.file_size, limits))
+                    continue
+                with zf.open(info) as f:  # declared sizes are not trusted: read at most the cap + 1
+                    content = f.read(limits.max_file_bytes + 1)
+                if len(content) > limits.max_file_bytes:
+                    refused.append(_oversized(path, len(content), limits))
+                    continue
+                budget.take(len(content))
+                entries[path] = content
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as e:
+        raise InvalidArgument(f"{op}: the zip archive cannot be read ({e})", op=op, field="archive") from None
+    _resolve_links(entries, links, refused)
+    return entries, refused
+
+
+def _read_tar(op: str, tar: tarfile.TarFile, limits: Limits) -> Read:
+    budget = _Budget(op, limits)
+    entries: dict[str, bytes] = {}
+    links: dict[str, str] = {}
+    refused: list[dict[str, str]] = []
+    for member in tar:  # streaming: members are read one by one, never all listed first
+        budget.member()
+        if member.isdir() or _skipped(member.name):
+            continue
+        if member.name in ("pax_global_header",):
+            continue
+        path = safe_relpath(member.name)
+        if path is None:
+            refused.append({"path": member.name[:300], "reason": "unsafe path (absolute or '..')"})
+            continue
+        if member.issym():
+            links[path] = member.linkname
+            continue
+        if member.islnk():  # a hard link names another member by its archive path
+            links[path] = "/".join([".."] * path.count("/") + [member.linkname])
+            continue
+        if not member.isreg():
+            refused.append({"path": path, "reason": "not a regular file (device, FIFO ...)"})
+            continue
+        if member.size > limits.max_file_bytes:
+            refused.append(_oversized(path, member.size, limits))
+            continue
+        f = tar.extractfile(member)
+        content = f.read(limits.max_file_bytes + 1) if f is not None else b""
+        budget.take(len(content))
+        entries[path] = content
+    _resolve_links(entries, links, refused)
+    return entries, refused
+
+
+# ---------------------------------------------------------------------------------------------- folders
+
+
+def read_folder(op: str, path: str, limits: Limits) -> Read:
+    """A folder on this machine: a collection (``<name>/SKILL.md`` folders) or one skill folder. Links
+    are followed only to files inside the folder; nothing outside it is read."""
+    root = Path(path)
+    if not root.is_absolute() or not root.is_dir():
+        raise InvalidArgument(f"{op}: path must be an existing absolute folder", op=op, field="path")
+    real_root = os.path.realpath(root)
+    budget = _Budget(op, limits)
+    entries: dict[str, bytes] = {}
+    refused: list[dict[str, str]] = []
+    for dirpath, dirnames, filenames in os.walk(real_root, followlinks=False):
+        rel_dir = os.path.relpath(dirpath, real_root)
+        rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/")
+        for name in list(dirnames):
+            full = os.path.join(dirpath, name)
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            if name in _SKIPPED_DIRS:
+                dirnames.remove(name)
+            elif os.path.islink(full):
+                dirnames.remove(name)
+                target = os.path.realpath(full)
+                if os.path.commonpath([target, real_root]) != real_root:
+                    refused.append({"path": rel, "reason": "a link out of the folder"})
+        for name in sorted(filenames):
+            full = os.path.join(dirpath, name)
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            if _skipped(rel):
+                continue
+            budget.member()
+            target = os.path.realpath(full)
+            if os.path.commonpath([target, real_root]) != real_root:
+                refused.append({"path": rel, "reason": "a link out of the folder"})
+                continue
+            try:
+                st = os.stat(target)
+            except OSError as e:
+                refused.append({"path": rel, "reason": f"cannot be read ({e.strerror})"})
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                refused.append({"path": rel, "reason": "not a regular file (device, FIFO ...)"})
+                continue
+            if st.st_size > limits.max_file_bytes:
+                refused.append(_oversized(rel, st.st_size, limits))
+                continue
+            with open(target, "rb") as f:
+                content = f.read(limits.max_file_bytes + 1)
+            if len(content) > limits.max_file_bytes:
+                refused.append(_oversized(rel, len(content), limits))
+                continue
+            budget.take(len(content))
+            entries[rel] = content
+    return entries, refused
+
+
+def write_zip(files: dict[str, bytes]) -> bytes:
+    """A deterministic zip of ``files`` (sorted, fixed timestamps), as the CLI sends a folder."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(files):
+            info = zipfile.ZipInfo(path, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = (stat.S_IFREG | 0o644) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, files[path])
+    return out.getvalue()
