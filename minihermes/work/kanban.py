@@ -49,6 +49,8 @@ MAX_FAILURES = 2
 MAX_TITLE = 300
 MAX_BODY = 20_000
 DEFAULT_TTL = 300.0
+MOVE_CLAIM_TTL = 86400.0
+"""How long a claim made by moving a card to ``in_progress`` by hand lasts (a person does not heartbeat)."""
 Mutation = Callable[[dict[str, Any]], str]
 """Changes a card in place and returns the event type to record (empty: no change)."""
 
@@ -222,14 +224,31 @@ class Kanban(GenServer):
     @call(access="write")
     async def move(self, task_id: str, status: Status) -> dict[str, Any]:
         """Put a card in a column by hand. A claim ends when the card leaves ``in_progress``; ``ready``
-        needs every dependency done."""
+        needs every dependency done. Moving a ready card to ``in_progress`` claims it for the caller, as
+        ``start(task_id, worker=<caller>, ttl=86400)`` does (a person's claim lasts a day); a card that is
+        not ready cannot be claimed (the error names ``start``)."""
         deps_done = await self._deps_done(await self._card("move", task_id))
+        who = current_context().principal
+        if status == "in_progress":
+            card = await self._card("move", task_id)
+            if card["status"] == "ready":
+                if not who:
+                    raise Conflict(
+                        "move: in_progress means claimed, and this caller has no name to claim it with; "
+                        "use start(task_id, worker)",
+                        task_id=task_id,
+                    )
+                return await self.start(task_id, worker=who, ttl=MOVE_CLAIM_TTL)
 
         def change(c: dict[str, Any]) -> str:
             if status == "ready" and not deps_done:
                 raise Conflict(f"move: {task_id} waits for its dependencies", task_id=task_id)
             if status == "in_progress" and c["claim"] is None:
-                raise Conflict("move: in_progress means claimed; use start(task_id, worker)")
+                raise Conflict(
+                    f"move: {task_id} is {c['status']}; only a ready card can be claimed "
+                    "(in_progress means claimed: start(task_id, worker))",
+                    task_id=task_id,
+                )
             if status != "in_progress":
                 c["claim"] = None
             c["status"] = status
@@ -335,15 +354,16 @@ class Kanban(GenServer):
         return reply
 
     @call(access="write")
-    async def fail(self, task_id: str, worker: str, reason: str) -> dict[str, Any]:
-        """A worker gives up on its attempt: back to ready, or blocked with the reason after the second."""
+    async def fail(self, task_id: str, worker: str, reason: str, final: bool = False) -> dict[str, Any]:
+        """A worker gives up on its attempt: back to ready, or blocked with the reason after the second.
+        ``final``: blocked at once (another attempt would end the same way, e.g. the agent cannot do it)."""
         _text("fail", "reason", reason, 2000, required=True)
         reason = scrub(reason)
         now = self.host.now()
 
         def change(c: dict[str, Any]) -> str:
             self._require_claim("fail", c, worker, now)
-            return self._failure(c, reason)
+            return self._failure(c, reason, final=final)
 
         return await self._change("fail", task_id, change, guard=True, reason=reason)
 
@@ -405,10 +425,14 @@ class Kanban(GenServer):
 
     # -- helpers ------------------------------------------------------------------------------------------
 
-    def _failure(self, c: dict[str, Any], reason: str) -> str:
+    def _failure(self, c: dict[str, Any], reason: str, *, final: bool = False) -> str:
         c["failures"] += 1
         c["last_error"] = reason
         c["claim"] = None
+        if final:
+            c["status"] = "blocked"
+            c["blocked_reason"] = f"failed: {reason}"
+            return "blocked"
         if c["failures"] >= MAX_FAILURES:
             c["status"] = "blocked"
             c["blocked_reason"] = f"failed {c['failures']} times; last: {reason}"

@@ -2,16 +2,29 @@
 
 On each poll (a durable reminder, and a nudge from ``kanban`` when a card becomes ready) it claims ready
 cards assigned to an agent (assignee ``agent`` or ``agent:<profile>``) and, for each, runs an agent turn in
-the session ``kanban:<task_id>:<attempt>``, which is also the claim's holder. The prompt carries the worker
-protocol and the hand-off (the summaries of the cards it depends on):
+the session ``kanban:<task_id>:<attempt>``, which is also the claim's holder. The turn's message is the card
+itself (title, body, and the summaries of the cards it depends on: the hand-off); the worker keeps the
+protocol (orient, work, heartbeat, block if stuck, finish with a summary) instead of asking the model to. A
+message that carried the protocol made the offline model read it as requests: "kanban_show has more" and
+"work on exactly this task" became a ``kanban_show`` call with "exactly this task ..." as the task id, whose
+error was then stored as the card's summary.
 
-1. orient (the card and its dependencies are in the prompt; ``kanban_show`` has more),
-2. work, 3. heartbeat (this worker renews the claim while the turn runs), 4. block with the reason if stuck
-(``kanban_block``), 5. complete with a summary the next card can read: the turn's final answer is the
-summary unless the agent completed or blocked the card itself.
+The worker judges the turn, and the card ends the way the turn did (``judge``):
 
-A turn that fails reports ``fail``; the board blocks a card on its second failure. A worker that dies stops
-heartbeating, so the board reclaims its cards.
+- **done** (``complete``, the final answer as the summary) only when the turn ended ``ok`` with an answer,
+  no tool call failed and the answer does not say the agent cannot do it;
+- **failed** (``fail`` with ``final``: blocked at once with ``failed: <reason>``, since another attempt would
+  end the same way) when a tool call failed, the turn did not end ``ok`` (the step limit), it gave no answer
+  or the answer says it cannot ("I can't ...", "I cannot ...");
+- **waiting** (blocked with the approval to decide) when the turn paused for an approval; once the card is
+  unblocked, its next claim takes that turn's outcome (resumed by the decision) instead of running it again;
+- a turn that raised (LLM unavailable, timeout) reports an ordinary ``fail``: the board retries the card and
+  blocks it on the second failure. A worker that dies stops heartbeating, so the board reclaims its cards.
+
+Each outcome is reported to whoever created the card: a comment on it by ``kanban_worker`` ("Done: ...",
+"Failed: ...", "Waiting for approval ..."), seen in the card's comments and history, and an audit event
+``kanban_worker_outcome`` naming the card, the outcome and its author. An agent that completed or blocked the
+card itself is left as it did.
 
 The worker claims, heartbeats, completes and fails cards as the runtime (``system``, whoever nudged it); the
 agent turn in between runs as the card's author with the ``user`` role, so the kanban tools it calls may
@@ -20,30 +33,83 @@ change that card (its author's) and nothing its author could not change.
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import re
+from typing import Any, Literal
 
+from minihermes.audit import fire_audit
 from minihermes.runtime import ActorArgs, ActorError, GenServer, RequestContext, call, cast, current_context
 
 from ._cronstore import acting_as
 from ._owner import system_context
 from ._turns import run_turn_once
 
-PROTOCOL = """You are a kanban worker. Follow this protocol for the task below:
-1. Orient: read the task and the hand-off from the tasks it depends on (kanban_show has more).
-2. Work on exactly this task; do not widen its scope.
-3. If you are stuck, call kanban_block with the reason and stop.
-4. Finish with a short summary of what you did and what the next task needs to know; it is stored as the
-   task's summary."""
+WAITING = "kanban_worker:waiting:"
+"""kv: the session of a card's turn that paused for an approval (its outcome is taken on the next claim)."""
+_CANNOT = re.compile(
+    r"(?:^|[.!?:]\s+|\n)(?:sorry,?\s+)?i(?:\s+(?:can['\u2019]?t|cannot|can\s+not|am\s+(?:unable|not\s+able)|"
+    r"do\s+not\s+know\s+how|don['\u2019]t\s+know\s+how)|['\u2019]m\s+(?:unable|not\s+able))\b",
+    re.IGNORECASE,
+)
+"""An answer saying the agent cannot do (part of) what it was asked, at the start of a sentence."""
+Outcome = Literal["done", "failed", "waiting"]
 
 
 def worker_prompt(card: dict[str, Any], deps: list[dict[str, Any]]) -> str:
-    lines = [PROTOCOL, "", f"Task {card['task_id']}: {card['title']}"]
+    """The turn's message: the card's request itself (title, then body), then the hand-off from the cards it
+    depends on. No protocol text: the worker keeps the protocol (see the module docstring), and any model,
+    the offline one included, reads the message as what it is asked to do."""
+    lines = [card["title"]]
     if card.get("body"):
         lines += ["", card["body"]]
     if deps:
-        lines += ["", "Hand-off from the tasks this one depends on:"]
+        lines += ["", "Hand-off from the cards this one depends on:"]
         lines += [f"- {d['task_id']} ({d['title']}): {d.get('summary') or '(no summary)'}" for d in deps]
     return "\n".join(lines)
+
+
+def _tool_error(message: dict[str, Any]) -> str:
+    """``name: code: message`` of a failed tool result (its error may sit in the untrusted-content envelope,
+    which never reaches a person as such)."""
+    content = str(message.get("content") or "")
+    try:
+        payload = json.loads(content)
+    except ValueError:
+        payload = content
+    if isinstance(payload, dict) and "untrusted_content" in payload:
+        payload = payload["untrusted_content"]
+    error = payload.get("error", payload) if isinstance(payload, dict) else payload
+    if isinstance(error, dict):
+        text = ": ".join(str(error[k]) for k in ("code", "message") if error.get(k)) or json.dumps(error)
+    else:
+        text = str(error)
+    return f"{message.get('name') or 'a tool'}: {text[:300]}"
+
+
+def _paused_view(reply: dict[str, Any]) -> dict[str, Any]:
+    """What a paused turn's reply says about the approval it waits for (kept for the next claim)."""
+    return {k: reply[k] for k in ("approval_id", "pending_tool") if reply.get(k)}
+
+
+def judge(reply: dict[str, Any], turn: list[dict[str, Any]]) -> tuple[Outcome, str]:
+    """How the card ends after its turn: ``(done, summary)``, ``(failed, reason)`` or ``(waiting, reason)``.
+    ``turn``: the turn's messages after its user message (from the session's history)."""
+    status = str(reply.get("status") or "")
+    if status == "paused":
+        tool = (reply.get("pending_tool") or {}).get("name") or "a tool call"
+        approval = reply.get("approval_id") or "an approval"
+        return "waiting", f"waiting for approval {approval} of {tool}; decide it, then unblock the card"
+    failed = [_tool_error(m) for m in turn if m.get("role") == "tool" and m.get("is_error")]
+    if failed:
+        return "failed", "a tool call failed: " + "; ".join(failed)
+    if status != "ok":
+        return "failed", f"the turn ended with status {status or 'unknown'}"
+    text = str(reply.get("response") or "").strip()
+    if not text:
+        return "failed", "the turn gave no answer"
+    if _CANNOT.search(text):
+        return "failed", f"the agent could not do it: {text[:1500]}"
+    return "done", text
 
 
 class KanbanWorker(GenServer):
@@ -64,7 +130,7 @@ class KanbanWorker(GenServer):
         self.prefix = str(args.get("assignee_prefix", "agent"))
         self._running: dict[str, Any] = {}
         self._scope = current_context().scope
-        self._stats = {"completed": 0, "failed": 0, "blocked_by_agent": 0}
+        self._stats = {"completed": 0, "failed": 0, "blocked_by_agent": 0, "waiting": 0}
         await self.host.set_reminder("kanban_worker_poll", "poll", every=float(args.get("poll", 5)))
 
     @call
@@ -112,42 +178,104 @@ class KanbanWorker(GenServer):
         )
         beat = self.host.spawn(self._heartbeat(task_id, session))
         try:
-            shown = await self.host.ask("kanban", "show", {"task_id": task_id})
-            prompt = worker_prompt(card, shown["dependencies"])
+            waiting = await self.host.kv.get(WAITING + task_id)
+            turn_session = str(waiting["session"]) if isinstance(waiting, dict) else session
             try:
-                with acting_as(ctx):
-                    reply = await run_turn_once(
-                        self.host, session, session, prompt, timeout=self.turn_timeout
-                    )
+                if isinstance(waiting, dict) and turn_session != session:
+                    reply = await self._paused_turn(waiting)
+                else:
+                    shown = await self.host.ask("kanban", "show", {"task_id": task_id})
+                    prompt = worker_prompt(card, shown["dependencies"])
+                    with acting_as(ctx):
+                        reply = await run_turn_once(
+                            self.host, session, session, prompt, timeout=self.turn_timeout
+                        )
             except ActorError as e:
-                await self._report_failure(task_id, session, f"{e.code}: {e.message}")
+                reason = f"{e.code}: {e.message}"
+                status = await self._report_failure(task_id, session, reason)
+                retried = " (the card will be retried)" if status == "ready" else ""
+                await self._report(card, "failed", reason + retried)
                 return
-            await self._finish(task_id, session, reply)
+            await self._finish(card, session, turn_session, reply)
         finally:
             beat.cancel()
             self._running.pop(task_id, None)
 
-    async def _finish(self, task_id: str, session: str, reply: dict[str, Any]) -> None:
-        card = (await self.host.ask("kanban", "show", {"task_id": task_id}))["task"]
-        claim = card.get("claim") or {}
-        if card["status"] != "in_progress" or claim.get("worker") != session:
-            self._stats["blocked_by_agent"] += card["status"] == "blocked"
-            return  # the agent completed or blocked it itself, or the claim was lost
-        text = str(reply.get("response") or "").strip()
-        if reply.get("status") != "ok" or not text:
-            await self._report_failure(task_id, session, f"the turn ended with status {reply.get('status')}")
-            return
-        await self.host.ask(
-            "kanban", "complete", {"task_id": task_id, "summary": text[:20000], "worker": session}
-        )
-        self._stats["completed"] += 1
+    async def _paused_turn(self, waiting: dict[str, Any]) -> dict[str, Any]:
+        """The reply of a turn that paused for an approval: still paused, or how it ended once decided."""
+        session = str(waiting["session"])
+        stats = await self.host.ask("agent", "get_stats", {"session_id": session})
+        if stats.get("paused") or stats.get("turn_in_progress"):
+            return {**waiting.get("reply", {}), "status": "paused", "session_id": session}
+        reply: dict[str, Any] = await self.host.ask("agent", "last_turn", {"session_id": session})
+        return reply
 
-    async def _report_failure(self, task_id: str, session: str, reason: str) -> None:
+    async def _turn_messages(self, session: str) -> list[dict[str, Any]]:
+        """The messages of the session's last turn after its user message."""
+        history = (await self.host.ask("agent", "get_history", {"session_id": session}))["messages"]
+        last_user = max((i for i, m in enumerate(history) if m.get("role") == "user"), default=-1)
+        return [m for m in history[last_user + 1 :] if isinstance(m, dict)]
+
+    async def _finish(
+        self, card: dict[str, Any], session: str, turn_session: str, reply: dict[str, Any]
+    ) -> None:
+        task_id = card["task_id"]
+        now = (await self.host.ask("kanban", "show", {"task_id": task_id}))["task"]
+        claim = now.get("claim") or {}
+        if now["status"] != "in_progress" or claim.get("worker") != session:
+            # the agent completed or blocked it itself, or the claim was lost
+            self._stats["blocked_by_agent"] += now["status"] == "blocked"
+            if now["status"] in ("done", "blocked"):
+                await self.host.kv.delete(WAITING + task_id)
+                text = now["summary"] if now["status"] == "done" else now["blocked_reason"]
+                await self._report(now, "done" if now["status"] == "done" else "failed", text)
+            return
+        outcome, text = judge(reply, await self._turn_messages(turn_session))
+        if outcome == "waiting":
+            await self.host.kv.put(WAITING + task_id, {"session": turn_session, "reply": _paused_view(reply)})
+            await self.host.ask("kanban", "block", {"task_id": task_id, "reason": text[:2000]})
+            self._stats["waiting"] += 1
+        elif outcome == "failed":
+            await self.host.kv.delete(WAITING + task_id)
+            await self._report_failure(task_id, session, text[:2000], final=True)
+        else:
+            await self.host.kv.delete(WAITING + task_id)
+            await self.host.ask(
+                "kanban", "complete", {"task_id": task_id, "summary": text[:20000], "worker": session}
+            )
+            self._stats["completed"] += 1
+        await self._report(card, outcome, text)
+
+    async def _report_failure(self, task_id: str, session: str, reason: str, *, final: bool = False) -> str:
+        """Fail the attempt; the card's status after it ("" when the board refused)."""
         self._stats["failed"] += 1
         try:
-            await self.host.ask("kanban", "fail", {"task_id": task_id, "worker": session, "reason": reason})
+            reply = await self.host.ask(
+                "kanban", "fail", {"task_id": task_id, "worker": session, "reason": reason, "final": final}
+            )
         except ActorError as e:
             self.host.log.info("kanban %s: fail not recorded (%s)", task_id, e.message)
+            return ""
+        return str(reply["task"]["status"])
+
+    async def _report(self, card: dict[str, Any], outcome: Outcome, text: str) -> None:
+        """Tell the card's author how it ended: a comment on the card and an audit event."""
+        task_id = card["task_id"]
+        label = {"done": "Done", "failed": "Failed", "waiting": "Waiting"}[outcome]
+        author = str(card.get("created_by") or "")
+        comment = f"{label}: {text}"
+        if len(comment) > 4000:
+            comment = comment[:3999] + "\u2026"
+        try:
+            await self.host.ask("kanban", "comment", {"task_id": task_id, "text": comment})
+        except ActorError as e:
+            self.host.log.info("kanban %s: outcome not commented (%s)", task_id, e.message)
+        fire_audit(
+            self.host,
+            "kanban_worker_outcome",
+            f"task_id={task_id} outcome={outcome} for={author}",
+            data={"task_id": task_id, "outcome": outcome, "created_by": author, "detail": text[:500]},
+        )
 
     async def _heartbeat(self, task_id: str, session: str) -> None:
         while True:
