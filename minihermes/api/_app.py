@@ -36,6 +36,7 @@ from ._core import (
 )
 from ._dashboard import add_dashboard_routes
 from ._errors import ApiError, invalid
+from ._key_routes import add_api_key_routes, api_key_openapi
 from ._metrics import add_metrics_routes
 from ._schemas import fixed_responses
 from ._sessions import add_session_routes
@@ -137,6 +138,7 @@ def create_app(
         return await guarded(state, request, _describe_actor, actor)
 
     add_session_routes(app, state)
+    add_api_key_routes(app, state)
     add_metrics_routes(app, state)
     if dashboard:
         add_dashboard_routes(app)
@@ -169,7 +171,7 @@ def _openapi(app: FastAPI, state: ApiState) -> dict[str, Any]:
     public = {"/healthz", "/readyz", "/", "/static/{path}"} | (
         {"/metrics"} if state.public_metrics else set()
     )
-    for (path, method), responses in fixed_responses().items():
+    for (path, method), responses in {**fixed_responses(), **api_key_openapi()}.items():
         operation = schema["paths"].get(path, {}).get(method)
         if operation is None:
             continue  # e.g. the dashboard is off

@@ -138,6 +138,14 @@ async def list_api_keys(
     )
 
 
+async def get_api_key(store: Store, key_id: str) -> ApiKeyInfo | None:
+    """One key's record by its id (never its secret); None for an id that is malformed or unknown."""
+    if not _KEY_ID.fullmatch(key_id):
+        return None
+    record = await store.kv.get(KEY_SCOPE, _RECORD + key_id)
+    return _info(record) if isinstance(record, dict) else None
+
+
 async def revoke_api_key(store: Store, key_id: str, *, now: float | None = None) -> bool:
     """Revoke a key (by id, or the full key). True if it was active; requests with it get 401 from now on."""
     match = _KEY.fullmatch(key_id)
@@ -196,6 +204,7 @@ __all__ = [
     "ApiKeyInfo",
     "NewApiKey",
     "create_api_key",
+    "get_api_key",
     "list_api_keys",
     "revoke_api_key",
     "verify_api_key",

@@ -155,7 +155,7 @@ class StubGateway(GenServer):
         return {"status": "ok", "phantom_token": phantom_token}
 
     @call(access="admin")
-    def register_provider(self, name: str, kind: str, model: str) -> dict[str, Any]:
+    def register_provider(self, name: str, kind: str, model: str, credential: str = "") -> dict[str, Any]:
         CALLS.append(("llm_gateway", "register_provider"))
         return {"status": "ok"}
 
