@@ -357,6 +357,8 @@ def parse(found: SkillFolder) -> ParsedSkill:
     tags = _words(ours.get("tags", meta.get("tags", front.get("tags"))), "tags", warnings)
     allowed = map_allowed_tools(front.get("allowed-tools"), warnings) if "allowed-tools" in front else []
     license_ = front.get("license")
+    if not clean_head:  # given one now, so that an export imports back to the same bytes
+        clean_head = learned_head(name, description.strip(), blank_line=False)
     return ParsedSkill(
         folder=found.folder,
         name=name,
@@ -401,10 +403,11 @@ def check_files(parsed: ParsedSkill, limits: Limits) -> None:
     parsed.files = kept
 
 
-def learned_head(name: str, description: str) -> str:
-    """The front matter of a skill that came without one (a learned skill): name and description."""
+def learned_head(name: str, description: str, *, blank_line: bool = True) -> str:
+    """The front matter of a skill that came without one (a learned skill, a SKILL.md without front
+    matter): name and description."""
     text = yaml.safe_dump({"name": name, "description": description}, sort_keys=False, allow_unicode=True)
-    return f"---\n{text}---\n\n"
+    return f"---\n{text}---\n" + ("\n" if blank_line else "")
 
 
 def render(head: str, body: str, ours: dict[str, Any]) -> str:

@@ -289,9 +289,9 @@ class SkillFolderOps(SkillStoreCore):
         )
         if same is not None:
             current = await self._folder(same["skill_id"], same["version"])
-            body = await self._procedure(same["skill_id"], same["version"])
+            head, body = await self._skill_md(same, same["version"])
             record = dict(same)
-            if current == folder and body == p.body:
+            if current["files"] == folder["files"] and head + body == p.head + p.body:
                 if approve and not record.get("approved_by"):
                     await self._approve_import(record)
                 return self._import_reply(record, unchanged=True)
