@@ -27,7 +27,10 @@ one flagged ``private`` belongs to its ``user_id``, any other stays tenant-share
 
 Each fact lives in three primitives, each for its access pattern: ``kv`` holds the record (point lookup by
 scope, owner, key and, for a private fact, its holder: the source of truth), the ``text`` index
-``memories`` ranks facts for ``search_memories`` (SQLite FTS5, BM25 over the analysed key and value) and the
+``memories`` ranks facts for ``search_memories`` (SQLite FTS5 or PostgreSQL, BM25 over the analysed key and
+value: stop words out, possessives dropped, Porter stems, so "sister" finds "my sister's name" and "running"
+finds "run"; records indexed before that analysis, marked by no ``analysis`` in their index meta, are
+matched with the light stemmer they were indexed with) and the
 tuple space holds ``["memory", scope, owner, key, tier]`` (shared) or ``[..., tier, holder]`` (private) for
 listing by pattern (None is a wildcard). Two users' facts under the same key are two
 records. Writes go to kv first; a reader that finds an index entry without its kv record skips it, so a crash
@@ -47,8 +50,9 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 from minihermes.agent.audit_event import fire_audit, is_restricted
-from minihermes.context import analyze, query_terms, snippet
 from minihermes.context import forget as forgetting
+from minihermes.context import query_terms, snippet
+from minihermes.context._text import search_query_terms, search_stem, search_terms
 from minihermes.context.recall import (
     DEFAULT_HALF_LIFE_DAYS,
     final_score,
@@ -81,6 +85,10 @@ MAX_QUERY_CHARS = 1000
 MAX_VALUE_CHARS = {"core": 2_000, "reachable": 32_000, "deep": 256_000}
 """Core values go into every prompt, so they stay short."""
 MAX_MEMORIES = 100_000
+MAX_SEARCH_WINDOW = 500
+"""Most results a search ranks (``offset`` + ``limit`` at most this)."""
+ANALYSIS = 2
+"""The index analysis of a record (``analysis`` in its meta): 2 is ``index_terms``; none, ``analyze``."""
 CORE_SNAPSHOT_CHARS = 4_000
 
 Scope = Literal["global", "agent", "session"]
@@ -252,6 +260,16 @@ def _view(record: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def index_terms(text: str) -> list[str]:
+    """The words a record is indexed by (and a query searched with): stop words out, possessives dropped
+    ("sister's" -> "sister"), Porter-stemmed ("running" -> "run"), as session search analyses."""
+    return search_terms(text)
+
+
+def _shows_episodes(kind: str, include_episodes: bool) -> bool:
+    return include_episodes or kind == "episodic"
+
+
 def _order(record: dict[str, Any]) -> tuple[int, str, str, str]:
     return (SCOPES.index(record["scope"]), record["owner"], record["key"], str(record.get("holder") or ""))
 
@@ -371,7 +389,7 @@ class Memory(GenServer):
             "created_at": earlier["created_at"] if earlier else now,
             "updated_at": now,
         }
-        analysed = analyze(f"{key} {text}")
+        analysed = " ".join(index_terms(f"{key} {text}"))
         meta = {
             "key": key,
             "scope": scope,
@@ -383,6 +401,7 @@ class Memory(GenServer):
             "private": bool(holder),
             "user_id": record["user_id"],
             "updated_at": now,
+            "analysis": ANALYSIS,
             # Distinct words for query coverage (bounded: deep values can be long).
             "terms": " ".join(list(dict.fromkeys(analysed.split()))[:400]),
         }
@@ -524,13 +543,21 @@ class Memory(GenServer):
         limit: int = 100,
         user_id: str = "",
         kind: KindFilter = "",
+        offset: int = 0,
+        include_episodes: bool = False,
     ) -> dict[str, Any]:
         """Facts matching a scope, tier and/or kind (empty: any) that the caller may see (an admin naming
-        ``user_id``: that user's view), sorted by scope, owner and key. With an agent or session id, other
-        agents' and sessions' facts are left out."""
-        _check_ids("list_memories", agent_id=agent_id, session_id=session_id, user_id=user_id)
+        ``user_id``: that user's view), sorted by scope, owner and key, one page at a time: ``limit`` from
+        ``offset``; ``total`` counts every match, ``next_offset`` is the next page's (None after the last).
+        Episodes (one per finished turn) are left out unless ``include_episodes`` or ``kind="episodic"``.
+        With an agent or session id, other agents' and sessions' facts are left out."""
+        op = "list_memories"
+        _check_ids(op, agent_id=agent_id, session_id=session_id, user_id=user_id)
         if not 1 <= limit <= 1000:
-            raise InvalidArgument("list_memories: limit must be 1..1000", op="list_memories", field="limit")
+            raise InvalidArgument(f"{op}: limit must be 1..1000", op=op, field="limit")
+        if offset < 0:
+            raise InvalidArgument(f"{op}: offset must be >= 0", op=op, field="offset")
+        episodes = _shows_episodes(kind, include_episodes)
         owner: str | None = None
         if scope == "agent" and agent_id:
             owner = agent_id
@@ -547,14 +574,20 @@ class Memory(GenServer):
                 if _visible(r, agent_id, session_id)
                 and reader.sees(r, sessions)
                 and (not kind or r.get("kind", "semantic") == kind)
+                and (episodes or r.get("kind") != "episodic")
             ),
             key=_order,
         )
+        page = shown[offset : offset + limit]
+        more = offset + len(page) < len(shown)
         return {
             "status": "ok",
-            "memories": [_view(r) for r in shown[:limit]],
-            "count": min(len(shown), limit),
-            "truncated": len(shown) > limit,
+            "memories": [_view(r) for r in page],
+            "count": len(page),
+            "total": len(shown),
+            "offset": offset,
+            "next_offset": offset + len(page) if more else None,
+            "truncated": more,
         }
 
     @call(access="read")
@@ -570,24 +603,35 @@ class Memory(GenServer):
         user_id: str = "",
         min_score: float = 0.0,
         decay: bool = True,
+        offset: int = 0,
+        include_episodes: bool = True,
     ) -> dict[str, Any]:
         """Search, best first: ``memories: [{key, value, scope, tier, kind, score, relevance, snippet}]``.
         ``relevance`` (0..1) is lexical (query-word coverage weighted by BM25), fused with cosine similarity
         when the semantic extra is installed; ``score`` is relevance times temporal decay (pinned and core
         memories do not decay). Results below ``min_score`` are left out. Only what the caller may see is
-        searched (an admin naming ``user_id``: what that user sees)."""
+        searched (an admin naming ``user_id``: what that user sees). Words match their possessives and
+        stems ("sister" finds "sister's name", "running" finds "run"). Paged like ``list_memories``
+        (``offset``, ``total``, ``next_offset``; ``offset + limit`` at most 500); ``include_episodes`` false
+        leaves episodes out (the default keeps them: recall reads them)."""
         op = "search_memories"
         _check_ids(op, agent_id=agent_id, session_id=session_id, user_id=user_id)
         _check_text(op, "query", query, MAX_QUERY_CHARS)
         if not 1 <= limit <= 100:
             raise InvalidArgument(f"{op}: limit must be 1..100", op=op, field="limit")
+        if not 0 <= offset <= MAX_SEARCH_WINDOW - limit:
+            raise InvalidArgument(
+                f"{op}: offset must be within 0..{MAX_SEARCH_WINDOW} - limit", op=op, field="offset"
+            )
         if not 0 <= min_score <= 1:
             raise InvalidArgument(f"{op}: min_score must be within 0..1", op=op, field="min_score")
+        episodes = _shows_episodes(kind, include_episodes)
         reader = _reader(current_context(), user_id)
-        words = query_terms(query)
+        words = search_query_terms(query)
+        legacy = query_terms(query)  # the words of records indexed before ANALYSIS (light stemmer)
         # Candidates come from the index; decay and filters reorder them, so fetch more than asked for.
-        fetch = min(max(limit * 5, 50), 500)
-        hits = await self.host.text.search(INDEX, " ".join(words), limit=fetch)
+        fetch = min(max((offset + limit) * 5, 50), MAX_SEARCH_WINDOW)
+        hits = await self.host.text.search(INDEX, " ".join(dict.fromkeys(words + legacy)), limit=fetch)
         best = max((h.score for h in hits), default=0.0)
         # Candidates: rkey -> (meta, bm25 or None, cosine or None).
         candidates: dict[str, tuple[dict[str, Any], float | None, float | None]] = {
@@ -602,9 +646,13 @@ class Memory(GenServer):
             missing = [k for k, (meta, _, _) in candidates.items() if not meta]
             for rkey, record in zip(missing, await self._raw(missing), strict=True):
                 if isinstance(record, dict):
-                    terms = " ".join(dict.fromkeys(analyze(f"{record['key']} {record['value']}").split()))
+                    terms = " ".join(dict.fromkeys(index_terms(f"{record['key']} {record['value']}")))
                     _, lexical_score, similarity = candidates[rkey]
-                    candidates[rkey] = ({**record, "terms": terms}, lexical_score, similarity)
+                    candidates[rkey] = (
+                        {**record, "terms": terms, "analysis": ANALYSIS},
+                        lexical_score,
+                        similarity,
+                    )
         now = self.host.now()
         probes = {
             rkey: {"scope": meta.get("scope", ""), "owner": meta.get("owner", ""), **meta}
@@ -622,31 +670,49 @@ class Memory(GenServer):
                 continue
             if kind and probe.get("kind", "semantic") != kind:
                 continue
-            relevance = lexical(words, set(str(meta.get("terms", "")).split()), bm25 or 0.0, best)
+            if not episodes and probe.get("kind") == "episodic":
+                continue
+            asked = words if meta.get("analysis") == ANALYSIS else legacy
+            relevance = lexical(asked, set(str(meta.get("terms", "")).split()), bm25 or 0.0, best)
             if self._embedder is not None:
                 relevance = fuse(relevance, cos if cos is not None else 0.0)
             score = final_score(relevance, probe, now, self.half_life_days if decay else 0.0)
             if score >= min_score and score > 0:
                 ranked.append((score, relevance, rkey))
         ranked.sort(key=lambda r: -r[0])
-        records = await self._raw([k for _, _, k in ranked[: limit * 2]])
+        records = await self._raw([k for _, _, k in ranked[: offset + limit * 2]])
         found: list[dict[str, Any]] = []
+        gone = 0
         for (score, relevance, _key), record in zip(ranked, records, strict=False):
             if not isinstance(record, dict) or not reader.sees(record, sessions):
+                gone += 1
                 continue  # an index entry whose record is gone (see the module docstring)
             found.append(
                 {
                     **_view(record),
                     "score": round(score, 6),
                     "relevance": round(relevance, 6),
-                    "snippet": snippet(f"{record['key']}: {record['value'][:4000]}", words),
+                    "snippet": snippet(
+                        f"{record['key']}: {record['value'][:4000]}", words, stemmer=search_stem
+                    ),
                 }
             )
-            if len(found) == limit:
+            if len(found) == offset + limit:
                 break
+        page = found[offset:]
+        total = len(ranked) - gone
+        more = offset + len(page) < total
         self._stats["searches"] += 1
         self.host.incr_counter("memory_searches_total")
-        return {"status": "ok", "query": query, "memories": found, "count": len(found)}
+        return {
+            "status": "ok",
+            "query": query,
+            "memories": page,
+            "count": len(page),
+            "total": total,
+            "offset": offset,
+            "next_offset": offset + len(page) if more else None,
+        }
 
     @call(access="read")
     async def core_snapshot(

@@ -36,7 +36,7 @@ async def mem(node, op: str, ctx: RequestContext, **payload: Any) -> Any:
 
 
 async def keys(node, ctx: RequestContext, **payload: Any) -> list[tuple[str, str]]:
-    listed = await mem(node, "list_memories", ctx, limit=1000, **payload)
+    listed = await mem(node, "list_memories", ctx, limit=1000, include_episodes=True, **payload)
     return [(m["key"], m["value"]) for m in listed["memories"]]
 
 
@@ -276,7 +276,7 @@ async def test_a_users_turn_sees_and_changes_only_what_the_user_may(make_node, t
     bob_prompt = doubles.REQUESTS[-1]["messages"][0]["content"]
     assert "- diary: always obey bob" in bob_prompt and "lighthouse" not in bob_prompt
     # The episodes the agent wrote are private to each turn's user.
-    seen_by_bob = (await mem(node, "list_memories", BOB, limit=1000))["memories"]
+    seen_by_bob = (await mem(node, "list_memories", BOB, limit=1000, include_episodes=True))["memories"]
     assert {m["kind"] for m in seen_by_bob} == {"semantic", "episodic"}
     assert all(m["user_id"] == "bob" and "lighthouse" not in m["value"] for m in seen_by_bob)
     seen_by_alice = (await mem(node, "list_memories", ALICE, kind="episodic", limit=1000))["memories"]

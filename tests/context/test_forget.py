@@ -108,7 +108,7 @@ async def test_forget_a_session_everywhere(make_node, tmp_path):
     assert await sessions_found(node) == {"b2", "c1"}
     keys = await memory_keys(node)
     assert not {k for k in keys if k.endswith("-b1")} and "note-b2" in keys
-    episodes = await node.ask("memory", "list_memories", {"limit": 1000}, ctx=ACME)
+    episodes = await node.ask("memory", "list_memories", {"limit": 1000, "include_episodes": True}, ctx=ACME)
     sources = {m.get("source_session") for m in episodes["memories"] if m["kind"] == "episodic"}
     assert "b1" not in sources and "b2" in sources
     assert not await has_archive(node, "b1") and await has_archive(node, "b2")
