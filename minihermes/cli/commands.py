@@ -1,4 +1,5 @@
-"""Scripting commands: ``minihermes skills|cron|kanban|memory|mcp ...`` and ``minihermes call``.
+"""Scripting commands: ``minihermes cron|kanban|memory ...`` and ``minihermes call`` (skills, goals and mcp
+have their own modules).
 
 Each command is one actor op (or a few, for imports and exports), run on the embedded node of ``--data-dir``
 or on a running server (``--url``, with ``--token-env`` naming the variable that holds a JWT or API key).
@@ -15,6 +16,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from minihermes.runtime import ConfigError
 
@@ -65,14 +67,14 @@ def run_command(
     try:
         reply = asyncio.run(main())
     except NotEnabled as e:
-        err.print(f"[yellow]not enabled[/yellow]: {e}")
+        err.print(f"[yellow]not enabled[/yellow]: {escape(str(e))}", soft_wrap=True)
         raise typer.Exit(EXIT_NOT_ENABLED) from None
     except CommandError as e:
         where = f" (field {e.field})" if e.field else ""
-        err.print(f"[red]error[/red] {e.code}: {e.message}{where}")
+        err.print(f"[red]error[/red] {escape(f'{e.code}: {e.message}{where}')}", soft_wrap=True)
         raise typer.Exit(EXIT_ERROR) from None
     except (OSError, ConfigError) as e:  # the data dir cannot be used: say so, no traceback
-        err.print(f"[red]error[/red] {e}")
+        err.print(f"[red]error[/red] {escape(str(e))}", soft_wrap=True)
         raise typer.Exit(EXIT_ERROR) from None
     if reply is not None:
         show(
