@@ -313,6 +313,7 @@ def keys_revoke(
 
 def _scripting() -> None:
     from .commands import call, cron_app, kanban_app, memory_app
+    from .goals import goals_app
     from .mcp_servers import mcp_app
     from .skills import skills_app
 
@@ -321,6 +322,7 @@ def _scripting() -> None:
     app.add_typer(cron_app, name="cron")
     app.add_typer(kanban_app, name="kanban")
     app.add_typer(memory_app, name="memory")
+    app.add_typer(goals_app, name="goals")
     app.add_typer(mcp_app, name="mcp")
 
 

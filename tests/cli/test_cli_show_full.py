@@ -64,6 +64,9 @@ def _shows(where: list[str]) -> None:
     _whole(["skills", "show", skill_id, *where], DESCRIPTION, PROCEDURE, "proposed")  # with its versions
     _raw(["skills", "show", skill_id, *where], "skill_store", "get_skill", {"skill_id": skill_id}, where)
 
+    goal = ok_json("goals", "set", PROMPT, *where)
+    _whole(["goals", "show", goal["goal_id"], *where], PROMPT)
+
 
 def test_shows_on_the_local_data_dir(tmp_path):
     _shows(["--data-dir", str(tmp_path / "data")])
