@@ -1,4 +1,5 @@
-"""``minihermes skills ...``: list, show, search, pin, unpin, archive, recover, roll back, import, export.
+"""``minihermes skills ...``: list, show, search, approve, reject, pin, unpin, archive, recover, roll back,
+import, export.
 
 Imports and exports move SKILL.md files between this machine and the node (embedded or remote), one skill
 at a time with a progress bar: ``import DIR`` reads ``DIR/<name>/SKILL.md`` (or ``DIR/*.md``) here and sends
@@ -14,13 +15,15 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from ._backend import Backend, CommandError
-from ._connection import ConnectedTyper
+from ._connection import ConnectedTyper, connection
 from .commands import op_command, pick_op, run_command
 
 skills_app = ConnectedTyper(
-    help="Skills: list, show, pin, archive, roll back, import, export.", no_args_is_help=True
+    help="Skills: list, show, approve or reject candidates, pin, archive, roll back, import, export.",
+    no_args_is_help=True,
 )
 _SKILL_COLUMNS = ["skill_id", "name", "status", "pinned", "version", "uses", "success_rate", "description"]
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
@@ -39,7 +42,9 @@ def _progress(console: Console) -> Progress:
 
 @skills_app.command("list")
 def skills_list(
-    status: Annotated[str, typer.Option(help="active, stale, archived, pinned, ... (default: all)")] = "",
+    status: Annotated[
+        str, typer.Option(help="candidate, active, stale, archived or pinned (default: all)")
+    ] = "",
     limit: Annotated[int, typer.Option(help="At most this many.")] = 1000,
 ) -> None:
     """List skills, newest first."""
@@ -54,8 +59,96 @@ def skills_show(
     skill_id: str,
     version: Annotated[int, typer.Option(help="A version (default: the current one).")] = 0,
 ) -> None:
-    """A skill with its procedure."""
-    run_command(op_command("skill_store", ("get_skill",), {"skill_id": skill_id, "version": version}))
+    """A skill with its procedure, every field whole; a candidate says what holds it back."""
+
+    async def body(backend: Backend, console: Console) -> Any:
+        reply = await op_command("skill_store", ("get_skill",), {"skill_id": skill_id, "version": version})(
+            backend, console
+        )
+        skill = reply.get("skill") if isinstance(reply, dict) else None
+        if not connection().as_json and isinstance(skill, dict) and skill.get("status") == "candidate":
+            console.print(Text("Not live yet: " + " ".join(held_back(skill)), style="yellow"))
+            console.print(
+                Text(
+                    f"Approve: minihermes skills approve {skill_id}; "
+                    f"reject: minihermes skills reject {skill_id} --reason ...",
+                    style="dim",
+                )
+            )
+        return reply
+
+    run_command(body)
+
+
+def held_back(skill: dict[str, Any]) -> list[str]:
+    """Why a candidate is not live yet, in words, from its record (``record_evaluation``, ``approve_skill``),
+    as the dashboard says it."""
+    evaluation = skill.get("evaluation") or None
+    approved = set(skill.get("approved_tools") or [])
+    unapproved = [t for t in skill.get("tools") or [] if t not in approved]
+    reasons = []
+    if not isinstance(evaluation, dict):
+        reasons.append("It has not been evaluated yet (a skill goes live when its evaluation passes).")
+    elif not evaluation.get("passed"):
+        reasons.append(f"Its evaluation of v{evaluation.get('version')} failed (see evaluation below).")
+    else:
+        reasons.append(f"Its evaluation of v{evaluation.get('version')} passed.")
+    if skill.get("needs_approval") and unapproved:
+        reasons.append(
+            f"It uses tools with outside effects ({', '.join(unapproved)}): an admin must approve it."
+        )
+    elif skill.get("approved_by"):
+        reasons.append(f"Approved by {skill['approved_by']}.")
+    return reasons
+
+
+@skills_app.command("approve")
+def skills_approve(skill_id: str) -> None:
+    """Approve a candidate skill's tools (admins): it goes live once its evaluation has passed."""
+
+    async def body(backend: Backend, console: Console) -> Any:
+        reply = await op_command("skill_store", ("approve_skill",), {"skill_id": skill_id})(backend, console)
+        if connection().as_json:
+            return reply
+        status = reply.get("skill_status")
+        if status == "active":
+            console.print(Text(f"approved {skill_id}: it is active"))
+        elif status == "candidate":
+            console.print(
+                Text(f"approved {skill_id}: still a candidate, it goes live when its evaluation passes")
+            )
+        else:
+            console.print(Text(f"approved {skill_id} (status {status})"))
+        return None
+
+    run_command(body)
+
+
+@skills_app.command("reject")
+def skills_reject(
+    skill_id: str,
+    reason: Annotated[str, typer.Option(help="Why (kept in the audit log).")] = "",
+) -> None:
+    """Reject a candidate skill (admins): it is archived, never used ('recover' brings it back)."""
+
+    async def body(backend: Backend, console: Console) -> Any:
+        op = await pick_op(backend, "skill_store", ("archive",))
+        current = await backend.ask("skill_store", "get_skill", {"skill_id": skill_id})
+        status = current["skill"]["status"]
+        if status != "candidate":
+            raise CommandError(
+                "conflict",
+                f"skill {skill_id} is {status}, not a candidate (to retire it: minihermes skills archive)",
+                "skill_id",
+            )
+        why = f"rejected: {reason}" if reason.strip() else "rejected"
+        reply = await backend.ask("skill_store", op, {"skill_id": skill_id, "reason": why})
+        if connection().as_json:
+            return reply
+        console.print(Text(f"rejected {skill_id}: archived"))
+        return None
+
+    run_command(body)
 
 
 @skills_app.command("search")
@@ -154,28 +247,3 @@ async def export_files(backend: Backend, console: Console, folder: Path, status:
             written.append(str(target))
             progress.advance(task)
     return {"status": "ok", "written": written, "count": len(written)}
-
-
-@skills_app.command("import")
-def skills_import(
-    folder: Annotated[Path, typer.Argument(help="Folder of <name>/SKILL.md folders (or of .md files).")],
-) -> None:
-    """Import SKILL.md files from this machine (admin-curated: active at once)."""
-
-    async def body(backend: Backend, console: Console) -> Any:
-        return await import_files(backend, Console(stderr=True), skill_files(folder))
-
-    run_command(body, columns=["skill_id", "name", "version", "status"])
-
-
-@skills_app.command("export")
-def skills_export(
-    folder: Annotated[Path, typer.Argument(help="Where to write <name>/SKILL.md folders.")],
-    status: Annotated[str, typer.Option(help="Only skills with this status.")] = "",
-) -> None:
-    """Export skills as SKILL.md folders on this machine."""
-
-    async def body(backend: Backend, console: Console) -> Any:
-        return await export_files(backend, Console(stderr=True), folder, status)
-
-    run_command(body)
