@@ -2,14 +2,20 @@
 
 Checks, each ``ok``, ``warn``, ``fail`` or ``skip``; the exit code is 1 when a *required* one fails:
 
+- server (with ``--url``, or when a MiniHermes server answers on the port): through its HTTP API only, it
+  answers ``/healthz``, is ready (``/readyz``), accepts the credential (``/api/v1/whoami``), and its services
+  are healthy (``health_monitor.get_health``);
 - storage (required): the node's store backend checks itself (``Store.doctor()``): for SQLite, the data dir
   exists or can be made and is writable, SQLite is recent enough, has FTS5 and runs in WAL mode there; for
   PostgreSQL, the server, pgvector, unaccent and the database's locale; for both, the stored schema version is
-  one this version can open. Skipped, rather than making ``./data``, when no data dir or config is named,
-  there is no ``./data`` and a MiniHermes server answers on the port;
+  one this version can open. With a server (``--url``, or one on the port) and no data dir or config named,
+  the server's storage is reported instead, as its ``/readyz`` says it, and ``./data`` is neither read nor
+  made;
 - sandbox: the isolation level of the terminal tool's sandbox (namespaces, seccomp, landlock, or rlimits
-  only); ``minimal`` is a warning, not a failure (tools still run, less isolated);
-- port: the HTTP port is free, or a MiniHermes server answers on it (in use by anything else fails);
+  only); ``minimal`` is a warning, not a failure (tools still run, less isolated). Not with ``--url`` (the
+  server's machine may be another one);
+- port (not with ``--url``): the HTTP port is free, or a MiniHermes server answers on it (in use by anything
+  else fails);
 - providers: the LLM gateway's configured providers (from the running server on that port or ``--url``, or
   else the data dir): the simulated one is always fine; a real one is probed with a short timeout (any HTTP
   answer means reachable; no credential is sent). The active provider is required, the others warn.
@@ -188,6 +194,109 @@ async def check_providers(listing: dict[str, Any], timeout: float) -> list[Check
     return out
 
 
+# -- a running server ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class ServerReport:
+    """What a running server said about itself through its HTTP API."""
+
+    checks: list[Check]
+    reachable: bool
+    storage: Check
+    """Its storage, as ``/readyz`` reports it (the node started and its store answers)."""
+
+
+def _json_body(resp: httpx.Response) -> Any:
+    try:
+        return resp.json()
+    except ValueError:
+        return None
+
+
+def _error_message(resp: httpx.Response) -> str:
+    body = _json_body(resp)
+    err = body.get("error") if isinstance(body, dict) else None
+    if isinstance(err, dict):
+        return f"{err.get('code', resp.status_code)}: {err.get('message', '')}"
+    return f"HTTP {resp.status_code}"
+
+
+async def check_server(url: str, token: str | None, timeout: float = 5.0) -> ServerReport:
+    """A running server, through its API only (nothing on this machine is opened or made): it answers
+    ``/healthz``, is ready (``/readyz``: started, its store answers), accepts the credential
+    (``/api/v1/whoami``), and its services are healthy (``health_monitor.get_health``, when it runs one)."""
+    own = "the server keeps its own storage (--data-dir checks a data dir here)"
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    checks: list[Check] = []
+    storage = Check("storage", "server store", SKIP, f"not checked; {own}")
+    try:
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=timeout) as client:
+            try:
+                health = await client.get("/healthz")
+            except httpx.HTTPError as e:
+                detail = f"{url} does not answer: {e or type(e).__name__}"
+                unreachable = Check("server", "health", FAIL, detail, True)
+                storage = Check("storage", "server store", SKIP, f"not checked: {url} does not answer; {own}")
+                return ServerReport([unreachable], False, storage)
+            body = _json_body(health)
+            if health.status_code != 200 or not isinstance(body, dict) or body.get("status") != "ok":
+                detail = f"{url} answers HTTP {health.status_code} at /healthz: not a MiniHermes server"
+                storage = Check("storage", "server store", SKIP, f"not checked: {detail}")
+                return ServerReport([Check("server", "health", FAIL, detail, True)], False, storage)
+            checks.append(Check("server", "health", OK, f"{url} answers", True))
+            ready = await client.get("/readyz")
+            said = _json_body(ready)
+            reason = str(said.get("reason") or "") if isinstance(said, dict) else ""
+            if ready.status_code == 200:
+                checks.append(Check("server", "ready", OK, "started", True))
+                storage = Check("storage", "server store", OK, f"answers (GET /readyz); {own}", True)
+            else:
+                checks.append(Check("server", "ready", FAIL, reason or f"HTTP {ready.status_code}", True))
+                status = FAIL if reason == "store unreachable" else SKIP
+                storage = Check(
+                    "storage", "server store", status, f"{reason or 'not ready'} (GET /readyz)", True
+                )
+            checks.append(await _whoami(client))
+            checks.append(await _services(client))
+    except httpx.InvalidURL as e:
+        bad = Check("server", "health", FAIL, f"{url} is not a server address: {e}", True)
+        return ServerReport([bad], False, storage)
+    except httpx.HTTPError as e:  # it went away between two requests
+        checks.append(Check("server", "api", FAIL, f"{url} stopped answering ({type(e).__name__})", True))
+        return ServerReport(checks, False, storage)
+    return ServerReport(checks, True, storage)
+
+
+async def _whoami(client: httpx.AsyncClient) -> Check:
+    resp = await client.get("/api/v1/whoami")
+    if resp.status_code != 200:
+        hint = " (--token-env names the variable with a JWT or API key)" if resp.status_code == 401 else ""
+        return Check("server", "credential", FAIL, f"refused: {_error_message(resp)}{hint}", True)
+    me = _json_body(resp)
+    me = me if isinstance(me, dict) else {}
+    who = (
+        f"{me.get('principal')} in tenant {me.get('tenant')}, roles {','.join(me.get('roles') or []) or '-'}"
+    )
+    if not me.get("authenticated"):
+        who += " (no auth: every caller is the owner)"
+    return Check("server", "credential", OK, who, True)
+
+
+async def _services(client: httpx.AsyncClient) -> Check:
+    resp = await client.post("/api/v1/actors/health_monitor/get_health", json={})
+    if resp.status_code != 200:
+        return Check("server", "services", SKIP, f"health_monitor: {_error_message(resp)}")
+    report = _json_body(resp)
+    report = report if isinstance(report, dict) else {}
+    degraded = report.get("degraded") or []
+    if not degraded:
+        return Check("server", "services", OK, f"{report.get('healthy', 0)} healthy")
+    groups = report.get("group_health") or {}
+    names = ", ".join(f"{n} ({(groups.get(n) or {}).get('reason') or 'degraded'})" for n in degraded)
+    return Check("server", "services", WARN, f"degraded: {names}")
+
+
 # -- all ------------------------------------------------------------------------------------------------------
 
 
@@ -201,20 +310,40 @@ async def run_checks(
     probe_timeout: float,
     config: AppConfig | None = None,
 ) -> list[Check]:
-    """Every check. ``data_dir`` None: not named (``./data``, or the config's); ``config``: the node's."""
-    port_check, ours = await check_port(host, port)
+    """Every check. ``data_dir`` None: not named (``./data``, or the config's); ``config``: the node's.
+
+    ``url``: a running server, checked through its API (health, readiness and storage, the credential,
+    services, providers); this machine's data dir, sandbox and port are left alone unless a data dir or
+    config is named. Without ``url``, a MiniHermes server found on ``host:port`` is checked the same way,
+    and when no data dir or config is named its storage is the one reported (``./data`` is not made)."""
     named = data_dir is not None or config is not None
-    if ours and not named and not await asyncio.to_thread(DEFAULT_DATA.exists):
-        # The server there keeps its storage wherever it was told to: ./data is not made just to look at it.
-        detail = f"no ./{DEFAULT_DATA} here; the server on {_hostport(host, port)} keeps its own (--data-dir names one)"
-        checks = [Check("storage", "data dir", SKIP, detail)]
+    checks: list[Check] = []
+    port_check: Check | None = None
+    if url:
+        source: str | None = url.rstrip("/")
     else:
-        checks = await check_storage(data_dir or DEFAULT_DATA, config)
+        port_check, ours = await check_port(host, port)
+        source = f"http://{_hostport(host, port)}" if ours else None
+    server = await check_server(source, token) if source is not None else None
+    if server is not None:
+        checks += server.checks
+    if named or server is None:
+        checks += await check_storage(data_dir or DEFAULT_DATA, config)
+    else:
+        checks.append(server.storage)
+    if url:
+        checks.append(
+            Check("sandbox", "isolation", SKIP, "on the server's machine: run minihermes doctor there")
+        )
+    else:
+        checks += await asyncio.to_thread(check_sandbox)
+    if port_check is not None:
+        checks.append(port_check)
+    if server is not None and not server.reachable:
+        checks.append(Check("providers", "gateway", SKIP, f"not checked: {source} does not answer"))
+        return checks
     data_dir = data_dir or (config.data_dir if config is not None else DEFAULT_DATA)
-    checks += await asyncio.to_thread(check_sandbox)
-    checks.append(port_check)
     # A server already running on this data dir owns it: ask it rather than starting a second node there.
-    source = url or (f"http://{_hostport(host, port)}" if ours else None)
     storage_ok = all(c.status != FAIL for c in checks if c.group == "storage")
     if source is None and not storage_ok:
         checks.append(Check("providers", "gateway", SKIP, "storage failed: cannot read the configuration"))

@@ -211,7 +211,8 @@ def doctor(
     ] = None,
     probe_timeout: Annotated[float, typer.Option(help="Seconds to wait for each provider.")] = 3.0,
 ) -> None:
-    """Check providers, storage, sandbox isolation and the HTTP port; exit code 1 when a required check fails."""
+    """Check providers, storage, sandbox isolation and the HTTP port, or a running server (--url) through its
+    API; exit code 1 when a required check fails."""
     from rich.console import Console
 
     from . import doctor as dr
