@@ -1,17 +1,18 @@
-"""Cron jobs and goals as LLM tools: the ``schedule`` toolset (``cron_*``) and the ``goals`` toolset (``goal_*``).
+"""Cron jobs and goals as LLM tools: the ``schedule`` toolset (``cron_*``) and the ``goals`` toolset
+(``goal_*``).
 
-Each tool performs one op of ``cron_scheduler`` or ``goals`` as the turn's caller (the tool executor checks the
-op's access class with the turn's context, and the actor narrows a user to what they own), so "remind me every
-Monday at 9am to water the plants" becomes a job of the user that runs as the user, never more.
+Each tool performs one op of ``cron_scheduler`` or ``goals`` as the turn's caller (the tool executor checks
+the op's access class with the turn's context, and the actor narrows a user to what they own), so "remind me
+every Monday at 9am to water the plants" becomes a job of the user that runs as the user, never more.
 
 ``cron_schedule`` takes a 5-field cron expression only (what a model is taught to write). The job id is made
 from the name (or the prompt) and a digest of who asked what, so a turn that repeats the call (a resumed turn,
 a model that says it twice) finds the job it already made instead of making a second one. Its runs are agent
 turns in the job's own session of the user (``cron:<job_id>``, see ``cron_runner.py``).
 
-Goals belong to the session that sets them: ``goal_set`` and ``goal_list`` work on the calling session's goals
-(``goal_list`` with ``all_sessions``: every goal the caller may see); ``goal_complete`` and ``goal_clear`` take
-any goal id of the caller's.
+Goals belong to the session that sets them: ``goal_set`` and ``goal_list`` work on the calling session's
+goals (``goal_list`` with ``all_sessions``: every goal the caller may see); ``goal_complete`` and
+``goal_clear`` take any goal id of the caller's.
 """
 
 from __future__ import annotations

@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from minihermes.agent.app import TOOLSETS
-from minihermes.runtime import Node, RequestContext
+from minihermes.runtime import ActorError, Node, RequestContext
 
 from . import doubles
 from .conftest import ACME_VIEWER, until
@@ -206,3 +208,14 @@ async def test_in_a_chat_turn_the_tools_act_as_the_turns_user(app_node):
     assert "goal_set" in doubles.SCRIPT.tools["b2"]
     goals = (await node.ask("goals", "list_goals", {"session_id": "b2"}, ctx=BOB))["goals"]
     assert [(g["text"], g["owner"]) for g in goals] == [("water the plants weekly", "bob")]
+
+
+async def test_only_an_admin_sets_a_jobs_delivery_link(app_node):
+    """A delivery is a service-link call nobody reviews: a user's job has none (an admin's may)."""
+    node = await app_node(scripted=True)
+    job = {"job_id": "d1", "prompt": "p", "schedule": MONDAY_9, "deliver": {"link": "hook"}}
+    with pytest.raises(ActorError) as e:
+        await node.ask("cron_scheduler", "create_job", job, ctx=BOB)
+    assert e.value.code == "permission_denied" and e.value.details["field"] == "deliver"
+    made = await node.ask("cron_scheduler", "create_job", job, ctx=ADA)
+    assert made["job_id"] == "d1"
