@@ -7,6 +7,14 @@ sessions. Session ids are random (``sess-`` + 128 bits), so knowing one session 
 
 End users (role ``user`` without ``admin``) see and manage only their own sessions (``user_id`` is their
 principal); admins and viewers see the tenant's. Starts and ends are audited.
+
+Every door that starts a turn registers its session here without knowing it: at the start of each turn the
+agent casts ``record_turn`` with the caller's context. A session seen for the first time is created, owned by
+the turn's principal, on the channel the door named (``agent.chat(channel=...)``) or the one its id tells
+(``cron:``, ``kanban:``, ``delegate:``, ``task:``, ``orch:``, ``cli``), else ``api``, and titled by its
+first user message (one short line). Each turn then updates ``last_active_at`` and ``message_count`` (the
+user's messages, one per turn) of a session the caller owns; a session another principal owns is never
+changed. ``list_sessions`` orders by last activity and finds sessions by title (``query``).
 """
 
 from __future__ import annotations
@@ -41,6 +49,17 @@ _FIELD = re.compile(r"^[^\x00-\x1f\x7f]{1,128}$")
 _SESSION_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
 MAX_LIST = 1000
 MAX_METADATA_BYTES = 8192
+MAX_TITLE_CHARS = 80
+MAX_QUERY_CHARS = 200
+_CHANNEL_BY_PREFIX = (
+    ("cron:", "cron"),
+    ("kanban:", "kanban"),
+    ("delegate:", "delegation"),
+    ("task:", "task"),
+    ("orch:", "orchestrator"),
+    ("cli-", "cli"),
+)
+"""The channel a session's id tells, for a door that names none (the work actors' own session names)."""
 
 
 class SessionManager(GenServer):
@@ -87,6 +106,8 @@ class SessionManager(GenServer):
             "ended_at": None,
             "state": "active",
             "metadata": metadata or {},
+            "title": "",
+            "message_count": 0,
         }
         await self.host.kv.put(_SESSION + session_id, meta)
         await self.host.kv.put(_index_key(channel, user_id), session_id)
@@ -156,9 +177,10 @@ class SessionManager(GenServer):
 
     @call(access="read")
     async def list_sessions(
-        self, user_id: str = "", state: str = "", channel: str = "", limit: int = 100
+        self, user_id: str = "", state: str = "", channel: str = "", limit: int = 100, query: str = ""
     ) -> dict[str, Any]:
-        """Sessions newest first; users get only their own. Filters: ``state`` (active|ended), channel."""
+        """Sessions, the most recently active first; users get only their own. Filters: ``state``
+        (active|ended), ``channel``, ``query`` (every word of it in the title or the id, any case)."""
         ctx = current_context()
         if sees_own_only(ctx):
             user_id = _own_user(ctx, user_id)
@@ -166,6 +188,9 @@ class SessionManager(GenServer):
             raise InvalidArgument("state must be '', 'active' or 'ended'", field="state")
         if limit < 1 or limit > MAX_LIST:
             raise InvalidArgument(f"limit must be between 1 and {MAX_LIST}", field="limit")
+        if len(query) > MAX_QUERY_CHARS:
+            raise InvalidArgument(f"query must be at most {MAX_QUERY_CHARS} characters", field="query")
+        words = query.casefold().split()
         if user_id:
             _check_field("user_id", user_id)  # an overlong one reached the store's prefix check: a 500
             prefix = f"{_BY_USER}{quote(user_id, safe='')}:"
@@ -177,9 +202,11 @@ class SessionManager(GenServer):
         rows = [
             m
             for m in metas
-            if (not state or m.get("state") == state) and (not channel or m.get("channel") == channel)
+            if (not state or m.get("state") == state)
+            and (not channel or m.get("channel") == channel)
+            and (not words or _matches(m, words))
         ]
-        rows.sort(key=lambda m: (m.get("created_at") or 0, m.get("session_id", "")), reverse=True)
+        rows.sort(key=_recency, reverse=True)
         total = len(rows)
         rows = rows[:limit]
         return {"status": "ok", "sessions": rows, "count": len(rows), "total": total}
@@ -194,6 +221,54 @@ class SessionManager(GenServer):
             return
         meta["last_active_at"] = self.host.now()
         await self.host.kv.put(_SESSION + session_id, meta)
+
+    @cast(access="admin")
+    async def record_turn(self, session_id: str, channel: str = "", title_hint: str = "") -> None:
+        """A turn starts in ``session_id`` (cast by the agent, with the turn's context; see the module
+        docstring). Fire-and-forget: an id this index cannot hold, or another principal's session, is left
+        alone. Admin over HTTP: a user's turn casts it from inside the node, and nobody else names sessions
+        for them."""
+        if not _SESSION_ID.fullmatch(session_id):
+            return
+        ctx = current_context()
+        now = self.host.now()
+        key = _SESSION + session_id
+        meta = await self.host.kv.get(key)
+        if isinstance(meta, dict):
+            if not _owned_by(meta, ctx.principal):
+                return
+            meta["last_active_at"] = now
+            meta["message_count"] = int(meta.get("message_count") or 0) + 1
+            if not meta.get("title"):
+                meta["title"] = session_title(title_hint, str(meta.get("channel") or ""))
+            await self.host.kv.put(key, meta)
+            return
+        channel = channel_of(session_id, channel)
+        meta = {
+            "session_id": session_id,
+            "channel": channel,
+            "user_id": ctx.principal,
+            "agent_id": "agent",
+            "created_by": ctx.principal,
+            "created_at": now,
+            "last_active_at": now,
+            "ended_at": None,
+            "state": "active",
+            "metadata": {},
+            "title": session_title(title_hint, channel),
+            "message_count": 1,
+        }
+        await self.host.kv.put(key, meta)
+        await self.host.kv.put(_user_key(ctx.principal, session_id), now)
+        self.total_created += 1
+        self.host.incr_counter("sessions_created_total")
+        fire_audit(
+            self.host,
+            "session_started",
+            f"session_id={session_id} channel={channel} user_id={ctx.principal}",
+            session_id=session_id,
+            data={"channel": channel, "user_id": ctx.principal, "agent_id": "agent"},
+        )
 
     @call(access="read")
     def get_stats(self) -> dict[str, Any]:
@@ -214,6 +289,41 @@ class SessionManager(GenServer):
 
 def _visible(meta: dict[str, Any], ctx: RequestContext) -> bool:
     return not sees_own_only(ctx) or meta.get("user_id") == ctx.principal
+
+
+def _owned_by(meta: dict[str, Any], principal: str) -> bool:
+    """The session is ``principal``'s: theirs, or made by them for nobody in particular."""
+    user = meta.get("user_id")
+    return user == principal or (user == "anonymous" and meta.get("created_by") == principal)
+
+
+def _recency(meta: dict[str, Any]) -> tuple[float, float, str]:
+    created = float(meta.get("created_at") or 0)
+    return float(meta.get("last_active_at") or created), created, str(meta.get("session_id", ""))
+
+
+def _matches(meta: dict[str, Any], words: list[str]) -> bool:
+    text = f"{meta.get('title') or ''} {meta.get('session_id', '')}".casefold()
+    return all(w in text for w in words)
+
+
+def channel_of(session_id: str, given: str = "") -> str:
+    """The channel of a session first seen in a turn: the one its door named, else the one its id tells,
+    else ``api``."""
+    if given and _FIELD.fullmatch(given):
+        return given
+    if session_id == "cli":  # ``minihermes chat``'s default session
+        return "cli"
+    return next((ch for prefix, ch in _CHANNEL_BY_PREFIX if session_id.startswith(prefix)), "api")
+
+
+def session_title(text: str, channel: str = "") -> str:
+    """One short line from a session's first user message (a delegated session: its goal)."""
+    if channel == "delegation" and "\nGoal:" in text:
+        text = text.split("\nGoal:", 1)[1]
+    line = next((ln for ln in text.splitlines() if ln.strip()), "")
+    line = " ".join(line.split())
+    return line if len(line) <= MAX_TITLE_CHARS else line[: MAX_TITLE_CHARS - 1].rstrip() + "…"
 
 
 def _own_user(ctx: RequestContext, user_id: str, default_marker: str = "") -> str:
@@ -237,4 +347,4 @@ def _user_key(user_id: str, session_id: str) -> str:
     return f"{_BY_USER}{quote(user_id, safe='')}:{session_id}"
 
 
-__all__ = ["SessionManager"]
+__all__ = ["SessionManager", "channel_of", "session_title"]

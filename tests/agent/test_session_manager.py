@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
 import pytest
 
+from minihermes.agent.app import build_agent_node, default_config
 from minihermes.agent.audit_event import AuditEvent
-from minihermes.agent.session_manager import SessionManager
-from minihermes.runtime import ActorSpec, InvalidArgument, NotFound, PermissionDenied, RequestContext
+from minihermes.agent.session_manager import SessionManager, channel_of, session_title
+from minihermes.permissions import DEFAULT_PERMISSIONS
+from minihermes.runtime import (
+    ActorSpec,
+    InvalidArgument,
+    ManualClock,
+    Node,
+    NotFound,
+    PermissionDenied,
+    RequestContext,
+)
 
 from .conftest import ACME, ACME_USER, ACME_VIEWER, GLOBEX
 
@@ -185,3 +199,149 @@ async def test_works_without_an_audit_actor(make_node):
     node = await make_node([ActorSpec("session_manager", SessionManager, per_tenant=True)])
     r = await node.ask("session_manager", "create_session", {}, ctx=ACME)
     assert r["status"] == "ok"
+
+
+# -- sessions from every door (issue 19): the agent registers each turn's session -----------------------------
+
+BOB = RequestContext(tenant="acme", principal="bob", roles=frozenset({"user"}))
+
+
+@pytest.fixture
+async def app(tmp_path: Path, clock: ManualClock) -> AsyncIterator[Node]:
+    """The whole agent app (simulated model) on SQLite with the manual clock."""
+    config = default_config(tmp_path / "data")
+    for spec in config.tree.walk():
+        if spec.name == "memory":
+            spec.args["semantic"] = False
+        if spec.name == "skill_store":
+            spec.args["semantic"] = "off"
+    node = build_agent_node(config, clock=clock)
+    await node.start()
+    yield node
+    await node.stop(deadline=5)
+
+
+async def chat(node: Node, ctx: RequestContext, session_id: str, message: str, **extra: Any) -> None:
+    reply = await node.ask("agent", "chat", {"message": message, "session_id": session_id, **extra}, ctx=ctx)
+    assert reply["status"] == "ok", reply
+
+
+async def listed(node: Node, ctx: RequestContext, **filters: Any) -> list[dict[str, Any]]:
+    return list((await node.ask("session_manager", "list_sessions", filters, ctx=ctx))["sessions"])
+
+
+async def test_every_turn_registers_its_session_with_owner_channel_title_and_activity(app, clock):
+    await chat(app, BOB, "plain-1", "  What is 17 + 25?\nand some more detail on a second line")
+    [s] = await listed(app, BOB)
+    assert (s["session_id"], s["user_id"], s["channel"], s["state"]) == ("plain-1", "bob", "api", "active")
+    assert s["title"] == "What is 17 + 25?" and s["message_count"] == 1
+    first_active = s["last_active_at"]
+    await clock.advance(10)
+    await chat(app, BOB, "plain-2", "word " * 60)
+    await clock.advance(10)
+    await chat(app, BOB, "plain-1", "and times two?")
+    sessions = await listed(app, BOB)
+    assert [x["session_id"] for x in sessions] == ["plain-1", "plain-2"]  # the most recently active first
+    again = sessions[0]
+    assert again["last_active_at"] == first_active + 20 and again["message_count"] == 2
+    assert again["title"] == "What is 17 + 25?"  # the first message's, kept
+    long_title = sessions[1]["title"]
+    assert len(long_title) <= 80 and long_title.endswith("…") and "\n" not in long_title
+    # an admin sees every user's sessions; the owner is whoever chatted, never changed by another's turn
+    await chat(app, ACME, "admin-1", "hello from the admin")
+    assert {x["session_id"] for x in await listed(app, ACME)} == {"plain-1", "plain-2", "admin-1"}
+    assert {x["session_id"] for x in await listed(app, BOB)} == {"plain-1", "plain-2"}
+
+
+async def test_the_channel_is_the_doors_or_the_one_the_session_id_tells(app):
+    await chat(app, BOB, "term", "from the terminal", channel="cli")
+    await chat(app, BOB, "cron:water", "Remind me to water the plants")
+    await chat(app, BOB, "kanban:t7:1", "Compute 6 * 7\n\nthe card's body")
+    await chat(app, BOB, "delegate:abc", "You are a sub-agent.\n\nGoal: find the answer\n\nContext:\nx")
+    got = {s["session_id"]: (s["channel"], s["title"]) for s in await listed(app, BOB)}
+    assert got == {
+        "term": ("cli", "from the terminal"),
+        "cron:water": ("cron", "Remind me to water the plants"),
+        "kanban:t7:1": ("kanban", "Compute 6 * 7"),
+        "delegate:abc": ("delegation", "find the answer"),
+    }
+
+
+async def test_a_created_session_keeps_its_channel_and_gets_a_title(app):
+    made = await app.ask("session_manager", "create_session", {"channel": "web"}, ctx=BOB)
+    assert made["title"] == "" and made["message_count"] == 0
+    await chat(app, BOB, made["session_id"], "plan my week")
+    got = await app.ask("session_manager", "get_session", {"session_id": made["session_id"]}, ctx=BOB)
+    assert (got["channel"], got["title"], got["message_count"], got["user_id"]) == (
+        "web",
+        "plan my week",
+        1,
+        "bob",
+    )
+
+
+async def test_a_session_another_principal_owns_is_never_changed(make_node, clock):
+    node = await make_node(specs())
+    carols = await node.ask("session_manager", "create_session", {"channel": "web"}, ctx=ACME_USER2)
+    await clock.advance(5)
+    node.send(
+        "session_manager",
+        "record_turn",
+        {"session_id": carols["session_id"], "title_hint": "bob's"},
+        ctx=ACME_USER,
+    )
+    node.send(
+        "session_manager",
+        "record_turn",
+        {"session_id": "bob-1", "channel": "api", "title_hint": "mine"},
+        ctx=ACME_USER,
+    )
+    node.send(
+        "session_manager", "record_turn", {"session_id": "bad id!", "title_hint": "x"}, ctx=ACME_USER
+    )  # ignored
+    got = await node.ask(
+        "session_manager", "get_session", {"session_id": carols["session_id"]}, ctx=ACME_USER2
+    )
+    assert got == {"status": "ok", **{k: v for k, v in carols.items() if k != "status"}}
+    mine = await node.ask("session_manager", "get_session", {"session_id": "bob-1"}, ctx=ACME_USER)
+    assert (mine["user_id"], mine["title"], mine["created_at"]) == ("bob", "mine", carols["created_at"] + 5)
+    # a session id already registered by bob is his: carol's turn there changes nothing of it either
+    node.send(
+        "session_manager", "record_turn", {"session_id": "bob-1", "title_hint": "carol's"}, ctx=ACME_USER2
+    )
+    again = await node.ask("session_manager", "get_session", {"session_id": "bob-1"}, ctx=ACME_USER)
+    assert again == mine
+    assert (await node.ask("session_manager", "get_stats", {}, ctx=ACME))["total_created"] == 2
+
+
+async def test_list_sessions_finds_sessions_by_title(make_node):
+    node = await make_node(specs())
+    for sid, title, ctx in (
+        ("s1", "Plan the garden party", ACME_USER),
+        ("s2", "garden: water the plants", ACME_USER),
+        ("s3", "tax return", ACME_USER),
+        ("s4", "Garden of carol", ACME_USER2),
+    ):
+        node.send("session_manager", "record_turn", {"session_id": sid, "title_hint": title}, ctx=ctx)
+    found = await node.ask("session_manager", "list_sessions", {"query": "GARDEN"}, ctx=ACME_USER)
+    assert {s["session_id"] for s in found["sessions"]} == {"s1", "s2"}  # bob's only
+    both = await node.ask("session_manager", "list_sessions", {"query": "garden plants"}, ctx=ACME_USER)
+    assert [s["session_id"] for s in both["sessions"]] == ["s2"]  # every word
+    every = await node.ask("session_manager", "list_sessions", {"query": "garden"}, ctx=ACME)
+    assert {s["session_id"] for s in every["sessions"]} == {"s1", "s2", "s4"}
+    with pytest.raises(InvalidArgument):
+        await node.ask("session_manager", "list_sessions", {"query": "x" * 201}, ctx=ACME)
+
+
+def test_record_turn_is_an_admins_op_over_http():
+    """A user's turn casts it from inside the node; over HTTP nobody but an admin names sessions for others."""
+    assert (
+        DEFAULT_PERMISSIONS.with_declared({"session_manager": SessionManager}).access(
+            "session_manager", "record_turn"
+        )
+        == "admin"
+    )
+    assert (
+        channel_of("cli") == "cli" and channel_of("x", "telegram") == "telegram" and channel_of("x") == "api"
+    )
+    assert session_title("\n\n  a   b \n c") == "a b"

@@ -1,4 +1,5 @@
-// Sessions and their transcripts; full-text search over the transcripts the caller may see.
+// Sessions and their transcripts: every door's sessions (titled by their first message, the most recently
+// active first), found by title; full-text search over the transcripts the caller may see.
 
 import { badge, clear, errorBox, fmtTime, h, notEnabled, pre, section, select, table } from "../ui.js";
 
@@ -10,30 +11,33 @@ async function render(root, ctx) {
   const transcript = h("div", { class: "transcript" }, h("p", { class: "empty" }, "Pick a session."));
   const results = h("div");
   const state = select("state", [["", "any state"], ["active"], ["ended"]]);
+  const titleQuery = h("input", { name: "title", type: "search", placeholder: "Find by title…", "aria-label": "Find sessions by title" });
   let sessions = [];
 
   async function load() {
-    const reply = await ctx.api.call("session_manager", "list_sessions", { state: state.value, limit: 200 });
+    const args = { state: state.value, limit: 200, query: titleQuery.value.trim() };
+    const reply = await ctx.api.call("session_manager", "list_sessions", args);
     sessions = reply.sessions || [];
     clear(
       listBox,
       table(
         sessions,
         [
-          ["session_id", "session", (s) => h("a", { href: "#", onclick: (e) => (e.preventDefault(), show(s.session_id)) }, s.session_id)],
+          ["title", "session", (s) => h("a", { href: "#", title: s.session_id, dataset: { session: s.session_id }, onclick: (e) => (e.preventDefault(), show(s.session_id)) }, s.title || s.session_id)],
           ["user_id", "user"],
           ["channel", "channel"],
-          ["state", "state", (s) => badge(s.state)],
-          ["created_at", "created", (s) => fmtTime(s.created_at)],
+          ["message_count", "messages", (s) => String(s.message_count ?? 0)],
           ["last_active_at", "last active", (s) => fmtTime(s.last_active_at)],
+          ["state", "state", (s) => badge(s.state)],
         ],
-        { empty: "No sessions yet." },
+        { empty: titleQuery.value.trim() ? "No session title matches." : "No sessions yet." },
       ),
     );
   }
 
   async function show(sessionId) {
-    clear(transcript, h("h3", {}, sessionId), h("a", { href: `#/chat?session=${encodeURIComponent(sessionId)}` }, "open in chat"));
+    const title = sessions.find((s) => s.session_id === sessionId)?.title;
+    clear(transcript, h("h3", {}, title || sessionId), title ? h("p", { class: "muted" }, sessionId) : null, h("a", { href: `#/chat?session=${encodeURIComponent(sessionId)}` }, "open in chat"));
     if (!ctx.catalog.has("agent", "get_history")) return transcript.append(notEnabled("agent"));
     try {
       const history = await ctx.api.call("agent", "get_history", { session_id: sessionId });
@@ -77,10 +81,12 @@ async function render(root, ctx) {
   }
 
   state.addEventListener("change", load);
+  let typing;
+  titleQuery.addEventListener("input", () => (clearTimeout(typing), (typing = setTimeout(load, 250))));
   await load();
   root.append(
     section("Search", h("form", { class: "toolbar", onsubmit: search }, query, h("button", { class: "btn" }, "Search")), results),
-    h("div", { class: "split" }, section("Sessions", h("div", { class: "toolbar" }, state), listBox), section("Transcript", transcript)),
+    h("div", { class: "split" }, section("Sessions", h("div", { class: "toolbar" }, titleQuery, state), listBox), section("Transcript", transcript)),
   );
   return load;
 }
