@@ -103,6 +103,11 @@ async def test_a_users_job_runs_the_prompt_as_a_turn_of_the_user(app_node):
     assert doubles.SCRIPT.contexts[f"cron:{job_id}"] == ("bob", frozenset({"user"}))
     history = await node.ask("agent", "get_history", {"session_id": f"cron:{job_id}"}, ctx=BOB)
     assert [m["content"] for m in history["messages"] if m["role"] == "user"] == ["say hello"]
+    # the run's session is bob's, listed with the cron channel and titled by the prompt
+    sessions = (await node.ask("session_manager", "list_sessions", {}, ctx=BOB))["sessions"]
+    assert [(s["session_id"], s["channel"], s["title"]) for s in sessions] == [
+        (f"cron:{job_id}", "cron", "say hello")
+    ]
 
 
 async def test_a_user_cannot_touch_another_users_job_and_an_admin_sees_all(app_node):
