@@ -41,6 +41,7 @@ from ._metrics import add_metrics_routes
 from ._schemas import fixed_responses
 from ._sessions import add_session_routes
 from ._shedding import SheddingConfig, install_shedding
+from ._skill_upload import add_skill_upload_routes
 from .permissions import DEFAULT_PERMISSIONS, PermissionTable
 
 log = logging.getLogger("minihermes.api")
@@ -138,6 +139,7 @@ def create_app(
         return await guarded(state, request, _describe_actor, actor)
 
     add_session_routes(app, state)
+    add_skill_upload_routes(app, state)
     add_api_key_routes(app, state)
     add_metrics_routes(app, state)
     if dashboard:

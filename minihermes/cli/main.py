@@ -317,6 +317,7 @@ def _scripting() -> None:
     from .goals import goals_app
     from .mcp_servers import mcp_app
     from .skills import skills_app
+    from .skills_io import skills_export  # noqa: F401  (registers skills import / export)
 
     app.command("call")(connected(call, NO_JSON))
     app.add_typer(skills_app, name="skills")

@@ -192,15 +192,16 @@ class SkillFolderOps(SkillStoreCore):
         refused: list[dict[str, str]] = []
         warnings: list[dict[str, str]] = []
 
-        def take(read: archive.Read) -> None:
+        def take(read: archive.Read, lone_name: str = "") -> None:
             entries, bad = read
-            skills, stray = folders.group(entries, bad, refused)
+            skills, stray = folders.group(entries, bad, refused, lone_name=lone_name)
             found.extend(skills)
             warnings.extend({"skill": "", "message": w} for w in stray)
 
         if path:
             access.require_admin(op)
-            take(await asyncio.to_thread(archive.read_folder, op, path, self.limits))
+            read = await asyncio.to_thread(archive.read_folder, op, path, self.limits)
+            take(read, lone_name=path.rstrip("/").rsplit("/", 1)[-1])
         if archive_b64:
             try:
                 data = base64.b64decode(archive_b64, validate=True)

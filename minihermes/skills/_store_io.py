@@ -191,6 +191,12 @@ def _folder_name(doc: dict[str, Any]) -> str:
     return clean.rsplit("/", 1)[-1] if clean else slug(doc["name"])
 
 
+def write_folder(op: str, path: str, docs: list[dict[str, Any]]) -> int:
+    """Write each doc as ``<path>/<folder>/SKILL.md`` plus its ``file_bytes`` (paths checked again: a doc
+    from elsewhere never writes outside its folder)."""
+    return _write_folder(op, path, docs)
+
+
 def _write_folder(op: str, path: str, docs: list[dict[str, Any]]) -> int:
     root = Path(path)
     if not root.is_absolute():
@@ -206,6 +212,8 @@ def _write_folder(op: str, path: str, docs: list[dict[str, Any]]) -> int:
         (root / folder).mkdir(exist_ok=True)
         (root / folder / "SKILL.md").write_bytes(doc["skill_md"].encode("utf-8"))
         for rel, data in (doc.get("file_bytes") or {}).items():
+            if safe_relpath(rel) != rel or rel == "SKILL.md":
+                continue
             target = root / folder / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)

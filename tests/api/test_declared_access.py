@@ -84,6 +84,7 @@ BEFORE: dict[tuple[str, str], str] = {
     ("health_monitor", "get_health"): "read",
     ("health_monitor", "poll_tick"): "admin",
     ("agent", "session_search"): "read",
+    ("agent", "set_toolsets"): "write",  # issue 19: the toolsets a session offers, its owner's setting
     ("skill_store", "list_skills"): "read",
     ("skill_store", "get_skill"): "read",
     ("skill_store", "search_skills"): "read",
@@ -94,6 +95,10 @@ BEFORE: dict[tuple[str, str], str] = {
     ("skill_store", "archive"): "admin",
     ("skill_store", "recover"): "admin",
     ("skill_store", "rollback"): "admin",
+    # issue 20: users import skill folders as their own candidates; anyone who sees a skill reads its files
+    ("skill_store", "import_skills"): "write",
+    ("skill_store", "read_skill_file"): "read",
+    ("skill_store", "view_skill"): "read",
     ("skill_tools", "list_tools"): "read",
     ("skill_tools", "get_tool"): "read",
     ("skill_tools", "create_tool"): "write",

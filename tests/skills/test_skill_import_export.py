@@ -168,3 +168,50 @@ async def test_a_users_import_is_their_own_and_never_replaces_anothers(make_node
     got = await node.ask("skill_store", "get_skill", {"skill_id": mine["imported"][0]["skill_id"]}, ctx=ACME)
     assert got["skill"]["scope"] == "user" and got["skill"]["owner"] == "bob"
     assert got["skill"]["status"] == "candidate" and got["skill"]["trusted"] is False
+
+
+# ------------------------------------------------------------------------------------------------ the CLI
+
+
+def _cli_round_trip(tmp_path: Path, where: list[str]) -> None:
+    from tests.cli._served import cli, ok_json
+
+    original = write_collection(tmp_path / "in")
+    imported = ok_json("skills", "import", str(tmp_path / "in"), "--approve", *where)
+    assert imported["refused"] == [] and imported["count"] == 4 and not imported["failed"]
+    assert {s["status"] for s in imported["imported"]} == {"active"}
+    out = cli("skills", "export", str(tmp_path / "out1"), *where)
+    assert out.exit_code == 0, out.output
+    first = read_tree(tmp_path / "out1")
+    assert all(
+        first[f"{f}/{r}"] == data
+        for f, files in original.items()
+        for r, data in files.items()
+        if r != "SKILL.md"
+    )
+    again = ok_json("skills", "import", str(tmp_path / "out1"), *where)
+    assert [s["unchanged"] for s in again["imported"]] == [True] * 4
+    assert cli("skills", "export", str(tmp_path / "out2"), *where).exit_code == 0
+    assert read_tree(tmp_path / "out2") == first
+    # An archive, as a user: their own candidates.
+    (tmp_path / "one.skill").write_bytes(
+        write_zip({k: v for k, v in read_tree(tmp_path / "in").items() if k.startswith("pdf/")})
+    )
+    user = [w if w != "CLI_ADMIN" else "CLI_USER" for w in where]
+    if "--url" in where:
+        mine = ok_json("skills", "import", str(tmp_path / "one.skill"), *user)
+        assert mine["imported"][0]["status"] == "candidate"
+        refused = cli("skills", "import", str(tmp_path / "one.skill"), "--approve", *user)
+        assert refused.exit_code == 1 and "permission_denied" in refused.stderr
+
+
+def test_cli_import_and_export_on_the_local_data_dir(tmp_path):
+    _cli_round_trip(tmp_path, ["--data-dir", str(tmp_path / "data")])
+
+
+@pytest.mark.slow
+def test_cli_import_and_export_against_a_served_node(tmp_path, tmp_path_factory):
+    from tests.cli._served import as_, served
+
+    with served(tmp_path_factory, "skills-io") as url:
+        _cli_round_trip(tmp_path, as_(url))

@@ -1,5 +1,7 @@
-// Skills by status; a skill's procedure and versions; pin, unpin, archive, recover, roll back.
+// Skills by status; a skill's procedure, files and versions; pin, unpin, archive, recover, roll back; import
+// skill folders by uploading an archive (POST /api/v1/skills/import).
 
+import { ApiError, credential } from "../api.js";
 import { badge, clear, errorBox, fmtTime, h, notEnabled, opButton, pre, section, select, table, toast } from "../ui.js";
 
 export const page = { title: "Skills", actors: ["skill_store"], render };
@@ -11,6 +13,7 @@ async function render(root, ctx) {
   const status = select("status", STATUSES);
   const listBox = h("div");
   const detail = h("div", { class: "detail" }, h("p", { class: "empty" }, "Pick a skill."));
+  const fileBox = h("div", { class: "skill-file" });
   let selected = "";
 
   async function load() {
@@ -67,8 +70,15 @@ async function render(root, ctx) {
             ? opButton(ctx, "skill_store", "rollback", "Roll back", () => act("rollback", { version: Number(rollbackTo.value) }, "Rolled back"))
             : null,
         ),
+        skill.trusted === false
+          ? h("p", { class: "notice held", dataset: { untrusted: skill.name } },
+              "Imported and not approved yet: its instructions and files are outside content until an admin approves it.")
+          : null,
         h("h4", {}, `Procedure (v${skill.version})`),
         pre(skill.procedure || ""),
+        h("h4", {}, `Files (${(skill.files || []).length})`),
+        filesTable(skill),
+        clear(fileBox),
         h("h4", {}, "Versions"),
         table(versions, [
           ["version", "version"],
@@ -80,6 +90,59 @@ async function render(root, ctx) {
     } catch (err) {
       clear(detail, errorBox(err));
     }
+  }
+
+  // A skill's files (SKILL.md first): each opens below the list, text as text, images shown, others offered.
+  function filesTable(skill) {
+    const rows = [{ path: "SKILL.md", size: "", sha256: "" }, ...(skill.files || [])];
+    const open = (f) =>
+      h("a", { href: "#", dataset: { file: f.path }, onclick: (e) => (e.preventDefault(), readFile(skill, f.path)) }, f.path);
+    return table(rows, [
+      ["path", "path", open],
+      ["size", "bytes"],
+      ["sha256", "sha256", (f) => (f.sha256 ? f.sha256.slice(0, 12) : "")],
+    ]);
+  }
+
+  async function readFile(skill, path) {
+    try {
+      const f = await ctx.api.call("skill_store", "read_skill_file", { skill_id: skill.skill_id, path });
+      let body;
+      if (f.encoding === "text") body = pre(f.content);
+      else if ((f.media_type || "").startsWith("image/")) body = h("img", { src: `data:${f.media_type};base64,${f.content}`, alt: f.path });
+      else body = h("p", {}, `Binary file (${f.size} bytes). `);
+      const download = h("a", { href: `data:${f.media_type};base64,${f.encoding === "text" ? btoa(unescape(encodeURIComponent(f.content))) : f.content}`, download: f.path.split("/").pop() }, "Download");
+      clear(fileBox, h("h4", { dataset: { openFile: f.path } }, f.path, " ", badge(f.media_type), " ", download), body);
+    } catch (err) {
+      clear(fileBox, errorBox(err));
+    }
+  }
+
+  // Import: an uploaded .zip / .skill archive or tarball; a user's import is their own candidates, an admin
+  // may approve at once.
+  function importForm() {
+    const input = h("input", { type: "file", name: "archive", accept: ".zip,.skill,.tar,.gz,.tgz,.bz2,.xz" });
+    const approve = h("input", { type: "checkbox", name: "approve", disabled: !ctx.catalog.can("skill_store", "approve_skill") });
+    const report = h("div", { class: "import-report", "aria-live": "polite" });
+    const errors = h("div", { class: "form-errors", "aria-live": "polite" });
+    const button = opButton(ctx, "skill_store", "import_skills", "Import", async () => {
+      const file = input.files && input.files[0];
+      if (!file) throw new Error("choose a .zip, .skill or tarball first");
+      const reply = await uploadArchive(file, approve.checked);
+      const refused = reply.refused || [];
+      const warnings = reply.warnings || [];
+      toast(`Imported ${reply.count} skill(s)${refused.length ? `, ${refused.length} file(s) refused` : ""}`);
+      clear(report,
+        h("p", { dataset: { imported: String(reply.count) } },
+          (reply.imported || []).map((s) => `${s.name} (v${s.version}, ${s.status}${s.unchanged ? ", unchanged" : ""})`).join(", ")),
+        refused.length ? table(refused, [["skill", "skill"], ["path", "file"], ["reason", "refused because"]]) : null,
+        warnings.length ? h("details", {}, h("summary", {}, `${warnings.length} warning(s)`),
+          h("ul", {}, warnings.map((w) => h("li", {}, `${w.skill ? w.skill + ": " : ""}${w.message}`)))) : null,
+      );
+      await load();
+    }, { errors });
+    return h("form", { class: "toolbar", dataset: { form: "skill-import" }, onsubmit: (e) => e.preventDefault() },
+      input, h("label", {}, approve, " approve (admin)"), button, errors, report);
   }
 
   // A candidate: why it is not live yet (its evaluation, the approval its tools need), approve or reject it.
@@ -112,7 +175,28 @@ async function render(root, ctx) {
 
   status.addEventListener("change", load);
   await load();
-  root.append(h("div", { class: "split" }, section("Skills", h("div", { class: "toolbar" }, status), listBox), section("Skill", detail)));
+  root.append(
+    h("div", { class: "split" },
+      section("Skills", h("div", { class: "toolbar" }, status), listBox, h("h4", {}, "Import skill folders"), importForm()),
+      section("Skill", detail)),
+  );
+}
+
+// The archive's bytes as the body of POST /api/v1/skills/import (the JSON op route caps bodies at 1 MiB).
+async function uploadArchive(file, approve) {
+  const headers = { accept: "application/json", "content-type": "application/octet-stream" };
+  const token = credential.get();
+  if (token) headers.authorization = `Bearer ${token}`;
+  const response = await fetch(`/api/v1/skills/import${approve ? "?approve=true" : ""}`, { method: "POST", headers, body: file });
+  const text = await response.text();
+  let data = null;
+  try {
+    data = text ? JSON.parse(text) : null;
+  } catch {
+    data = null;
+  }
+  if (!response.ok) throw new ApiError(response.status, data, text);
+  return data;
 }
 
 // Why a candidate is held back, in words, from its record (skill_store.record_evaluation / approve_skill).
@@ -121,6 +205,9 @@ export function heldBack(skill) {
   const approved = new Set(skill.approved_tools || []);
   const unapproved = (skill.tools || []).filter((t) => !approved.has(t));
   const reasons = [];
+  if (skill.origin === "import" && !skill.approved_by) {
+    return ["It was imported: it goes live, and its instructions and files are trusted, when an admin approves it."];
+  }
   if (!evaluation) reasons.push("It has not been evaluated yet (a skill goes live when its evaluation passes).");
   else if (!evaluation.passed) reasons.push(`Its evaluation of v${evaluation.version} failed (details below).`);
   else reasons.push(`Its evaluation of v${evaluation.version} passed.`);

@@ -1,0 +1,65 @@
+"""``POST /api/v1/skills/import``: import skill folders from an uploaded archive (the dashboard's upload).
+
+The body is the archive's bytes (a ``.zip`` / ``.skill`` archive or a tarball, any content type); the query
+may say ``approve=true`` (admins only) and ``scope=user|tenant``. It is ``skill_store.import_skills`` with
+the archive, authorized and answered the same way: a user's upload is their own candidate skills, an admin's
+is the tenant's (approved at once with ``approve``). The body may be up to ``MAX_UPLOAD_BYTES`` (the op's
+JSON route keeps the small general limit); everything in it is checked by the store (``skills/_archive.py``).
+"""
+
+from __future__ import annotations
+
+import base64
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from minihermes.runtime import RequestContext
+
+from ._access import authorize, find_actor, find_op, timeout_of
+from ._body import read_limited
+from ._core import API_PREFIX, ApiState, guarded, json_response
+from ._errors import invalid
+
+MAX_UPLOAD_BYTES = 64 * 1024 * 1024
+"""An uploaded archive at most (``ApiState.extras["max_skill_upload_bytes"]`` overrides it)."""
+_TRUE = frozenset({"1", "true", "yes", "on"})
+
+
+def add_skill_upload_routes(app: FastAPI, state: ApiState) -> None:
+    @app.post(
+        f"{API_PREFIX}/skills/import",
+        tags=["skills"],
+        summary="Import skill folders from an uploaded .zip / .skill archive or tarball",
+        operation_id="import_skill_archive",
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+            }
+        },
+    )
+    async def import_archive(request: Request) -> Response:
+        return await guarded(state, request, _import_archive)
+
+
+async def _import_archive(state: ApiState, request: Request, ctx: RequestContext) -> Response:
+    opinfo = find_op(state, find_actor(state, "skill_store"), "import_skills")
+    authorize(state, ctx, opinfo)  # before reading the body: refused callers do not get to upload
+    query = request.query_params
+    scope = query.get("scope", "tenant")
+    if scope not in ("user", "tenant"):
+        raise invalid("scope must be user or tenant", field="scope")
+    limit = int(state.extras.get("max_skill_upload_bytes", MAX_UPLOAD_BYTES))
+    raw = await read_limited(request.stream(), request.headers.get("content-length"), limit)
+    if not raw:
+        raise invalid("the body must be the archive's bytes (.zip, .skill or a tarball)", field="body")
+    payload = {
+        "archive": base64.b64encode(raw).decode("ascii"),
+        "approve": query.get("approve", "").lower() in _TRUE,
+        "scope": scope,
+    }
+    reply = await state.node.ask(
+        "skill_store", "import_skills", payload, timeout_of(state, request, 120.0), ctx=ctx
+    )
+    return json_response(reply)
