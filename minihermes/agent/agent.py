@@ -24,14 +24,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import field_validator
+
 from minihermes.agent._history import HistoryViews
 from minihermes.audit import fire_audit, sees_own_only
 from minihermes.context import forget as forgetting
 from minihermes.context import prompt, search_tool
-from minihermes.context.assembly import TURN_META, TurnSettings, gather_turn, list_tools
+from minihermes.context.assembly import TURN_META, Catalogue, TurnSettings, catalogue, gather_turn, offered
 from minihermes.context.redact import redact, redact_text
 from minihermes.context.session_indexer import SessionIndexer
 from minihermes.context.tokens import count_tokens, tools_tokens
+from minihermes.context.toolsets import DEFAULT as DEFAULT_TOOLSETS
+from minihermes.context.toolsets import ToolChoice, check_names
 from minihermes.runtime import (
     ActorArgs,
     ActorError,
@@ -103,7 +107,9 @@ class Agent(GenServer):
     ``skills_tokens``, ``memory_top_k``, ``memory_min_score``, ``episodic`` (write a memory per turn),
     ``index_sessions`` (feed session search), ``semantic`` (``"auto"``: embed indexed turns for session
     search when the semantic extra is installed; ``"on"``: the same, warning when it is not; ``"off"``),
-    ``embedder`` (a model object, tests).
+    ``embedder`` (a model object, tests), ``toolsets`` (the toolsets offered to the model, default
+    ``["core"]``; ``["all"]``: every tool), ``tenant_toolsets`` (tenant -> toolsets its turns add),
+    ``auto_toolsets`` (add the toolsets a request calls for; see ``minihermes.context.toolsets``).
     """
 
     class Args(ActorArgs):
@@ -122,6 +128,19 @@ class Agent(GenServer):
         index_sessions: bool = True
         semantic: Literal["auto", "on", "off"] = "auto"
         embedder: Any = None
+        toolsets: list[str] = list(DEFAULT_TOOLSETS)
+        tenant_toolsets: dict[str, list[str]] = {}
+        auto_toolsets: bool = True
+
+        @field_validator("toolsets")
+        @classmethod
+        def _toolsets(cls, value: list[str]) -> list[str]:
+            return list(check_names(value))  # known names are checked by the app (``toolsets_for``)
+
+        @field_validator("tenant_toolsets")
+        @classmethod
+        def _tenant_toolsets(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+            return {tenant: list(check_names(names)) for tenant, names in value.items()}
 
     state_version = 1
 
@@ -133,6 +152,8 @@ class Agent(GenServer):
     stats: dict[str, int] = state(default_factory=lambda: {"turns": 0, "tool_calls": 0, "iterations": 0})
     owner: str = state(default="")
     turn_meta_written: bool = state(default=False)
+    session_toolsets: list[str] = state(default_factory=list)
+    """Toolsets this session offers besides the agent's and its tenant's (``set_toolsets``)."""
     unembedded: list[dict[str, Any]] = state(default_factory=list)
     """Finished turns whose vectors for session search are not written yet (the semantic extra): what
     ``TurnDocs`` is built from. Saved with the turn's end and kept until the vectors are in, with the session
@@ -172,6 +193,11 @@ class Agent(GenServer):
         preloaded = self.preloaded
         self._identity: tuple[str, str] | None = preloaded if isinstance(preloaded, tuple) else None
         self._tools_cache: list[dict[str, Any]] | None = None
+        """The running turn's offered tools (its toolset selection of ``_catalogue``)."""
+        self._catalogue: Catalogue | None = None
+        self._toolsets = tuple(args.get("toolsets") or DEFAULT_TOOLSETS)
+        self._tenant_toolsets = {t: tuple(n) for t, n in dict(args.get("tenant_toolsets") or {}).items()}
+        self._auto_toolsets = bool(args.get("auto_toolsets", True))
         self._views = HistoryViews()
         """The history's views for the model and their token count, kept up to date (``_llm_history``)."""
         self._compress_share: float | None = None
@@ -343,6 +369,25 @@ class Agent(GenServer):
             embedder=self._indexer.embedder,
         )
         return {"status": "ok", "query": query, **found}
+
+    @call(access="write")
+    async def set_toolsets(self, toolsets: list[str], session_id: str = "") -> dict[str, Any]:
+        """The toolsets this session offers the model besides the agent's and its tenant's (names from the
+        tool executor's toolsets, ``core`` or ``all``; ``[]`` drops them), from its next turn on. Reply:
+        ``toolsets`` (the session's) and ``configured`` (agent, tenant and session). An unknown name is an
+        ``invalid_argument``. Offering is not permission: a tool's call is authorized as always."""
+        cat = await catalogue(self.host, self.tool_timeout)
+        try:
+            names = check_names(toolsets, cat.toolset_names())
+        except ValueError as e:
+            raise InvalidArgument(f"set_toolsets: {e}", op="set_toolsets", field="toolsets") from None
+        self.session_toolsets = list(names)
+        return {
+            "status": "ok",
+            "session_id": self.session_id,
+            "toolsets": list(names),
+            "configured": list(dict.fromkeys(self._tool_choice().configured)),
+        }
 
     @cast
     def forget_session(self, session_id: str = "") -> None:
@@ -608,8 +653,11 @@ class Agent(GenServer):
             soul=soul,
             project=project,
             settings=self.settings,
+            tool_choice=self._tool_choice(),
+            kept_tools=self._previous_tools(len(self.history)),
         )
         self._tools_cache = ctx.tools
+        self._catalogue = ctx.catalogue
         return ctx
 
     async def _fallback_prefix(self) -> str:
@@ -654,16 +702,40 @@ class Agent(GenServer):
             )
 
     async def _tools(self) -> list[dict[str, Any]]:
+        """The running turn's offered tools: listed when its context was gathered, or again (with the same
+        selection) when the turn resumes in a new activation."""
         if self._tools_cache is None:
-            self._tools_cache = await list_tools(self.host, self.tool_timeout)
+            cat = self._catalogue = await catalogue(self.host, self.tool_timeout)
+            turn = self.turn or {}
+            start = int(turn.get("start", len(self.history)))
+            kept = cat.toolset_of(self._previous_tools(start))
+            self._tools_cache = offered(cat, self._tool_choice().select(str(turn.get("message", "")), kept))
         return self._tools_cache
 
-    @staticmethod
-    def _allowed(tools: list[dict[str, Any]], allowed: list[str] | None) -> list[dict[str, Any]]:
+    def _tool_choice(self) -> ToolChoice:
+        """The toolsets configured for this turn: the agent's, its tenant's, then the session's own."""
+        tenant = self._tenant_toolsets.get(current_context().tenant, ())
+        return ToolChoice((*self._toolsets, *tenant, *self.session_toolsets), self._auto_toolsets)
+
+    def _previous_tools(self, end: int) -> list[str]:
+        """The tools the session's previous turn called (the history before ``end``, back to its user
+        message): their toolsets stay offered for a follow-up."""
+        names: list[str] = []
+        for i in range(min(end, len(self.history)) - 1, -1, -1):
+            m = self.history[i]
+            names.extend(str(c.get("name")) for c in m.get("tool_calls") or [])
+            if m.get("role") == "user":
+                break
+        return names
+
+    def _allowed(self, tools: list[dict[str, Any]], allowed: list[str] | None) -> list[dict[str, Any]]:
+        """The turn's offered ``tools``, or with an explicit allow-list (a delegated child, a cron job)
+        exactly the allowed tools of the whole catalogue, whatever the toolset selection."""
         if allowed is None:
             return tools
         names = set(allowed)
-        return [t for t in tools if t["name"] in names]
+        every = self._catalogue.views if self._catalogue is not None else tools
+        return [t for t in every if t["name"] in names]
 
     async def _write_turn_meta(self) -> None:
         """Delegation depth, cron job and allow-list where tools can read them (``turn_info``); written only

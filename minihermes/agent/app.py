@@ -1,7 +1,9 @@
 """The agent application's supervision tree, its default config and its tools: the composition root.
 
 This is the one module that knows every subsystem: the actor roles of each (``ROLES``) and the toolsets each
-contributes (``TOOLSETS``), which ``build_agent_node`` gives the tool executor.
+contributes (``TOOLSETS``), which ``build_agent_node`` gives the tool executor. Which of them a turn *offers*
+the model is the agent's configuration (its ``toolsets`` and ``tenant_toolsets`` args, checked here against
+the tool executor's toolsets, and a session's ``set_toolsets``; see ``minihermes.context.toolsets``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from cryptography.fernet import Fernet
 
 from minihermes.context import ContextCompressor
 from minihermes.context.search_tool import SESSION_SEARCH_TOOLSET
+from minihermes.context.toolsets import check_names
 from minihermes.mcp import MCP_TOOLSET, MCPManager
 from minihermes.runtime import AppConfig, Clock, ConfigError, Node, build_node, register_actor_type
 from minihermes.skills import SKILL_ROLES, SKILLS_TOOLSET, SkillTools
@@ -73,6 +76,23 @@ def toolsets_for(wanted: object, where: str = "tool_executor.args.toolsets") -> 
             raise ConfigError(where, f"unknown toolset {item!r} (known: {', '.join(by_name)})")
         chosen.append(toolset)
     return chosen
+
+
+def check_offered(args: dict[str, object], known: list[str] | None, where: str) -> None:
+    """The agent's ``toolsets`` and ``tenant_toolsets`` args name toolsets of the tool executors (``known``;
+    None: not checked) or ``core``, ``all``: a ``ConfigError`` naming the arg otherwise."""
+    entries: list[tuple[str, object]] = []
+    if args.get("toolsets") is not None:
+        entries.append((f"{where}.toolsets", args["toolsets"]))
+    tenants = args.get("tenant_toolsets") or {}
+    if not isinstance(tenants, dict):
+        raise ConfigError(f"{where}.tenant_toolsets", "must map tenant names to lists of toolsets")
+    entries.extend((f"{where}.tenant_toolsets.{tenant}", names) for tenant, names in tenants.items())
+    for field, names in entries:
+        try:
+            check_names(names, known)
+        except ValueError as e:  # UnknownToolset names the known ones
+            raise ConfigError(field, str(e)) from None
 
 
 # Services start before the agents that use them; a crash in one service restarts only that service.
@@ -249,13 +269,17 @@ def prepare_data_dir(data_dir: Path) -> dict[str, str]:
 def build_agent_node(config: AppConfig, *, clock: Clock | None = None) -> Node:
     """A node for an agent app config: data dir prepared, data-dir-bound args given to the services."""
     paths = prepare_data_dir(config.data_dir)
+    executors = [s for s in config.tree.walk() if s.cls is ToolExecutor]
+    for spec in executors:
+        spec.args["toolsets"] = toolsets_for(spec.args.get("toolsets"), f"{spec.name}.args.toolsets")
+    known = sorted({t.name for s in executors for t in s.args["toolsets"]}) if executors else None
     for spec in config.tree.walk():
         if spec.cls is LLMGateway:
             spec.args.setdefault("credential_key", paths["credential_key"])
         elif spec.cls is ToolExecutor:
             spec.args.setdefault("workspace_root", paths["workspace_root"])
-            spec.args["toolsets"] = toolsets_for(spec.args.get("toolsets"), f"{spec.name}.args.toolsets")
         elif spec.cls is Agent:
+            check_offered(spec.args, known, f"{spec.name}.args")
             spec.args.setdefault("workspace_root", paths["workspace_root"])
             spec.args.setdefault("soul_path", str(config.data_dir / "SOUL.md"))
         elif spec.cls is SkillTools:

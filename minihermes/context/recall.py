@@ -8,13 +8,19 @@
   the lexical score.
 - Decay: ``score * 0.5 ** (age / half_life)``; pinned memories and the core tier are exempt, so what was
   declared important never fades, while old clutter stops diluting recall.
+
+For a prompt's "Relevant memories" (``for_prompt``), what the user stated comes first: semantic and
+declarative facts rank above episodic memories (a record of a past turn), and an episode of a turn that fell
+short (its ``Outcome`` not ``ok``, or marked ``success``/``truthful`` false) is never offered at all, so a
+half-done or wrong answer is not recalled as if it had worked.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 logger = logging.getLogger("minihermes.context.recall")
@@ -103,6 +109,47 @@ def load_embedder() -> Embedder | None:
 
     _embedder = _MiniLM()
     return _embedder
+
+
+EPISODIC = "episodic"
+_OUTCOME = re.compile(r"^Outcome:\s*([A-Za-z_]+)", re.MULTILINE)
+_FLAGGED = re.compile(r"^(?:success|truthful)\s*[:=]\s*(?:false|no)\b", re.MULTILINE | re.IGNORECASE)
+
+
+def is_fact(memory: dict[str, Any]) -> bool:
+    """A stated fact (semantic or declarative), not the record of a past turn."""
+    return str(memory.get("kind", "semantic")) != EPISODIC
+
+
+def fell_short(memory: dict[str, Any]) -> bool:
+    """Whether an episode records a turn that did not do what was asked: marked ``success`` or
+    ``truthful`` false, or its ``Outcome`` (``memory.turn_completed``'s episode text) not ``ok``."""
+    if is_fact(memory):
+        return False
+    if memory.get("success") is False or memory.get("truthful") is False or memory.get("fell_short"):
+        return True
+    value = str(memory.get("value", ""))
+    outcome = _OUTCOME.search(value)
+    return bool((outcome and outcome.group(1) != "ok") or _FLAGGED.search(value))
+
+
+def for_prompt(found: Iterable[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """The memories a prompt shows, at most ``limit``: stated facts first, then episodes that did not fall
+    short, each best first (by ``score``); one entry per memory however many searches found it."""
+    seen: set[tuple[str, str, str, str]] = set()
+    facts: list[dict[str, Any]] = []
+    episodes: list[dict[str, Any]] = []
+    for m in found:
+        ident = (str(m.get("key")), str(m.get("scope")), str(m.get("private")), str(m.get("user_id")))
+        if ident in seen or fell_short(m):
+            continue
+        seen.add(ident)
+        (facts if is_fact(m) else episodes).append(m)
+
+    def best(m: dict[str, Any]) -> float:
+        return -float(m.get("score") or 0.0)
+
+    return (sorted(facts, key=best) + sorted(episodes, key=best))[: max(0, limit)]
 
 
 def set_embedder(embedder: Embedder | None) -> None:

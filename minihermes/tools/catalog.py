@@ -124,13 +124,15 @@ class ToolDef:
         return self.effects
 
     def listing(self) -> dict[str, Any]:
-        """The entry ``list_tools`` shows (what the LLM sees, plus the classification)."""
+        """The entry ``list_tools`` shows (what the LLM sees, plus the classification and the toolset: a
+        built-in's group, empty for a registered tool)."""
         return {
             "name": self.name,
             "description": self.description,
             "input_schema": self.input_schema,
             "effects": self.effects,
             "trust": self.trust,
+            "toolset": self.toolset,
         }
 
     def describe(self, args: Any = None) -> dict[str, Any]:
