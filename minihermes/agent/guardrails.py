@@ -140,6 +140,9 @@ class Guardrails(GenFSM):
         self.self_approval = bool(args.get("self_approval", False))
         # (session_id, turn_id) -> {call fingerprint: times seen}. Turns are short-lived: kept in memory.
         self._calls: OrderedDict[tuple[str, str], dict[str, int]] = OrderedDict()
+        # (session_id, tool) -> (reason, message) of the last "review" verdict: why the approval that the
+        # turn requests next was needed (request_approval stores it on the record).
+        self._reviews: OrderedDict[tuple[str, str], tuple[str, str]] = OrderedDict()
         self._allow_count = 0
         self._classified: dict[str, tuple[float, dict[str, Any]]] = {}
         self._audit_on = self.host.has_actor("audit_event")
@@ -300,6 +303,10 @@ class Guardrails(GenFSM):
             self.host.incr_counter("tool_denials_total")
         else:
             self.review_count += 1
+            self._reviews[(session_id, tool_name)] = (verdict["reason"], verdict["message"])
+            self._reviews.move_to_end((session_id, tool_name))
+            if len(self._reviews) > MAX_TRACKED_TURNS:
+                self._reviews.popitem(last=False)
         self._audit(
             "guardrail_decision",
             f"tool={tool_name} decision={decision} reason={verdict['reason']}",
@@ -396,8 +403,12 @@ class Guardrails(GenFSM):
         session_id: str = "",
         requested_by: str = "",
         turn_id: str = "",
+        reason: str = "",
+        reason_message: str = "",
     ) -> dict[str, Any]:
-        """Store a pending approval for a reviewed call. The same pending request again gets the same id."""
+        """Store a pending approval for a reviewed call. The same pending request again gets the same id.
+        ``reason`` / ``reason_message``: why review was needed (``check_tool``'s verdict); left out, the
+        gate's own last "review" verdict for this session and tool."""
         ctx = current_context()
         if not ctx.roles & _WRITER_ROLES:
             raise PermissionDenied("request_approval: a read-only role cannot request tool calls")
@@ -421,6 +432,8 @@ class Guardrails(GenFSM):
         if sum(1 for a in self.approvals.values() if a["status"] == "pending") >= MAX_PENDING:
             raise Overloaded(f"request_approval: {MAX_PENDING} approvals are already pending")
         approval_id = f"apr-{uuid.uuid4().hex}"
+        if not reason:
+            reason, reason_message = self._reviews.pop((session_id, tool_name[:100]), ("", ""))
         self.approvals[approval_id] = {
             "approval_id": approval_id,
             "tool": tool_name,
@@ -435,6 +448,8 @@ class Guardrails(GenFSM):
             "decided_at": None,
             "decided_by": None,
             "note": "",
+            "reason": reason[:100],
+            "reason_message": reason_message[:1000],
         }
         self.host.incr_counter("approvals_requested_total")
         return {
@@ -587,9 +602,15 @@ class Guardrails(GenFSM):
             raise NotFound(f"no approval {approval_id}", field="approval_id")
         return record
 
-    @staticmethod
-    def _public(record: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in record.items() if k not in ("requester", "requester_roles")}
+    def _public(self, record: dict[str, Any]) -> dict[str, Any]:
+        """An approval as callers see it: who asked, never the requester's roles; ``reason`` and
+        ``reason_message`` say why review was needed ("" for approvals stored before they were kept), and
+        ``requester_may_decide`` whether the policy lets the requester decide on it."""
+        public = {k: v for k, v in record.items() if k not in ("requester", "requester_roles")}
+        public.setdefault("reason", "")
+        public.setdefault("reason_message", "")
+        public["requester_may_decide"] = self._self_approves(record["tool"])
+        return public
 
     def _prune(self) -> None:
         decided = [a for a in self.approvals.values() if a["status"] != "pending"]

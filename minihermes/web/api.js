@@ -87,6 +87,12 @@ export const api = {
     request("POST", `/api/v1/actors/${encodeURIComponent(actor)}/${encodeURIComponent(op)}`, args),
   chat: (sessionId, content) =>
     request("POST", `/api/v1/sessions/${encodeURIComponent(sessionId)}/messages`, { content }),
+  // Admins: the tenant's API keys (the key itself only in create's reply).
+  apiKeys: {
+    list: () => request("GET", "/api/v1/api-keys"),
+    create: (body) => request("POST", "/api/v1/api-keys", body),
+    revoke: (keyId) => request("DELETE", `/api/v1/api-keys/${encodeURIComponent(keyId)}`),
+  },
 };
 
 // What this node runs and what the caller may call, from discovery (GET /api/v1/actors).

@@ -1,5 +1,7 @@
 // Chat with a session: the answer streams in (text deltas), tool calls appear as they start and end, and a
-// call waiting for a person's approval can be decided here by an admin (another person than the requester).
+// call waiting for a person's approval can be decided here by an admin (another person than the requester),
+// or by the requester where the guardrail policy lets them. A reload shows the waiting call again (the
+// session's pending approvals), and a message to a paused session links to the call it waits on.
 
 import { streamChat } from "../api.js";
 import { badge, clear, errorBox, fmtValue, h, notEnabled, opButton, pre, select, toast } from "../ui.js";
@@ -46,7 +48,45 @@ async function render(root, ctx) {
     if (!sessionId) return log.append(h("p", { class: "empty" }, "Create a session to start chatting."));
     const history = await ctx.api.call("agent", "get_history", { session_id: sessionId });
     for (const message of history.messages || []) renderMessage(message);
+    for (const approval of await pendingApprovals()) {
+      markWaiting(approval);
+      pausedBox(fromApproval(approval));
+    }
     log.scrollTop = log.scrollHeight;
+  }
+
+  // The session's calls waiting for a decision (a user sees the ones they requested).
+  async function pendingApprovals() {
+    if (!sessionId || !ctx.catalog.can("guardrails", "list_approvals")) return [];
+    try {
+      const reply = await ctx.api.call("guardrails", "list_approvals", { status: "pending", session_id: sessionId });
+      return reply.approvals || [];
+    } catch {
+      return [];
+    }
+  }
+
+  // An approval record in the shape of the agent's "paused" reply.
+  function fromApproval(a) {
+    return {
+      approval_id: a.approval_id,
+      pending_tool: { name: a.tool, input: a.input },
+      requester_may_decide: a.requester_may_decide === true,
+      reason: a.reason || "",
+      reason_message: a.reason_message || "",
+    };
+  }
+
+  // The history's card of the call an approval holds says so, instead of "running…".
+  function markWaiting(approval) {
+    const same = JSON.stringify(approval.input ?? {});
+    const cards = [...log.querySelectorAll("details.tool.running")].filter((c) => c.dataset.tool === approval.tool);
+    const card = cards.find((c) => c.dataset.input === same) || cards[cards.length - 1];
+    if (!card) return;
+    card.classList.remove("running");
+    card.classList.add("waiting");
+    card.dataset.approval = approval.approval_id;
+    card.querySelector(".state").textContent = "waiting for approval";
   }
 
   function renderMessage(message) {
@@ -68,7 +108,7 @@ async function render(root, ctx) {
   function toolCard(id, name, input) {
     const card = h(
       "details",
-      { class: "tool running", dataset: { toolId: id, tool: name } },
+      { class: "tool running", dataset: { toolId: id, tool: name, input: JSON.stringify(input ?? {}) } },
       h("summary", {}, badge("tool"), ` ${name} `, h("span", { class: "state" }, "running…")),
       h("div", {}, "input"),
       pre(input),
@@ -87,12 +127,21 @@ async function render(root, ctx) {
   }
 
   function pausedBox(reply) {
+    log.querySelector(`.paused[data-approval="${CSS.escape(reply.approval_id)}"]`)?.remove();
+    const why = h("p", { class: "why" }, reply.reason_message ? `Why: ${reply.reason_message}` : "");
     const box = h(
       "div",
       { class: "paused", dataset: { approval: reply.approval_id } },
       h("p", {}, `Waiting for approval: ${reply.pending_tool?.name} (${reply.approval_id})`),
+      why,
       pre(reply.pending_tool?.input ?? {}),
     );
+    if (!reply.reason_message && ctx.catalog.can("guardrails", "get_approval")) {
+      // A streamed "paused" reply does not say why: the approval record does.
+      ctx.api.call("guardrails", "get_approval", { approval_id: reply.approval_id })
+        .then((a) => { if (a.reason_message) why.textContent = `Why: ${a.reason_message}`; })
+        .catch(() => {});
+    }
     const decide = (op) => async () => {
       const result = await ctx.api.call("guardrails", op, { approval_id: reply.approval_id });
       box.replaceWith(h("p", { class: "decided" }, `${op === "approve" ? "Approved" : "Denied"}.`));
@@ -110,9 +159,31 @@ async function render(root, ctx) {
         b.disabled = true;
         b.title = "an admin decides this call (the guardrail policy does not let requesters approve it)";
       }
+      box.append(h("p", { class: "muted" }, "An admin decides this call: ",
+        h("a", { href: "#/approvals", dataset: { link: "approvals" } }, "Approvals"), "."));
     }
+    box.dataset.mayDecide = String(mayDecide);
     box.append(...buttons);
     log.append(box);
+    return box;
+  }
+
+  // A message to a session whose turn waits for approval is refused (409): say what it waits on, and where.
+  async function waitingNotice(err, content) {
+    const approvalId = err.details?.approval_id;
+    const note = h("div", { class: "notice waiting-notice", role: "alert", dataset: { approval: approvalId } },
+      "Not sent: this session has a call waiting for approval. Decide it here or on the ",
+      h("a", { href: "#/approvals", dataset: { link: "approvals" } }, "Approvals"),
+      " page, then send your message again.");
+    log.append(note);
+    input.value = content; // kept, to send once the call is decided
+    const pending = await pendingApprovals();
+    const approval = pending.find((a) => a.approval_id === approvalId) || pending[0];
+    if (approval && !log.querySelector(`.paused[data-approval="${CSS.escape(approval.approval_id)}"]`)) {
+      pausedBox(fromApproval(approval));
+    } else if (approval) {
+      log.append(log.querySelector(`.paused[data-approval="${CSS.escape(approval.approval_id)}"]`));
+    }
   }
 
   async function submit(event) {
@@ -147,13 +218,21 @@ async function render(root, ctx) {
         log.scrollTop = log.scrollHeight;
       });
       current?.classList.remove("streaming");
-      if (reply && reply.status === "paused") pausedBox(reply);
+      if (reply && reply.status === "paused") {
+        markWaiting({ approval_id: reply.approval_id, tool: reply.pending_tool?.name, input: reply.pending_tool?.input });
+        pausedBox(reply);
+      }
       else if (reply && !current) bubble("assistant", reply.response);
       const last = log.querySelector(".msg.assistant:last-of-type");
       if (last) last.dataset.final = "true";
       log.append(h("div", { class: "turn-end", dataset: { status: reply?.status || "" } }, reply?.status || ""));
     } catch (err) {
-      log.append(errorBox(err));
+      if (err.status === 409 && err.details?.approval_id) {
+        [...log.querySelectorAll(".msg.user")].at(-1)?.classList.add("not-sent");
+        await waitingNotice(err, content);
+      } else {
+        log.append(errorBox(err));
+      }
     } finally {
       send.disabled = !ctx.catalog.can("agent", "chat");
       log.scrollTop = log.scrollHeight;

@@ -1,6 +1,7 @@
-// Steering: approvals waiting for a person, guardrail policies and mode, providers, models and circuits.
+// Steering: approvals waiting for a person (and why review was needed), guardrail policies and mode, providers,
+// models and circuits (register, test the connection, switch), and the tenant's API keys (admins).
 
-import { badge, clear, errorBox, field, fmtTime, h, notEnabled, opButton, pre, section, select, table, toast } from "../ui.js";
+import { badge, clear, errorBox, field, fmtTime, formError, h, notEnabled, opButton, pre, section, select, table, toast } from "../ui.js";
 
 export const approvalsPage = { title: "Approvals", actors: ["guardrails"], render: renderApprovals, poll: 5000 };
 export const guardrailsPage = { title: "Guardrails", actors: ["guardrails"], render: renderGuardrails };
@@ -22,8 +23,11 @@ async function renderApprovals(root, ctx) {
     };
     clear(box, table(reply.approvals || [], [
       ["tool", "tool", (a) => h("b", {}, a.tool)],
+      ["reason", "why review", (a) => h("span", { class: "why", dataset: { reason: a.reason || "" } },
+        a.reason_message || a.reason || "(not recorded)")],
       ["input", "input", (a) => pre(a.input)],
-      ["session_id", "session"],
+      ["session_id", "session", (a) => a.session_id
+        ? h("a", { href: `#/chat?session=${encodeURIComponent(a.session_id)}` }, a.session_id) : ""],
       ["requested_by", "requested by"],
       ["status", "status", (a) => badge(a.status)],
       ["created_at", "requested", (a) => fmtTime(a.created_at)],
@@ -147,6 +151,8 @@ async function renderProviders(root, ctx) {
   const baseUrl = h("input", { name: "base_url", type: "url", placeholder: "blank: the kind's default URL", size: 32 });
   const cred = h("select", { name: "credential" });
   const provErrors = h("div", { class: "form-errors", "aria-live": "polite" });
+  const testResult = h("div", { class: "test-result", "aria-live": "polite" });
+  let lastRegistered = "";
   const provForm = h("form", { class: "form provider-form", onsubmit: (e) => e.preventDefault() },
     h("div", { class: "fields" },
       field("Name", name), field("Kind", kind), field("Model", pmodel), field("Base URL", baseUrl), field("Credential", cred)),
@@ -159,13 +165,34 @@ async function renderProviders(root, ctx) {
         credential: cred.value,
       });
       toast(`provider ${reply.provider} ${reply.replaced ? "replaced" : "registered"}`);
+      lastRegistered = reply.provider;
       name.value = "";
       pmodel.value = "";
       baseUrl.value = "";
       await load();
       choice.value = reply.provider;
     }, { class: "primary", type: "submit", errors: provErrors }),
+    opButton(ctx, "llm_gateway", "test_provider", "Test connection", async () => {
+      await testConnection(name.value.trim() || lastRegistered || choice.value);
+    }, { type: "button", errors: provErrors }),
+    h("small", { class: "muted hint" }, "Test connection sends one tiny request to the provider named above (or the one just registered)."),
+    testResult,
     provErrors);
+
+  // One tiny real request (llm_gateway.test_provider): ok and its latency, or what failed and how to fix it.
+  async function testConnection(provider) {
+    clear(testResult, h("span", { class: "muted" }, `testing ${provider}…`));
+    try {
+      const r = await ctx.api.call("llm_gateway", "test_provider", { provider });
+      const text = r.ok
+        ? `${provider}: connected · ${r.latency_ms} ms · model ${r.model || "?"}`
+        : `${provider}: ${r.error.kind}: ${r.error.message}${r.error.hint ? ` (${r.error.hint})` : ""}`;
+      clear(testResult, h("div", { class: r.ok ? "notice" : "error", role: "status", dataset: { ok: String(r.ok), provider, kind: r.error?.kind || "" } }, text));
+    } catch (err) {
+      clear(testResult);
+      throw err;
+    }
+  }
 
   async function load() {
     try {
@@ -192,6 +219,7 @@ async function renderProviders(root, ctx) {
           ["error_rate", "error rate", (p) => String(circuits[p.name]?.error_rate ?? 0)],
           ["last_error", "last error", (p) => circuits[p.name]?.last_error || ""],
           ["credential", "credential", (p) => p.credential || ""],
+          ["test", "", (p) => p.kind === "simulated" ? "" : opButton(ctx, "llm_gateway", "test_provider", "Test", () => testConnection(p.name), { class: "small" })],
         ], { rowAttrs: (p) => ({ dataset: { provider: p.name } }) }),
         stats.usage ? h("div", {}, h("h3", {}, "Usage (tenant)"), pre(stats.usage)) : null,
         reply.failover?.length ? h("p", {}, `Failover: ${reply.failover.join(" → ")}`) : null,
@@ -205,5 +233,89 @@ async function renderProviders(root, ctx) {
   if (ctx.catalog.can("llm_gateway", "register_provider") || ctx.catalog.can("llm_gateway", "register_credential")) {
     root.append(h("div", { class: "split" }, section("Register a credential", credForm), section("Register a provider", provForm)));
   }
-  return load;
+  let loadKeys = async () => {};
+  if ((ctx.me.roles || []).includes("admin")) {
+    const keys = apiKeysSection(ctx);
+    root.append(keys.section);
+    loadKeys = keys.load;
+    await loadKeys();
+  }
+  return async () => {
+    await load();
+    await loadKeys();
+  };
+}
+
+// API keys of the caller's tenant (admins; docs/http-api.md): create (the key is shown once, with a copy
+// button, until the page is left; never fetched again), list (never a secret) and revoke.
+function apiKeysSection(ctx) {
+  const box = h("div");
+  const shown = h("div", { class: "key-once", "aria-live": "polite" });
+  const name = h("input", { name: "name", placeholder: "e.g. ci-bot", autocomplete: "off" });
+  const roles = select("roles", [["user"], ["viewer"], ["admin"]], "user");
+  const expires = select("expires_in", [["", "never (until revoked)"], ["86400", "1 day"], ["2592000", "30 days"], ["31536000", "1 year"]], "");
+  const errors = h("div", { class: "form-errors", "aria-live": "polite" });
+  const button = (label, onclick, attrs = {}) => {
+    const b = h("button", { class: `btn ${attrs.class || ""}`, type: attrs.type || "button", dataset: attrs.dataset || {} }, label);
+    b.addEventListener("click", async (event) => {
+      event.preventDefault();
+      b.disabled = true;
+      formError(errors, null);
+      try {
+        await onclick();
+      } catch (err) {
+        formError(errors, err, b.closest("form"));
+      } finally {
+        b.disabled = false;
+      }
+    });
+    return b;
+  };
+  const form = h("form", { class: "form api-key-form", onsubmit: (e) => e.preventDefault() },
+    h("div", { class: "fields" }, field("Name", name), field("Role", roles), field("Expires", expires)),
+    button("Create API key", async () => {
+      const body = { name: name.value.trim(), roles: [roles.value] };
+      if (expires.value) body.expires_in = Number(expires.value);
+      const made = await ctx.api.apiKeys.create(body);
+      const copy = h("button", { class: "btn small", type: "button" }, "Copy");
+      copy.addEventListener("click", async () => {
+        try {
+          await navigator.clipboard.writeText(made.key);
+          toast("key copied");
+        } catch {
+          toast("copy failed: select the key and copy it", true);
+        }
+      });
+      clear(shown, h("div", { class: "notice", dataset: { keyId: made.key_id } },
+        h("p", {}, `Key for ${made.principal} (${made.roles.join(", ")}): shown once, copy it now.`),
+        h("code", { class: "secret" }, made.key), " ", copy));
+      name.value = "";
+      await load();
+    }, { class: "primary", type: "submit", dataset: { action: "create-api-key" } }),
+    h("small", { class: "muted hint" }, "The key acts in this tenant with the chosen role; the server keeps only its hash, and accepts keys when started with --api-keys."),
+    errors);
+
+  async function load() {
+    try {
+      const reply = await ctx.api.apiKeys.list();
+      clear(box, table(reply.keys || [], [
+        ["name", "name", (k) => h("b", {}, k.name)],
+        ["key_id", "key id"],
+        ["principal", "acts as"],
+        ["roles", "roles", (k) => k.roles.join(", ")],
+        ["created_at", "created", (k) => fmtTime(k.created_at)],
+        ["expires_at", "expires", (k) => (k.expires_at ? fmtTime(k.expires_at) : "never")],
+        ["state", "state", (k) => badge(k.revoked_at ? "revoked" : k.expires_at && k.expires_at * 1000 < Date.now() ? "expired" : "active")],
+        ["revoke", "", (k) => k.revoked_at ? "" : button("Revoke", async () => {
+          if (!confirm(`Revoke the key ${k.name} (${k.key_id})? Requests with it are refused at once.`)) return;
+          await ctx.api.apiKeys.revoke(k.key_id);
+          toast(`key ${k.key_id} revoked`);
+          await load();
+        }, { class: "small bad", dataset: { action: "revoke-api-key" } })],
+      ], { empty: "No API keys yet.", rowAttrs: (k) => ({ dataset: { keyId: k.key_id, state: k.revoked_at ? "revoked" : "active" } }) }));
+    } catch (err) {
+      clear(box, errorBox(err));
+    }
+  }
+  return { section: section("API keys", form, shown, box), load };
 }
