@@ -4,6 +4,7 @@ own tenant's keys; audited without the key; users, viewers and other tenants get
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from minihermes.api import AuthConfig
 from minihermes.runtime import Node, RequestContext
@@ -17,13 +18,13 @@ GLOBEX_ADMIN = bearer(token("globex", "gary", ["admin"]))
 ACME_USER = bearer(token("acme", "bob", ["user"]))
 
 
-async def audit(node: Node, tenant: str) -> list[dict]:
+async def audit(node: Node, tenant: str) -> list[dict[str, Any]]:
     ctx = RequestContext(tenant=tenant, principal="t", roles=frozenset({"admin"}))
     reply = await node.ask("audit_event", "query_events", {"limit": 1000}, ctx=ctx)
     return [e for e in reply["events"] if e["event_type"].startswith("api_key_")]
 
 
-async def test_create_use_list_and_revoke(client, node: Node) -> None:
+async def test_create_use_list_and_revoke(client: Any, node: Node) -> None:
     c = client(AUTH)
     r = await c.post(KEYS, json={"name": "ci-bot", "roles": ["user"], "expires_in": 3600}, headers=ACME_ADMIN)
     assert r.status_code == 201, r.text
@@ -54,7 +55,7 @@ async def test_create_use_list_and_revoke(client, node: Node) -> None:
     assert key.split("_")[-1] not in json.dumps(events)
 
 
-async def test_tenants_never_see_each_others_keys(client, node: Node) -> None:
+async def test_tenants_never_see_each_others_keys(client: Any, node: Node) -> None:
     c = client(AUTH)
     r = await c.post(KEYS, json={"name": "acme-key", "roles": ["admin"]}, headers=ACME_ADMIN)
     key_id = r.json()["key_id"]
@@ -69,7 +70,7 @@ async def test_tenants_never_see_each_others_keys(client, node: Node) -> None:
     assert await audit(node, "globex") == []
 
 
-async def test_only_admins(client) -> None:
+async def test_only_admins(client: Any) -> None:
     c = client(AUTH)
     for method, path in (("POST", KEYS), ("GET", KEYS), ("DELETE", f"{KEYS}/0123456789ab")):
         r = await c.request(method, path, json={"name": "x", "roles": ["admin"]}, headers=ACME_USER)
@@ -77,7 +78,7 @@ async def test_only_admins(client) -> None:
     assert (await c.get(KEYS)).status_code == 401
 
 
-async def test_bad_bodies_are_422(client) -> None:
+async def test_bad_bodies_are_422(client: Any) -> None:
     c = client(AUTH)
     for body in (
         {"roles": ["user"]},
@@ -93,7 +94,7 @@ async def test_bad_bodies_are_422(client) -> None:
     assert (await c.delete(f"{KEYS}/not-a-key-id", headers=ACME_ADMIN)).status_code == 404
 
 
-async def test_the_openapi_document_describes_them(client) -> None:
+async def test_the_openapi_document_describes_them(client: Any) -> None:
     doc = (await client(AUTH).get("/openapi.json")).json()
     assert set(doc["paths"][KEYS]) == {"get", "post"}
     assert "201" in doc["paths"][KEYS]["post"]["responses"]
