@@ -5,7 +5,9 @@ or ``max_iterations``; a turn that failed or waits for approval publishes nothin
 remembered from it), the agent casts one ``TurnCompleted`` record to every *turn listener*: each actor type
 on the node that takes the ``turn_completed`` cast (``listeners``). Memory writes the turn's episode, the skill
 store records the use of the skills the turn was given and considers the turn for learning, goals judges the
-session's active goals. A new listener is an actor with that op in the node's config; the agent is not
+session's active goals. A record whose ``success`` is false (a failed tool call, the step limit, an answer
+that contradicts its tool results) leaves no episode and teaches no skill; one whose ``corrects_turn`` names
+the previous turn retracts that turn's episode and skill. A new listener is an actor with that op in the node's config; the agent is not
 edited (CONTRIBUTING.md, "Adding a turn listener").
 
 The group is the actor *types* that declare the op, not the running instances that joined it
@@ -47,9 +49,19 @@ class TurnCompleted(TypedDict):
     skill_ids: list[str]
     """The skills matched and injected into the turn's prompt."""
     success: bool
-    """``status`` is ``ok`` and no tool call failed."""
+    """``status`` is ``ok``, no tool call failed and the answer is ``truthful``. Nothing is remembered or
+    learned from a turn that is not a success."""
     episodic: bool
     """Whether the session keeps a memory of each turn (the agent's ``episodic`` argument)."""
+    truthful: bool
+    """The final answer does not contradict the turn's tool results (``minihermes.context.consistency``:
+    no internal wrapper, no "nothing found" over entries found, no result number no tool returned)."""
+    fell_short: str
+    """Why the turn is not a success (a failed tool call, the status, the contradiction); "" when it is."""
+    corrects_turn: str
+    """The session's previous turn when this turn's message corrects it ("no, that's wrong", "actually
+    it's ...", ``consistency.is_correction``): listeners retract what that turn produced (its episode, a
+    skill learned from it). "" otherwise."""
 
 
 def listeners(host: Host) -> tuple[str, ...]:

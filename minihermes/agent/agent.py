@@ -31,6 +31,7 @@ from minihermes.audit import fire_audit, sees_own_only
 from minihermes.context import forget as forgetting
 from minihermes.context import prompt, search_tool
 from minihermes.context.assembly import TURN_META, Catalogue, TurnSettings, catalogue, gather_turn, offered
+from minihermes.context.consistency import ToolOutcome, contradiction, fell_short, is_correction
 from minihermes.context.redact import redact, redact_text
 from minihermes.context.session_indexer import SessionIndexer
 from minihermes.context.tokens import count_tokens, tools_tokens
@@ -776,6 +777,7 @@ class Agent(GenServer):
             # Before the checkpoint: a crash in between re-finishes the turn and re-indexes the same ids. A
             # turn kept for embedding is in ``unembedded``, saved with the turn's end below.
             await self._indexer.index_turn(turn["turn_id"], turn["user_id"], self.history, turn["start"])
+        previous = str((self.last_reply or {}).get("turn_id") or "")  # the session's last finished turn
         self.last_reply = reply
         self.turn = None
         # The FSM's rest and the audit event first, so that their writes join the turn's last commit (one
@@ -788,7 +790,7 @@ class Agent(GenServer):
         self.host.incr_counter("agent_chats_total")
         self._publish({"type": "final", "reply": reply})
         if self._listeners:
-            publish(self.host, self._listeners, self._turn_completed(turn, reply))
+            publish(self.host, self._listeners, self._turn_completed(turn, reply, previous))
         return reply
 
     async def _embedded(self) -> None:
@@ -843,22 +845,25 @@ class Agent(GenServer):
 
     # -- fire-and-forget hooks ----------------------------------------------------------------------------
 
-    def _turn_completed(self, turn: dict[str, Any], reply: dict[str, Any]) -> TurnCompleted:
-        """The record the turn listeners get (``turn_event``)."""
+    def _turn_completed(self, turn: dict[str, Any], reply: dict[str, Any], previous: str) -> TurnCompleted:
+        """The record the turn listeners get (``turn_event``); ``previous``: the session's turn before it."""
         start = turn["start"]
         results = {m.get("tool_call_id"): m for m in self.history[start:] if m.get("role") == "tool"}
-        calls = []
-        for m in self.history[start:]:
-            for c in m.get("tool_calls") or []:
-                result = results.get(c["id"]) or {}
-                calls.append(
-                    {
-                        "name": c["name"],
-                        "input": c["input"],
-                        "is_error": bool(result.get("is_error")),
-                        "result": str(result.get("content", ""))[:500],
-                    }
-                )
+        outcomes = [
+            ToolOutcome(
+                c["name"],
+                c["input"],
+                bool((results.get(c["id"]) or {}).get("is_error")),
+                str((results.get(c["id"]) or {}).get("content", "")),
+            )
+            for m in self.history[start:]
+            for c in m.get("tool_calls") or []
+        ]
+        calls = [
+            {"name": o.name, "input": o.input, "is_error": o.is_error, "result": o.result[:500]}
+            for o in outcomes
+        ]
+        short = fell_short(reply["status"], reply["response"], outcomes, turn["message"])
         return {
             "turn_id": reply["turn_id"],
             "session_id": self.session_id,
@@ -868,8 +873,11 @@ class Agent(GenServer):
             "response": reply["response"],
             "tool_calls": calls,
             "skill_ids": [sid for sid in turn.get("skill_ids") or [] if sid],
-            "success": reply["status"] == "ok" and not any(c["is_error"] for c in calls),
+            "success": not short,
             "episodic": self.episodic,
+            "truthful": not contradiction(reply["response"], outcomes, turn["message"]),
+            "fell_short": short,
+            "corrects_turn": previous if previous and is_correction(turn["message"]) else "",
         }
 
     def _publish(self, event: dict[str, Any]) -> None:

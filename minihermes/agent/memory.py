@@ -101,6 +101,8 @@ DENSE_MIN_COSINE = 0.35
 """A record found only by its embedding must be at least this similar (unrelated MiniLM pairs sit lower)."""
 _VEC = "memvec:"
 """kv prefix of a record's embedding (only with the semantic extra)."""
+_LAST_EPISODE = "episode_last:"
+"""kv prefix of a session's last episode (``{turn_id, key}``): what a correction retracts."""
 
 _ADMIN_ROLES = frozenset({"admin", "system"})
 _WRITER_ROLES = _ADMIN_ROLES | {"user"}
@@ -798,6 +800,8 @@ class Memory(GenServer):
                 hit = True
             if hit and await self._forget(record, audit=False):
                 deleted += 1
+        if session_id:
+            await self.host.kv.delete(_LAST_EPISODE + quote(session_id, safe=""))
         elsewhere = await forgetting.forget_elsewhere(
             self.host, session_id=session_id, user_id="" if session_id else user_id
         )
@@ -816,6 +820,7 @@ class Memory(GenServer):
                 await self._forget(record, audit=False)
             else:
                 await self.host.tuples.take_all(_tuple(t[0], t[1], t[2], None, t[3]))
+        await self.host.kv.delete(_LAST_EPISODE + quote(session_id, safe=""))
 
     @call(access="read")
     def get_stats(self) -> dict[str, Any]:
@@ -834,11 +839,19 @@ class Memory(GenServer):
         response: str,
         tool_calls: list[dict[str, Any]] | None = None,
         episodic: bool = True,
+        success: bool = True,
+        turn_id: str = "",
+        corrects_turn: str = "",
         **_record: Any,
     ) -> None:
         """A finished turn (published by the agent, never awaited): its episode, private to the turn's user
-        and taken along when the session is forgotten, unless the session keeps none (``episodic``)."""
-        if not episodic:
+        and taken along when the session is forgotten, unless the session keeps none (``episodic``) or the
+        turn fell short (``success`` false: a failed tool call, the step limit, an answer contradicting its
+        tool results): nothing is remembered from such a turn. A turn that corrects the session's previous
+        one (``corrects_turn``) first deletes that turn's episode."""
+        if corrects_turn:
+            await self._retract_episode(session_id, corrects_turn, user_id)
+        if not episodic or not success:
             return
         names = (str(c.get("name", "")) for c in tool_calls or [] if isinstance(c, dict))
         tools = ", ".join(dict.fromkeys(names)) or "none"
@@ -854,6 +867,23 @@ class Memory(GenServer):
             user_id=user_id,
             source_session=session_id,
         )
+        if turn_id and session_id:
+            # What a correction in the session's next message retracts (one entry per session).
+            entry = {"turn_id": turn_id, "key": f"episode:{digest}"}
+            await self.host.kv.put(_LAST_EPISODE + quote(session_id, safe=""), entry)
+
+    async def _retract_episode(self, session_id: str, turn_id: str, user: str) -> None:
+        """Delete ``user``'s episode of ``turn_id`` if it is the session's last one (they said it was wrong)."""
+        marker = _LAST_EPISODE + quote(session_id, safe="")
+        entry = await self.host.kv.get(marker)
+        if not isinstance(entry, dict) or entry.get("turn_id") != turn_id:
+            return
+        for record in await self._candidates("global", "", str(entry.get("key") or ""), user):
+            if record.get("kind") == "episodic" and _owns(record, user):
+                await self._forget(record, audit=False)
+                self._audit("episode_retracted", "corrected by the user", session_id, record)
+                break
+        await self.host.kv.delete(marker)
 
     # -- helpers ------------------------------------------------------------------------------------------
 

@@ -1,0 +1,216 @@
+"""Whether a finished turn's answer is true to what its tools returned, and whether a message corrects the
+previous answer: the checks behind ``TurnCompleted.success`` (``minihermes.turn_event``).
+
+A turn *fell short* when a tool call failed, the turn did not end ``ok`` (the step limit ended it), or the
+final answer contradicts the turn's own tool results. Only contradictions that are cheap to see and sound
+(no guess about meaning) are checked:
+
+- the answer shows an internal wrapper: the ``untrusted_content`` envelope, or a tool's raw JSON result
+  pasted as it came;
+- the answer says nothing was found (no files, no results, nothing found) while every listing or search call
+  of the turn returned entries;
+- a number the answer presents as a result (``... = N``, "the result is N") that no tool returned and the
+  answer's own arithmetic does not give, or an equation in the answer the calculator disagrees with (checked
+  only in turns that used the calculator).
+
+``is_correction`` tells a user's message that says the previous answer was wrong ("no, that's wrong",
+"actually it's ...", "you forgot ..."): what the previous turn produced is then retracted (its episode, a
+skill learned from it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from minihermes.tools.calculator import CalculatorError, calculate
+
+__all__ = ["ToolOutcome", "contradiction", "fell_short", "is_correction"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    """One tool call of the turn: its name, input, whether it failed, and its whole result text."""
+
+    name: str
+    input: dict[str, Any]
+    is_error: bool
+    result: str
+
+
+# ------------------------------------------------------------------------------------------------ the turn
+
+
+def fell_short(status: str, response: str, calls: Iterable[ToolOutcome], request: str = "") -> str:
+    """Why the turn is not a success ("" when it is one): a failed tool call, a status other than ``ok``,
+    or an answer that contradicts the tool results (``contradiction``)."""
+    calls = list(calls)
+    failed = [c.name for c in calls if c.is_error]
+    if failed:
+        return f"a tool call failed ({', '.join(dict.fromkeys(failed))})"
+    if status != "ok":
+        return f"the turn ended with status {status}"
+    return contradiction(response, calls, request)
+
+
+def contradiction(response: str, calls: Iterable[ToolOutcome], request: str = "") -> str:
+    """How the answer contradicts the turn's tool results, or "" when no check finds a contradiction."""
+    calls = [c for c in calls if not c.is_error]
+    return _wrapper(response, calls) or _nothing_found(response, calls) or _numbers(response, calls, request)
+
+
+# --------------------------------------------------------------------------------------- internal wrappers
+
+_ENVELOPE = re.compile(r'\{\s*"(?:untrusted_content|notice)"\s*:')
+_PASTE_MIN_CHARS = 24
+
+
+def _wrapper(response: str, calls: list[ToolOutcome]) -> str:
+    if "untrusted_content" in response or _ENVELOPE.search(response):
+        return "the answer shows an internal wrapper (untrusted_content)"
+    for c in calls:
+        raw = c.result.strip()
+        if raw.startswith("{") and len(raw) >= _PASTE_MIN_CHARS and raw in response:
+            return f"the answer pastes the raw result of {c.name}"
+    return ""
+
+
+# ----------------------------------------------------------------------------------------- nothing found
+
+_LISTS = ("entries", "files", "memories", "hits", "results", "matches", "items", "skills", "sessions")
+_NOTHING = re.compile(
+    r"\b(?:"
+    r"there\s+(?:are|were|is|was)\s+no\s+(?:files?|entries|results?|matches|memories|items|records)"
+    r"|no\s+(?:files?|entries|results?|matches|memories|items|records)\s+(?:were\s+|was\s+)?"
+    r"(?:found|exist|in\s+the|returned|matched)"
+    r"|(?:found|returned|shows?|lists?)\s+(?:no|nothing|zero)\b(?!\s+(?:other|more|further)\b)"
+    r"|nothing\s+(?:was\s+)?(?:found|matched|there)"
+    r"|(?:workspace|folder|directory)\s+(?:is|was)\s+empty"
+    r"|(?:could\s*n[o']?t|did\s*n[o']?t|cannot|can't|was\s+unable\s+to)\s+find\s+(?:any|anything)"
+    r"|no\s+files\b(?!\s+(?:other|besides|except))"
+    r")",
+    re.I,
+)
+
+
+def _unwrap(text: str) -> Any:
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    while isinstance(value, dict) and "untrusted_content" in value:
+        value = value["untrusted_content"]
+    return value
+
+
+def _found(result: str) -> int | None:
+    """How many entries a listing or search result holds; None when the result cannot be read."""
+    value = _unwrap(result)
+    if isinstance(value, list):
+        return len(value)
+    if not isinstance(value, dict):
+        return None
+    if isinstance(value.get("count"), int) and not isinstance(value.get("count"), bool):
+        return int(value["count"])
+    for key in _LISTS:
+        if isinstance(value.get(key), list):
+            return len(value[key])
+    return None
+
+
+def _nothing_found(response: str, calls: list[ToolOutcome]) -> str:
+    listings = [c for c in calls if "list" in c.name or "search" in c.name]
+    if not listings or not _NOTHING.search(response):
+        return ""
+    counts = [_found(c.result) for c in listings]
+    if all(n is not None and n > 0 for n in counts):
+        names = ", ".join(dict.fromkeys(c.name for c in listings))
+        return f"the answer says nothing was found, but {names} returned entries"
+    return ""
+
+
+# ------------------------------------------------------------------------------------------------ numbers
+
+_NUM = r"-?\d[\d,]*(?:\.\d+)?"
+_NUMBER = re.compile(r"(?<![\w.])" + _NUM)
+_OPERAND = r"(?:\(\s*)*" + _NUM + r"(?:\s*\))*"
+_EQUATION = re.compile(
+    rf"(?P<lhs>{_OPERAND}(?:\s*(?:[-+*/^x\u00d7\u00f7]|\*\*)\s*{_OPERAND})+)\s*=\s*(?P<rhs>{_NUM})(?![\d.]*\w)"
+)
+_PRESENTED = re.compile(
+    r"\b(?:result|answer|total|sum|product|difference|quotient)\b[^.\n=]{0,40}?"
+    rf"\b(?:is|was|equals|comes\s+to)\s*:?\s*(?P<n>{_NUM})(?![\d.]*\w)"
+    rf"|\b(?:equals|comes\s+to)\s+(?P<m>{_NUM})(?![\d.]*\w)",
+    re.I,
+)
+
+
+def _value(text: str) -> float | None:
+    try:
+        value = float(text.replace(",", ""))
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _same(shown: str, value: float) -> bool:
+    """``shown`` (as the answer wrote it) is ``value``, rounded to the decimals shown."""
+    n = _value(shown)
+    if n is None:
+        return False
+    decimals = len(shown.partition(".")[2])
+    return abs(n - value) <= 0.5 * 10.0**-decimals + 1e-9 * max(1.0, abs(value))
+
+
+def _numbers_in(text: str) -> list[float]:
+    return [v for m in _NUMBER.finditer(text) if (v := _value(m.group())) is not None]
+
+
+def _numbers(response: str, calls: list[ToolOutcome], request: str) -> str:
+    if not any(c.name == "calculator" for c in calls):
+        return ""
+    known = [v for c in calls for v in _numbers_in(c.result)] + _numbers_in(request)
+    for m in _EQUATION.finditer(response):
+        lhs = m.group("lhs").replace("\u00d7", "*").replace("\u00f7", "/")
+        try:
+            computed = calculate(lhs).result
+        except CalculatorError:
+            continue
+        if isinstance(computed, bool) or not isinstance(computed, int | float):
+            continue
+        if not _same(m.group("rhs"), float(computed)):
+            return f"the answer says {m.group().strip()}, but the calculator gives {computed}"
+        known.append(float(computed))
+    for m in _PRESENTED.finditer(response):
+        shown = m.group("n") or m.group("m")
+        if not any(_same(shown, v) for v in known):
+            return f"the answer presents {shown} as a result, which no tool returned"
+    return ""
+
+
+# ----------------------------------------------------------------------------------------------- corrections
+
+_CORRECTION = re.compile(
+    r"^\W*(?:"
+    r"(?:no|nope|nah)\b[\s,.!-]*(?:(?:that|this|it)(?:'s|\s+is|\s+was)\s+)?"
+    r"(?:wrong|not\s+(?:right|correct|true|what\s+i\s+(?:asked|said|meant))|incorrect|false)\b"
+    r"|(?:no|nope)\b[\s,.!-]+(?:you\s+(?:forgot|missed|didn'?t|did\s+not|got)|actually|i\s+said)\b"
+    r"|(?:that|this|it)(?:'s|\s+is|\s+was)\s+(?:wrong|not\s+(?:right|correct|true|what\s+i\s+(?:asked|said|meant))"
+    r"|incorrect|false)\b"
+    r"|(?:wrong|incorrect)\b"
+    r"|actually\b[\s,]*(?:it(?:'s|\s+is|\s+was)|the\s+(?:answer|result|file|total)|that(?:'s|\s+is)|i\s+said)\b"
+    r"|you\s+(?:forgot|missed|got\s+(?:it|that)\s+wrong|made\s+a\s+mistake)\b"
+    r")",
+    re.I,
+)
+
+
+def is_correction(message: str) -> bool:
+    """Whether the user's message says the previous answer was wrong ("no, that's wrong", "that's not
+    right", "actually it's 42", "you forgot the butter", "wrong"). Only the message's opening counts: a
+    request that merely contains "wrong" ("what went wrong with the build?") is not a correction."""
+    return bool(_CORRECTION.match(message.strip()[:200]))
