@@ -85,39 +85,130 @@ def intent_words(intent: str, limit: int = 6) -> list[str]:
     return seen[:limit]
 
 
+# ------------------------------------------------------------------------------------------ what varies
+
+_QUOTED = re.compile(r"'([^'\n]{1,200})'|\"([^\"\n]{1,200})\"|\u201c([^\u201d\n]{1,200})\u201d")
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?![\w])")
+_PLACEHOLDER = re.compile(r"\{[a-z_]+\}")
+
+
+def _in_request(value: str, intent: str) -> bool:
+    """``value`` appears in the request as a whole word (a file name, a key, a quoted text)."""
+    value = value.strip().lower()
+    if not value or not any(ch.isalnum() for ch in value):
+        return False
+    return re.search(rf"(?<![\w-]){re.escape(value)}(?![\w-])", intent.lower()) is not None
+
+
+def varying(intent: str, calls: list[TurnCall]) -> dict[str, str]:
+    """What differs from one request of the family to the next, as ``{value: parameter}``: the tools'
+    argument values that come from the request (file names, keys, expressions, contents), quoted text and
+    numbers. None of them may be written into a learned skill."""
+    found: dict[str, str] = {}
+    for c in calls:
+        for k, v in c.input.items():
+            if isinstance(v, str) and 0 < len(v) <= 2000 and _in_request(v, intent):
+                found.setdefault(v.strip(), k)
+    for m in _QUOTED.finditer(intent):
+        text = next(g for g in m.groups() if g is not None).strip()
+        if text:
+            found.setdefault(text, "text")
+    for m in _NUMBER.finditer(intent):
+        found.setdefault(m.group(), "n")
+    return found
+
+
+def template(intent: str, calls: list[TurnCall]) -> str:
+    """The request with what varies replaced by ``{parameters}`` ("write '{content}' to {path}, then read
+    {path}"): how the family reads, with no one request's content in it."""
+    out = intent.strip()[:300]
+    for value, param in sorted(varying(intent, calls).items(), key=lambda kv: -len(kv[0])):
+        out = re.sub(rf"(?<![\w{{-]){re.escape(value)}(?![\w}}-])", f"{{{param}}}", out, flags=re.I)
+    return out
+
+
+def _generic(text: str, values: dict[str, str]) -> bool:
+    """``text`` names none of the values that vary (words of at least three characters)."""
+    lowered = text.lower()
+    return not any(
+        re.search(rf"(?<![a-z0-9]){re.escape(w)}(?![a-z0-9])", lowered)
+        for value in values
+        for w in re.findall(r"[a-z0-9]+", value.lower())
+        if len(w) >= 3 and not w.isdigit()
+    )
+
+
 # ---------------------------------------------------------------------------------------- deterministic
+
+_FAMILY: dict[str, tuple[str, str]] = {
+    "calculator": ("calculate", ""),
+    "memory_store": ("store", "memory"),
+    "memory_recall": ("recall", "memory"),
+    "memory_search": ("search", "memory"),
+    "read_file": ("read", "workspace-file"),
+    "write_file": ("write", "workspace-file"),
+    "list_files": ("list", "workspace-file"),
+    "terminal": ("run", "command"),
+    "http_request": ("call", "service"),
+    "session_search": ("search", "sessions"),
+}
+"""What each tool does and to what: a family's name is its steps' verbs, then their objects."""
 
 
 def fallback_name(intent: str, calls: list[TurnCall]) -> dict[str, str]:
+    """The family's name from what its steps do ("write-read-list-workspace-file"), never from one
+    request's words; the description shows the request as a template."""
     tools = [c.name for c in collapse(calls)]
-    words = intent_words(intent, 3)
-    name = slug(" ".join([*words, "via", *tools]) if words else " ".join([*tools, "steps"]), MAX_NAME_CHARS)
+    verbs, objects = [], []
+    for tool in tools:
+        verb, obj = _FAMILY.get(tool, (tool, ""))
+        verbs.append(verb)
+        objects.append(obj)
+    parts = [*dict.fromkeys(verbs), *dict.fromkeys(o for o in objects if o)]
+    name = slug(
+        f"{tools[0]} steps" if len(parts) == 1 and not objects[0] else " ".join(parts), MAX_NAME_CHARS
+    )
     description = (
-        f'Handle requests like "{intent.strip()[:300]}" with {", then ".join(tools)}'
+        f'Handle requests like "{template(intent, calls)}" with {", then ".join(tools)}'
         f" ({len(calls)} tool calls when learned)."
     )
     return {"name": name, "description": description[:MAX_DESCRIPTION_CHARS]}
 
 
-def fallback_procedure(calls: list[TurnCall]) -> str:
+def fallback_procedure(calls: list[TurnCall], intent: str = "") -> str:
+    """One numbered step per tool (``N. tool: what to do``). An argument that came from the request is a
+    parameter the next request supplies (``path: {path}``); only what the model chose itself stays."""
     lines = []
     for n, c in enumerate(collapse(calls), start=1):
         action = ACTIONS.get(c.name, f"call {c.name}")
-        args = [
-            f"{k}={v}"
-            for k, v in sorted(c.input.items())
-            if k not in _HIDDEN_ARGS and isinstance(v, str) and 0 < len(v) <= _ARG_CHARS and " " not in v
-        ]
+        fixed, params = [], []
+        for k, v in sorted(c.input.items()):
+            if k in _HIDDEN_ARGS or not isinstance(v, str) or not 0 < len(v) <= _ARG_CHARS or " " in v:
+                continue
+            if _in_request(v, intent):
+                params.append(k)
+            else:
+                fixed.append(f"{k}={v}")
+        if c.name == "write_file" and _in_request(str(c.input.get("content") or ""), intent):
+            action = "write the text the request gives to the file"
         if c.name == "memory_store" and "key" in c.input:
-            action = f"store the result under key {c.input['key']}"
-            args = [a for a in args if not a.startswith("key=")]
-        lines.append(f"{n}. {c.name}: {action}" + (f" {' '.join(args)}" if args else ""))
+            if "key" in params:
+                action = "store the result under the key the request names"
+            else:
+                action = f"store the result under key {c.input['key']}"
+                fixed = [a for a in fixed if not a.startswith("key=")]
+        tail = " ".join(fixed)
+        if params:
+            tail = f"{tail} ({', '.join(f'{k}: {{{k}}}' for k in params)} from the request)".strip()
+        lines.append(f"{n}. {c.name}: {action}" + (f" {tail}" if tail else ""))
     return "\n".join(lines)
 
 
 def fallback_triggers(intent: str, calls: list[TurnCall]) -> dict[str, list[str]]:
+    """The family's words: the request's, without what varies (no file name, key, number or quoted text)."""
     tools = [c.name for c in collapse(calls)]
-    return {"triggers": intent_words(intent, 6), "tags": [*dict.fromkeys(tools), "learned"]}
+    words = intent_words(_PLACEHOLDER.sub(" ", template(intent, calls)), 6)
+    return {"triggers": words or tools[:6], "tags": [*dict.fromkeys(tools), "learned"]}
 
 
 # ---------------------------------------------------------------------------------------------- the LLM
@@ -128,16 +219,31 @@ SYSTEM = (
 )
 
 
+def _generalize(text: str, values: dict[str, str]) -> str:
+    for value, param in sorted(values.items(), key=lambda kv: -len(kv[0])):
+        text = text.replace(value, f"{{{param}}}")
+    return text
+
+
 def prompt(part: str, intent: str, calls: list[TurnCall]) -> list[dict[str, Any]]:
-    sequence = "\n".join(f"- {c.name} {json.dumps(c.input)[:200]}" for c in calls if c.ok)
+    """The request for one part. The model sees the request and the calls with what varies already
+    replaced by ``{parameters}``, so that it has no file name, key or quoted text to copy."""
+    values = varying(intent, calls)
+    sequence = "\n".join(
+        f"- {c.name} {_generalize(json.dumps(c.input, ensure_ascii=False), values)[:200]}"
+        for c in calls
+        if c.ok
+    )
     asks = {
         "name": 'Give {"name": kebab-case, at most 64 chars, "description": one sentence on when to use it}.',
         "procedure": 'Give {"procedure": numbered lines, one per step, each "N. tool_name: what to do"}, '
-        "generalized so it fits similar requests, using exactly the tools above in that order.",
+        "generalized so it fits similar requests, using exactly the tools above in that order; write what "
+        "varies from request to request as the {parameters} shown, never a file name, key or text.",
         "triggers": 'Give {"triggers": up to 6 words a similar request would contain, "tags": up to 6 '
         "topic tags}.",
     }
-    user = f"Task: {intent.strip()[:2000]}\nTool calls, in order:\n{sequence}\n\n{asks[part]}"
+    task = template(intent, calls) if values else intent.strip()[:2000]
+    user = f"Task: {task}\nTool calls, in order:\n{sequence}\n\n{asks[part]}"
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
 
@@ -154,17 +260,21 @@ def _json(content: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def parse_name(content: str) -> dict[str, str] | None:
+def parse_name(content: str, values: dict[str, str] | None = None) -> dict[str, str] | None:
+    """The model's name and description, unless malformed or naming what varies (``values``)."""
     data = _json(content)
     if not data or not isinstance(data.get("name"), str) or not isinstance(data.get("description"), str):
         return None
     name, description = slug(data["name"], MAX_NAME_CHARS), data["description"].strip()
     if not description or len(description) > MAX_DESCRIPTION_CHARS:
         return None
+    if not _generic(f"{name.replace('-', ' ')} {description}", values or {}):
+        return None
     return {"name": name, "description": description}
 
 
-def parse_procedure(content: str, calls: list[TurnCall]) -> str | None:
+def parse_procedure(content: str, calls: list[TurnCall], values: dict[str, str] | None = None) -> str | None:
+    """The model's procedure, if true to the turn (below) and naming nothing that varies (``values``)."""
     data = _json(content)
     text = data.get("procedure") if data else None
     if isinstance(text, list):
@@ -173,10 +283,13 @@ def parse_procedure(content: str, calls: list[TurnCall]) -> str | None:
         return None
     # True to the turn: the same tools, in the same order (repeats of one tool may be merged).
     named = [t for i, t in enumerate(procedure_tools(text)) if i == 0 or procedure_tools(text)[i - 1] != t]
-    return text.strip() if named == [c.name for c in collapse(calls)] else None
+    if named != [c.name for c in collapse(calls)] or not _generic(text, values or {}):
+        return None
+    return text.strip()
 
 
-def parse_triggers(content: str) -> dict[str, list[str]] | None:
+def parse_triggers(content: str, values: dict[str, str] | None = None) -> dict[str, list[str]] | None:
+    """The model's triggers and tags, without any that names what varies (``values``)."""
     data = _json(content)
     if not data:
         return None
@@ -185,5 +298,5 @@ def parse_triggers(content: str) -> dict[str, list[str]] | None:
         value = data.get(key)
         if not isinstance(value, list) or not all(isinstance(v, str) and 0 < len(v) <= 100 for v in value):
             return None
-        out[key] = [v.strip() for v in value][:6]
+        out[key] = [v.strip() for v in value if _generic(v, values or {})][:6]
     return out if out["triggers"] else None

@@ -45,8 +45,17 @@ from ._store_folders import SkillFolderOps, trusted
 
 _LEARNED_CACHE = 4096
 """Learned-request markers kept in memory (the rest are read from KV when a request repeats)."""
+CORRECTED = "corrected by the user"
+"""The reason a skill learned from a turn the user corrected is archived (``turn_completed``)."""
+_RETRACTED = "retracted:"
+"""KV: ``retracted:<workflow key>`` marks a turn the user corrected; a proposal from it is refused."""
 
 StatusFilter = Literal["", "candidate", "active", "stale", "archived", "pinned"]
+
+
+def _turn_marker(user: str, turn_id: str) -> str:
+    """KV: the learned-request marker ``turn_id`` set (``{key}``), under the user's ``learned:`` prefix."""
+    return io.learned_prefix(user) + "turn-" + io.workflow_key(turn_id)
 
 
 class SkillStore(SkillFolderOps):
@@ -101,6 +110,9 @@ class SkillStore(SkillFolderOps):
             existing = self._records.get(check_id(op, skill_id))
             if existing is not None:
                 return self._proposal_reply(existing, created=False, patched=False)
+        if turn_id and await self.host.kv.get(_RETRACTED + io.workflow_key(turn_id)) is not None:
+            # The user said the turn was wrong: nothing is learned from it, however late the proposal.
+            return {"status": "ok", "skill_id": "", "created": False, "patched": False, "retracted": True}
         probe = {"name": fields["name"], "description": fields["description"], "triggers": fields["triggers"]}
         twin = self._near_duplicate(probe, procedure_tools(fields["procedure"]), owner)
         if twin is not None and twin["scope"] == "tenant":
@@ -108,6 +120,10 @@ class SkillStore(SkillFolderOps):
             return self._proposal_reply(twin, created=False, patched=False)
         if twin is not None:
             record = await self._patch(twin, fields, reason=f"merged proposal from session {session_id}")
+            if turn_id and record["version"] > twin["version"]:
+                # The version a correction of that turn takes back (``_retract``).
+                record = {**record, "patched_by_turn": {"turn_id": turn_id, "version": record["version"]}}
+                await self._save(record, previous_status=record["status"], reindex=False)
             return self._proposal_reply(record, created=False, patched=True)
         record = self._new_record(
             fields,
@@ -423,9 +439,14 @@ class SkillStore(SkillFolderOps):
         ``tool_calls`` is the turn's count of calls, or the calls themselves. Nothing new is learned from
         a turn that a matched skill (``skill_ids``, injected into its prompt) carried to success, nor from
         a request the same user already taught with the same tools (within ``relearn_after_days``): each
-        extraction costs several model calls, and a repeat teaches nothing the first one did not."""
+        extraction costs several model calls, and a repeat teaches nothing the first one did not. Nothing
+        is learned from a turn that fell short (``success`` false: a failed tool call, the step limit, an
+        answer contradicting its tool results)."""
         count = len(tool_calls) if isinstance(tool_calls, list) else tool_calls
         if count < self.learn_min_tool_calls or not self.host.has_actor(self.workflow):
+            return
+        if not success:
+            self.host.incr_counter("skill_extractions_skipped_total", reason="fell_short")
             return
         user = access.acting_user(user_id)
         if success and any(sid in self._records for sid in skill_ids or []):
@@ -441,6 +462,8 @@ class SkillStore(SkillFolderOps):
             self.host.incr_counter("skill_extractions_skipped_total", reason="repeat")
             return
         await self.host.kv.put(key, {"turn_id": turn_id, "at": self.host.now()})
+        # Which marker the turn set, for a correction to take back (under the user's prefix: forgotten with them).
+        await self.host.kv.put(_turn_marker(user, turn_id), {"key": key})
         self._learned[key] = self.host.now()
         args = {"session_id": session_id, "turn_id": turn_id, "user_intent": user_intent, "user_id": user}
         self.host.send(f"{self.workflow}/{io.workflow_key(turn_id)}", "start", args)
@@ -470,12 +493,17 @@ class SkillStore(SkillFolderOps):
         tool_calls: list[dict[str, Any]] | None = None,
         skill_ids: list[str] | None = None,
         success: bool = True,
+        corrects_turn: str = "",
         **_record: Any,
     ) -> None:
         """A finished turn (the turn listener, ``minihermes.turn_event``; published by the agent, never
-        awaited): each skill the turn was given is counted as used (``record_usage``, a success when the turn
-        ended ok with no failed tool call), then the turn is considered for learning
-        (``evaluate_for_learning``). A step that fails (a skill deleted since) is logged and the next runs."""
+        awaited): when it corrects the session's previous turn (``corrects_turn``), what was learned from
+        that turn is taken back (``_retract``); each skill the turn was given is counted as used
+        (``record_usage``, a success when the turn is one: ok, no failed tool call, a truthful answer), then
+        the turn is considered for learning (``evaluate_for_learning``). A step that fails (a skill deleted
+        since) is logged and the next runs."""
+        if corrects_turn:
+            await self._turn_step("retract", self._retract(corrects_turn, user_id))
         for skill_id in skill_ids or []:
             if isinstance(skill_id, str) and skill_id:
                 await self._turn_step(
@@ -494,6 +522,39 @@ class SkillStore(SkillFolderOps):
                 success=success,
             ),
         )
+
+    async def _retract(self, turn_id: str, user_id: str) -> None:
+        """The user said ``turn_id`` was wrong: no skill from it stays in use. The turn is marked (a proposal
+        its extraction makes later is refused), the extraction is cancelled, its request may be taught
+        again, a skill created from it is archived and a version it added to a skill is replaced by the
+        one before (skills are never deleted). Each is audited with the reason ``CORRECTED``."""
+        user = access.acting_user(user_id)
+        wkey = io.workflow_key(turn_id)
+        await self.host.kv.put(_RETRACTED + wkey, {"at": self.host.now(), "reason": CORRECTED})
+        started = await self.host.kv.get(_turn_marker(user, turn_id))
+        if isinstance(started, dict):
+            learned = str(started.get("key") or "")
+            if learned:
+                await self.host.kv.delete(learned)
+                self._learned.pop(learned, None)
+            await self.host.kv.delete(_turn_marker(user, turn_id))
+            self.host.send(f"{self.workflow}/{wkey}", "signal", {"name": "cancel", "payload": CORRECTED})
+        for record in list(self._records.values()):
+            patched = record.get("patched_by_turn") or {}
+            if record["provenance"].get("turn_id") == turn_id and record["status"] != "archived":
+                if record["pinned"]:
+                    continue  # an admin pinned it: theirs to decide
+                await self._transition(record, "archived", CORRECTED)
+                self.host.incr_counter("skills_retracted_total")
+            elif patched.get("turn_id") == turn_id and patched.get("version") == record["version"] > 1:
+                record = {k: v for k, v in record.items() if k != "patched_by_turn"}
+                text = await self._procedure(record["skill_id"], record["version"] - 1)
+                await self._write_version(record, text, CORRECTED)
+                if record["status"] == "candidate" and record.get("was_usable"):
+                    record["status"] = "active"  # the patch had put it back for approval
+                await self._save(record, previous_status=self._records[record["skill_id"]]["status"])
+                self._event("skill_rolled_back", record, f"reason={CORRECTED} now=v{record['version']}")
+                self.host.incr_counter("skills_retracted_total")
 
     async def _turn_step(self, op: str, step: Awaitable[Any]) -> None:
         try:

@@ -6,6 +6,10 @@ the first unfinished one: ``turn`` (the turn's tool calls, from the agent's hist
 description), ``procedure``, ``triggers`` (triggers and tags), ``propose`` (to the store: a new candidate or
 a new version of a near-duplicate), ``evaluate`` (the dry-run replay with and without the procedure, and
 the verdict to the store). ``signal cancel`` stops it; ``query status`` shows the finished steps.
+
+The store starts it only for a turn that was a success (``TurnCompleted.success``). When the user corrects
+that turn in their next message, the store cancels it; a proposal that still arrives is refused
+(``retracted``) and the run ends ``skipped``, so no skill from a corrected turn is ever in use.
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ class SkillWorkflow(Workflow):
             {**named, **words, "procedure": procedure["procedure"]},
             {"session_id": session_id, "user_id": user_id, "turn_id": turn_id},
         )
+        if proposal.get("retracted"):
+            return {"status": "skipped", "reason": "corrected by the user"}
         verdict = await self.step("evaluate", self._evaluate, proposal, user_intent, user_id)
         return {
             "status": "ok",
@@ -74,16 +80,17 @@ class SkillWorkflow(Workflow):
         self, part: str, intent: str, calls: list[extract.TurnCall], user_id: str
     ) -> dict[str, Any]:
         content = await self._ask_llm(extract.prompt(part, intent, calls), user_id) if self.use_llm else None
+        values = extract.varying(intent, calls)  # what no part may name: the next request brings its own
         if part == "name":
-            named = extract.parse_name(content) if content else None
+            named = extract.parse_name(content, values) if content else None
             return {**(named or extract.fallback_name(intent, calls)), "by": "llm" if named else "fallback"}
         if part == "procedure":
-            text = extract.parse_procedure(content, calls) if content else None
+            text = extract.parse_procedure(content, calls, values) if content else None
             return {
-                "procedure": text or extract.fallback_procedure(calls),
+                "procedure": text or extract.fallback_procedure(calls, intent),
                 "by": "llm" if text else "fallback",
             }
-        words = extract.parse_triggers(content) if content else None
+        words = extract.parse_triggers(content, values) if content else None
         return {**(words or extract.fallback_triggers(intent, calls)), "by": "llm" if words else "fallback"}
 
     async def _ask_llm(self, messages: list[dict[str, Any]], user_id: str) -> str | None:
