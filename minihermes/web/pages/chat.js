@@ -24,7 +24,7 @@ async function render(root, ctx) {
     if (!sessionId && rows.length) sessionId = rows[0].session_id;
     const choice = select(
       "session",
-      rows.map((s) => [s.session_id, `${s.session_id.slice(0, 17)} · ${s.user_id} · ${s.channel}`]),
+      rows.map((s) => [s.session_id, `${s.title ? s.title.slice(0, 40) : s.session_id.slice(0, 17)} · ${s.user_id} · ${s.channel}`]),
       sessionId,
     );
     if (sessionId && !rows.some((s) => s.session_id === sessionId)) {
