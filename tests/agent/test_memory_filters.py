@@ -15,15 +15,15 @@ from minihermes.runtime import ActorSpec, InvalidArgument
 from .conftest import ACME
 
 
-async def mem(node, op: str, ctx=ACME, **payload: Any) -> Any:
+async def mem(node: Any, op: str, ctx: Any = ACME, **payload: Any) -> Any:
     return await node.ask("memory", op, payload, ctx=ctx)
 
 
-async def started(make_node):
+async def started(make_node: Any) -> Any:
     return await make_node([ActorSpec("memory", Memory, per_tenant=True)])
 
 
-async def a_few_facts_and_episodes(node) -> None:
+async def a_few_facts_and_episodes(node: Any) -> None:
     await mem(node, "store_memory", key="sister", value="My sister's name is Ana")
     await mem(node, "store_memory", key="habit", value="I run every morning before work")
     await mem(node, "store_memory", key="rule", value="deploy on Tuesdays", tier="core")
@@ -44,7 +44,7 @@ def keys(reply: dict[str, Any]) -> list[str]:
     return [m["key"] for m in reply["memories"]]
 
 
-async def test_episodes_are_hidden_unless_asked(make_node):
+async def test_episodes_are_hidden_unless_asked(make_node: Any) -> None:
     node = await started(make_node)
     await a_few_facts_and_episodes(node)
     listed = await mem(node, "list_memories")
@@ -60,7 +60,7 @@ async def test_episodes_are_hidden_unless_asked(make_node):
     assert set(keys(only)) == {f"episode:{n}" for n in range(5)}  # asked for by kind
 
 
-async def test_filters_by_kind_tier_and_scope(make_node):
+async def test_filters_by_kind_tier_and_scope(make_node: Any) -> None:
     node = await started(make_node)
     await a_few_facts_and_episodes(node)
     assert keys(await mem(node, "list_memories", scope="global")) == ["habit", "manual", "rule", "sister"]
@@ -76,7 +76,7 @@ async def test_filters_by_kind_tier_and_scope(make_node):
     assert keys(await mem(node, "search_memories", query="deploy", tier="reachable")) == []
 
 
-async def test_pages_with_a_total(make_node):
+async def test_pages_with_a_total(make_node: Any) -> None:
     node = await started(make_node)
     await a_few_facts_and_episodes(node)
     pages, offset = [], 0
@@ -103,7 +103,7 @@ async def test_pages_with_a_total(make_node):
         assert e.value.details["field"] == "offset"
 
 
-async def test_search_matches_possessives_and_stems(make_node):
+async def test_search_matches_possessives_and_stems(make_node: Any) -> None:
     node = await started(make_node)
     await a_few_facts_and_episodes(node)
     await mem(node, "store_memory", key="Gina's birthday", value="the 3rd of May")
@@ -117,7 +117,7 @@ async def test_search_matches_possessives_and_stems(make_node):
     assert keys(await mem(node, "search_memories", query="gina")) == ["Gina's birthday"]
 
 
-async def test_records_indexed_before_the_new_analysis_are_still_found(make_node):
+async def test_records_indexed_before_the_new_analysis_are_still_found(make_node: Any) -> None:
     """A record whose index entry was written by an earlier release (the light stemmer, no ``analysis`` in
     its meta) is still found by the words it was found by."""
     node = await started(make_node)

@@ -123,7 +123,8 @@ async def test_agent_workers_follow_the_protocol_and_hand_off(app_node, clock):
     await clock.advance(6)  # the worker's next poll (also nudged when t2 became ready)
     await until(lambda: done(t2))
     assert (await card(node, t1))["summary"] == f"summary of {t1}"
-    assert seen[1].startswith("Write it up") and f"{t1} (Gather facts): summary of {t1}" in seen[1]  # the hand-off
+    assert seen[1].startswith("Write it up")  # the card itself, no protocol text before it
+    assert f"{t1} (Gather facts): summary of {t1}" in seen[1]  # the hand-off
     await clock.advance(6)
     assert (await card(node, t3))["status"] == "ready"  # not an agent's card: left for bob
 

@@ -23,14 +23,15 @@ OPS = RequestContext(tenant="acme", principal="ops", roles=frozenset({"admin"}))
 
 
 async def kb(node: Node, op: str, ctx: RequestContext = ACME, **payload: Any) -> dict[str, Any]:
-    return await node.ask("kanban", op, payload, ctx=ctx)
+    reply: dict[str, Any] = await node.ask("kanban", op, payload, ctx=ctx)
+    return reply
 
 
 async def settled(node: Node, task_id: str) -> dict[str, Any]:
     """The card once the worker has left it (not ready, not claimed) and reported on it."""
 
     async def check() -> dict[str, Any] | None:
-        card = (await kb(node, "show", task_id=task_id))["task"]
+        card: dict[str, Any] = (await kb(node, "show", task_id=task_id))["task"]
         if card["status"] in ("ready", "in_progress") or not card["comments"]:
             return None
         return card
@@ -44,7 +45,8 @@ async def outcomes(node: Node) -> list[dict[str, Any]]:
         reply = await node.ask(
             "audit_event", "query_events", {"event_type": "kanban_worker_outcome"}, ctx=ACME
         )
-        return reply["events"] or None
+        events: list[dict[str, Any]] = reply["events"]
+        return events or None
 
     found: list[dict[str, Any]] = await until(check, what="kanban_worker_outcome audit events")
     return found
@@ -58,7 +60,7 @@ def tool_call(name: str, args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def test_the_offline_model_computes_and_remembers_and_the_card_is_done(app_node):
+async def test_the_offline_model_computes_and_remembers_and_the_card_is_done(app_node: Any) -> None:
     """The README's example with the embedded offline model: done, with a true summary (it was a
     ``kanban_show invalid_input`` error: the worker's protocol text read as a request)."""
     node = await app_node()
@@ -82,7 +84,7 @@ async def test_the_offline_model_computes_and_remembers_and_the_card_is_done(app
     assert event["data"]["task_id"] == task_id
 
 
-async def test_a_failed_tool_call_fails_the_card_with_the_reason(app_node):
+async def test_a_failed_tool_call_fails_the_card_with_the_reason(app_node: Any) -> None:
     node = await app_node(scripted=True)
 
     def answer(session: str, messages: list[dict[str, Any]]) -> Any:
@@ -107,7 +109,7 @@ async def test_a_failed_tool_call_fails_the_card_with_the_reason(app_node):
     )  # final: the same model would fail the same way again
 
 
-async def test_an_answer_that_says_it_cannot_fails_the_card(app_node):
+async def test_an_answer_that_says_it_cannot_fails_the_card(app_node: Any) -> None:
     node = await app_node(scripted=True)
     doubles.SCRIPT.answer = lambda session, messages: (
         'I can\'t do "Paint the fence blue": I have no painting tool.'
@@ -119,7 +121,7 @@ async def test_an_answer_that_says_it_cannot_fails_the_card(app_node):
     assert card["comments"][0]["text"].startswith("Failed: the agent could not do it")
 
 
-async def test_a_turn_waiting_for_approval_blocks_the_card_until_decided(app_node, clock):
+async def test_a_turn_waiting_for_approval_blocks_the_card_until_decided(app_node: Any, clock: Any) -> None:
     node = await app_node(scripted=True)
 
     def answer(session: str, messages: list[dict[str, Any]]) -> Any:
@@ -151,7 +153,7 @@ async def test_a_turn_waiting_for_approval_blocks_the_card_until_decided(app_nod
     assert [c["text"].split(":")[0] for c in card["comments"]] == ["Waiting", "Done"]
 
 
-async def test_an_agent_unavailable_is_retried_then_blocked_and_reported(app_node, clock):
+async def test_an_agent_unavailable_is_retried_then_blocked_and_reported(app_node: Any, clock: Any) -> None:
     node = await app_node(scripted=True)
     task_id = (await kb(node, "create", title="Impossible", assignee="agent"))["task_id"]
     doubles.SCRIPT.fail.update({f"kanban:{task_id}:1", f"kanban:{task_id}:2"})
@@ -167,7 +169,7 @@ async def test_an_agent_unavailable_is_retried_then_blocked_and_reported(app_nod
     assert second.startswith("Failed: llm_unavailable") and "retried" not in second
 
 
-def test_judge_reads_the_turn_not_only_its_status():
+def test_judge_reads_the_turn_not_only_its_status() -> None:
     ok = {"status": "ok", "response": "6 x 7 = 42."}
     assert judge(ok, []) == ("done", "6 x 7 = 42.")
     failed_tool = {
@@ -189,7 +191,7 @@ def test_judge_reads_the_turn_not_only_its_status():
     )
 
 
-async def test_moving_a_ready_card_to_in_progress_claims_it(app_node):
+async def test_moving_a_ready_card_to_in_progress_claims_it(app_node: Any) -> None:
     node = await app_node(scripted=True)
     task_id = (await kb(node, "create", title="By hand"))["task_id"]
     moved = await kb(node, "move", task_id=task_id, status="in_progress")
