@@ -16,8 +16,9 @@ The worker judges the turn, and the card ends the way the turn did (``judge``):
 - **failed** (``fail`` with ``final``: blocked at once with ``failed: <reason>``, since another attempt would
   end the same way) when a tool call failed, the turn did not end ``ok`` (the step limit), it gave no answer
   or the answer says it cannot ("I can't ...", "I cannot ...");
-- **waiting** (blocked with the approval to decide) when the turn paused for an approval; once the card is
-  unblocked, its next claim takes that turn's outcome (resumed by the decision) instead of running it again;
+- **waiting** (blocked with the approval to decide) when the turn paused for an approval; once it is
+  decided and the resumed turn has ended, the worker's next poll ends the card the way that turn did (done
+  or failed); a card unblocked by hand meanwhile takes that outcome on its next claim, never a second run;
 - a turn that raised (LLM unavailable, timeout) reports an ordinary ``fail``: the board retries the card and
   blocks it on the second failure. A worker that dies stops heartbeating, so the board reclaims its cards.
 
@@ -98,7 +99,7 @@ def judge(reply: dict[str, Any], turn: list[dict[str, Any]]) -> tuple[Outcome, s
     if status == "paused":
         tool = (reply.get("pending_tool") or {}).get("name") or "a tool call"
         approval = reply.get("approval_id") or "an approval"
-        return "waiting", f"waiting for approval {approval} of {tool}; decide it, then unblock the card"
+        return "waiting", f"waiting for approval {approval} of {tool}; the card ends when it is decided"
     failed = [_tool_error(m) for m in turn if m.get("role") == "tool" and m.get("is_error")]
     if failed:
         return "failed", "a tool call failed: " + "; ".join(failed)
@@ -145,6 +146,10 @@ class KanbanWorker(GenServer):
             await self._poll()
 
     async def _poll(self) -> None:
+        for key, waiting in await self.host.kv.list(WAITING):
+            task_id = key[len(WAITING) :]
+            if task_id not in self._running and isinstance(waiting, dict):
+                await self._settle_waiting(task_id, waiting)
         free = self.max_concurrent - len(self._running)
         if free <= 0:
             return
@@ -200,6 +205,32 @@ class KanbanWorker(GenServer):
         finally:
             beat.cancel()
             self._running.pop(task_id, None)
+
+    async def _settle_waiting(self, task_id: str, waiting: dict[str, Any]) -> None:
+        """A card blocked while its turn waits for an approval: once the approval is decided and the turn has
+        ended, the card ends the way the turn did, without waiting to be unblocked (an unblocked card is
+        claimed again and takes the same outcome in ``_work``)."""
+        reply = await self._paused_turn(waiting)
+        if reply.get("status") == "paused":
+            return
+        try:
+            card = (await self.host.ask("kanban", "show", {"task_id": task_id}))["task"]
+        except ActorError:
+            card = None  # deleted
+        if card is None or card["status"] in ("done", "cancelled"):
+            await self.host.kv.delete(WAITING + task_id)
+            return
+        if card["status"] != "blocked" or not card["blocked_reason"].startswith("waiting for approval"):
+            return  # unblocked (its next claim takes the outcome) or blocked for another reason by now
+        outcome, text = judge(reply, await self._turn_messages(str(waiting["session"])))
+        if outcome == "done":
+            await self.host.ask("kanban", "complete", {"task_id": task_id, "summary": text[:20000]})
+            self._stats["completed"] += 1
+        else:
+            await self.host.ask("kanban", "block", {"task_id": task_id, "reason": f"failed: {text}"[:2000]})
+            self._stats["failed"] += 1
+        await self.host.kv.delete(WAITING + task_id)
+        await self._report(card, outcome, text)
 
     async def _paused_turn(self, waiting: dict[str, Any]) -> dict[str, Any]:
         """The reply of a turn that paused for an approval: still paused, or how it ended once decided."""

@@ -121,36 +121,68 @@ async def test_an_answer_that_says_it_cannot_fails_the_card(app_node: Any) -> No
     assert card["comments"][0]["text"].startswith("Failed: the agent could not do it")
 
 
-async def test_a_turn_waiting_for_approval_blocks_the_card_until_decided(app_node: Any, clock: Any) -> None:
-    node = await app_node(scripted=True)
+def write_then_answer(session: str, messages: list[dict[str, Any]]) -> Any:
+    if messages[-1]["role"] == "tool":
+        return "I wrote note.txt."
+    return tool_call("write_file", {"path": "note.txt", "content": "hello"})
 
-    def answer(session: str, messages: list[dict[str, Any]]) -> Any:
-        if messages[-1]["role"] == "tool":
-            return "I wrote note.txt."
-        return tool_call("write_file", {"path": "note.txt", "content": "hello"})
 
-    doubles.SCRIPT.answer = answer
+async def waiting_card(node: Node) -> tuple[str, dict[str, Any], str]:
+    """A card whose turn paused for the approval of a write_file call: (task_id, card, approval_id)."""
+    doubles.SCRIPT.answer = write_then_answer
     task_id = (await kb(node, "create", title="Write hello to note.txt", assignee="agent"))["task_id"]
     card = await settled(node, task_id)
     assert card["status"] == "blocked" and "waiting for approval" in card["blocked_reason"]
-    assert "write_file" in card["blocked_reason"]
+    assert "write_file" in card["blocked_reason"] and card["summary"] == ""
     assert card["comments"][0]["text"].startswith("Waiting: waiting for approval")
     (pending,) = (await node.ask("guardrails", "list_approvals", {}, ctx=OPS))["approvals"]
     assert pending["approval_id"] in card["blocked_reason"]
-    resumed = await node.ask("guardrails", "approve", {"approval_id": pending["approval_id"]}, ctx=OPS)
-    assert resumed["status"] == "ok"
+    return task_id, card, str(pending["approval_id"])
+
+
+async def ended(node: Node, clock: Any, task_id: str, status: str) -> dict[str, Any]:
+    async def check() -> dict[str, Any] | None:
+        await clock.advance(6)  # the worker's next poll
+        got: dict[str, Any] = (await kb(node, "show", task_id=task_id))["task"]
+        return got if got["status"] == status and len(got["comments"]) > 1 else None
+
+    found: dict[str, Any] = await until(check, what=f"{task_id} {status}")
+    return found
+
+
+async def test_a_card_waiting_for_approval_ends_when_it_is_approved(app_node: Any, clock: Any) -> None:
+    node = await app_node(scripted=True)
+    task_id, _, approval = await waiting_card(node)
     calls = len(doubles.SCRIPT.calls)
-    await kb(node, "unblock", task_id=task_id)
-    await clock.advance(6)
-
-    async def done() -> dict[str, Any] | None:
-        got = (await kb(node, "show", task_id=task_id))["task"]
-        return got if got["status"] == "done" else None
-
-    card = await until(done)
-    assert card["summary"] == "I wrote note.txt."
-    assert len(doubles.SCRIPT.calls) == calls  # the decided turn's outcome, not a second run
+    resumed = await node.ask("guardrails", "approve", {"approval_id": approval}, ctx=OPS)
+    assert resumed["status"] == "ok"
+    assert len(doubles.SCRIPT.calls) == calls + 1  # the resumed turn's answer
+    card = await ended(node, clock, task_id, "done")
+    assert card["summary"] == "I wrote note.txt." and card["attempts"] == 1  # not run again
     assert [c["text"].split(":")[0] for c in card["comments"]] == ["Waiting", "Done"]
+    assert len(doubles.SCRIPT.calls) == calls + 1
+
+
+async def test_a_waiting_card_unblocked_early_is_not_run_twice_and_a_denial_fails_it(
+    app_node: Any, clock: Any
+) -> None:
+    node = await app_node(scripted=True)
+    task_id, _, approval = await waiting_card(node)
+    calls = len(doubles.SCRIPT.calls)
+    await kb(node, "unblock", task_id=task_id)  # before anybody decided
+
+    async def waiting_again() -> dict[str, Any] | None:
+        await clock.advance(6)
+        got: dict[str, Any] = (await kb(node, "show", task_id=task_id))["task"]
+        return got if got["status"] == "blocked" and len(got["comments"]) == 2 else None
+
+    card = await until(waiting_again)
+    assert card["attempts"] == 2 and "waiting for approval" in card["blocked_reason"]
+    assert len(doubles.SCRIPT.calls) == calls  # the paused turn is waited for, not run again
+    await node.ask("guardrails", "deny", {"approval_id": approval}, ctx=OPS)
+    card = await ended(node, clock, task_id, "blocked")
+    assert card["blocked_reason"].startswith("failed: "), card["blocked_reason"]
+    assert card["comments"][-1]["text"].startswith("Failed: ")
 
 
 async def test_an_agent_unavailable_is_retried_then_blocked_and_reported(app_node: Any, clock: Any) -> None:
@@ -187,7 +219,7 @@ def test_judge_reads_the_turn_not_only_its_status() -> None:
     paused = {"status": "paused", "approval_id": "ap1", "pending_tool": {"name": "terminal"}}
     assert judge(paused, []) == (
         "waiting",
-        "waiting for approval ap1 of terminal; decide it, then unblock the card",
+        "waiting for approval ap1 of terminal; the card ends when it is decided",
     )
 
 
