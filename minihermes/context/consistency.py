@@ -20,6 +20,7 @@ skill learned from it).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -138,9 +139,13 @@ def _nothing_found(response: str, calls: list[ToolOutcome]) -> str:
 _NUM = r"-?\d[\d,]*(?:\.\d+)?"
 _NUMBER = re.compile(r"(?<![\w.])" + _NUM)
 _OPERAND = r"(?:\(\s*)*" + _NUM + r"(?:\s*\))*"
-_EQUATION = re.compile(
-    rf"(?P<lhs>{_OPERAND}(?:\s*(?:[-+*/^x\u00d7\u00f7]|\*\*)\s*{_OPERAND})+)\s*=\s*(?P<rhs>{_NUM})(?![\d.]*\w)"
-)
+_OPERATOR = r"\s*(?:\*\*|[-+*/^x\u00d7\u00f7])\s*"
+_RHS = re.compile(rf"=\s*(?P<rhs>{_NUM})(?![\d.]*\w)")
+_LHS = re.compile(rf"{_OPERAND}(?:{_OPERATOR}{_OPERAND})+\s*$")
+_OPERAND_AT = re.compile(_OPERAND)
+_LHS_WINDOW = 120
+"""How far left of an ``=`` an expression is looked for (each pattern runs over a bounded window: linear)."""
+_MAX_EQUATIONS = 50
 _PRESENTED = re.compile(
     r"\b(?:result|answer|total|sum|product|difference|quotient)\b[^.\n=]{0,40}?"
     rf"\b(?:is|was|equals|comes\s+to)\s*:?\s*(?P<n>{_NUM})(?![\d.]*\w)"
@@ -170,21 +175,41 @@ def _numbers_in(text: str) -> list[float]:
     return [v for m in _NUMBER.finditer(text) if (v := _value(m.group())) is not None]
 
 
+def _equation(lhs: str, rhs: str) -> int | float | None:
+    """The calculator's value of ``lhs`` when the answer's ``rhs`` is not it; None when they agree or the
+    calculator cannot tell. A shorter tail of ``lhs`` may be the real expression ("step 2 - 391 + 100 =
+    491"): the equation holds when the whole or any tail with an operator gives ``rhs``."""
+    first: int | float | None = None
+    for start in [m.start() for m in _OPERAND_AT.finditer(lhs)]:
+        tail = lhs[start:]
+        if not re.search(_OPERATOR, tail[1:]):
+            break
+        try:
+            value = calculate(tail.replace("\u00d7", "*").replace("\u00f7", "/")).result
+        except CalculatorError:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if _same(rhs, float(value)):
+            return None
+        first = value if first is None else first
+    return first
+
+
 def _numbers(response: str, calls: list[ToolOutcome], request: str) -> str:
     if not any(c.name == "calculator" for c in calls):
         return ""
     known = [v for c in calls for v in _numbers_in(c.result)] + _numbers_in(request)
-    for m in _EQUATION.finditer(response):
-        lhs = m.group("lhs").replace("\u00d7", "*").replace("\u00f7", "/")
-        try:
-            computed = calculate(lhs).result
-        except CalculatorError:
+    for m in itertools.islice(_RHS.finditer(response), _MAX_EQUATIONS):
+        found = _LHS.search(response[max(0, m.start() - _LHS_WINDOW) : m.start()])
+        if found is None:
             continue
-        if isinstance(computed, bool) or not isinstance(computed, int | float):
-            continue
-        if not _same(m.group("rhs"), float(computed)):
-            return f"the answer says {m.group().strip()}, but the calculator gives {computed}"
-        known.append(float(computed))
+        lhs, rhs = found.group().strip(), m.group("rhs")
+        computed = _equation(lhs, rhs)
+        if computed is not None:
+            return f"the answer says {lhs} = {rhs}, but the calculator gives {computed}"
+        if (value := _value(rhs)) is not None:
+            known.append(value)
     for m in _PRESENTED.finditer(response):
         shown = m.group("n") or m.group("m")
         if not any(_same(shown, v) for v in known):
