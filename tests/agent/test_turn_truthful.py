@@ -61,6 +61,8 @@ def test_an_answer_contradicting_its_tool_results_is_caught(
         ("There are no other files besides todo.txt.", [LISTED]),
         ("17 x 23 = 391.", [CALC]),
         ("17 x 23 = 391, and 391 + 100 = 491, so the total is 491.", [CALC]),
+        ("Step 2 - 391 + 100 = 491.", [CALC]),  # a dash before the expression is no minus
+        ("1" * 50_000 + " = 2", [CALC]),  # long runs are checked in a bounded window
         ("The result is 391.", [CALC]),
         ("10 / 3 = 3.33", [ToolOutcome("calculator", {}, False, '{"result": 3.3333333333333335}')]),
         ("The answer is 42.", []),  # no calculator in the turn: nothing to hold the number against
