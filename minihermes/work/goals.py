@@ -219,16 +219,28 @@ class Goals(GenServer):
 
     @cast
     async def turn_completed(
-        self, session_id: str, turn_id: str, user_message: str, response: str, **_record: Any
+        self,
+        session_id: str,
+        turn_id: str,
+        user_message: str,
+        response: str,
+        success: bool = True,
+        fell_short: str = "",
+        **_record: Any,
     ) -> None:
         """Judge every active goal of the session against this turn (a turn listener: the agent publishes
-        each finished turn, ``minihermes.turn_event``): those of the turn's user and the tenant's."""
+        each finished turn, ``minihermes.turn_event``): those of the turn's user and the tenant's. A turn
+        that fell short (a failed tool call, an answer its tool results contradict) completes no goal: it
+        counts as a turn used, with the reason it fell short."""
         if not valid_key(session_id):
             return  # no session has such an id, so no goal either
         for goal in await self._mine(await self._goals(session_id, "active")):
             if turn_id in goal["judged_turns"]:
                 continue  # a repeated notification for a turn already judged
-            done, reason = await self._judge(goal, user_message, response, session_id)
+            if success:
+                done, reason = await self._judge(goal, user_message, response, session_id)
+            else:
+                done, reason = False, f"the turn fell short: {fell_short or 'a tool call failed'}"
             reason = scrub(reason)
             goal["turns_used"] += 1
             goal["judged_turns"] = [*goal["judged_turns"][-19:], turn_id]

@@ -145,3 +145,45 @@ async def test_sessions_with_active_goals_are_marked_and_goals_written_before_th
         "migrate me",  # oldest first
         "be brief",
     ]
+
+
+async def test_a_turn_that_fell_short_completes_no_goal(app_node):
+    node = await app_node(scripted=True)
+    doubles.SCRIPT.answer = lambda s, m: (
+        '{"done": true, "reason": "the report is written"}' if "judge" in m[0]["content"] else "ok"
+    )
+    g = await goals(node, "set_goal", session_id="s1", text="write the report", max_turns=5)
+    await node.ask(
+        "goals",
+        "turn_completed",
+        {
+            "session_id": "s1",
+            "turn_id": "t1",
+            "user_message": "write the report",
+            "response": "The report is written.",
+            "success": False,
+            "fell_short": "write_file failed",
+        },
+        ctx=ACME,
+    )
+
+    async def judged():
+        got = (await goals(node, "list_goals", session_id="s1", status=""))["goals"]
+        return got if got and got[0]["turns_used"] else None
+
+    goal = (await until(judged))[0]
+    assert goal["status"] == "active" and "write_file failed" in goal["reason"]
+    await node.ask(
+        "goals",
+        "turn_completed",
+        {
+            "session_id": "s1",
+            "turn_id": "t2",
+            "user_message": "again",
+            "response": "Written.",
+            "success": True,
+        },
+        ctx=ACME,
+    )
+    done = (await until(lambda: _status(node, "s1", "completed")))[0]
+    assert done["goal_id"] == g["goal_id"] and done["turns_used"] == 2
