@@ -144,7 +144,8 @@ async def ended(node: Node, clock: Any, task_id: str, status: str) -> dict[str, 
     async def check() -> dict[str, Any] | None:
         await clock.advance(6)  # the worker's next poll
         got: dict[str, Any] = (await kb(node, "show", task_id=task_id))["task"]
-        return got if got["status"] == status and len(got["comments"]) > 1 else None
+        last = got["comments"][-1]["text"] if got["comments"] else ""
+        return got if got["status"] == status and not last.startswith("Waiting") else None
 
     found: dict[str, Any] = await until(check, what=f"{task_id} {status}")
     return found
