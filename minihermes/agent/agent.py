@@ -517,6 +517,9 @@ class Agent(GenServer):
                     "session_id": self.session_id,
                     "requested_by": turn["user_id"],
                     "turn_id": turn["turn_id"],
+                    # why review was needed, from the verdict itself (guardrails' own copy is in memory only)
+                    "reason": str(decision.get("reason") or ""),
+                    "reason_message": str(decision.get("message") or ""),
                 },
             )
             turn["paused"] = {
