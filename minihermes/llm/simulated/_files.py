@@ -66,8 +66,9 @@ def _content(text: str) -> str:
 
 _LIST = [
     re.compile(
-        r"^(?:list|show(?:\s+me)?|what)\s+(?:are\s+)?(?:all\s+)?(?:the\s+)?files(?:\s+(?:are\s+)?(?:there\s+)?"
-        r"(?:in|under|inside)\s+(?:the\s+)?(?:folder\s+|directory\s+|dir\s+)?(?P<dir>\S+?))?$",
+        r"^(?:list|show(?:\s+me)?|what)\s+(?:are\s+)?(?:all\s+)?(?:the\s+|my\s+)?files(?:\s+(?:are\s+)?(?:there\s+)?"
+        r"(?:in|under|inside)\s+(?:the\s+)?(?:folder\s+|directory\s+|dir\s+)?(?P<dir>\S+?)|\s+are\s+there"
+        r"|\s+do\s+(?:i|you|we)\s+have)?$",
         re.I,
     ),
     re.compile(r"^(?:ls|list\s+(?:the\s+)?(?:folder|directory|dir))(?:\s+(?P<dir>\S+))?$", re.I),

@@ -97,7 +97,7 @@ def _stored_value(step: Step, outcome: Outcome) -> str:
 
 
 _RECALL = re.compile(
-    r"^(?:what(?:'s|\s+is|\s+are|\s+was|\s+were)|tell\s+me|remind\s+me(?:\s+of|\s+what)?"
+    r"^(?:(?:what|who)(?:'s|\s+is|\s+are|\s+was|\s+were)|tell\s+me(?:\s+what)?|remind\s+me(?:\s+of|\s+what)?"
     r"|do\s+you\s+(?:remember|know|recall)|recall|what\s+did\s+i\s+(?:say|tell\s+you)(?:\s+about)?)"
     r"\s+(?!\s)(?P<phrase>(?:my|our)\s+(?!\s).*?\S)(?:\s+(?:is|are|was|were))?$",
     re.I,
@@ -108,6 +108,12 @@ _LAST_RESULT = re.compile(
 )
 
 
+_ARITHMETIC = re.compile(
+    r"[+*/^%=]|\b(?:plus|minus|times|divided|multiplied|percent|squared|cubed|over|and|then)\b", re.I
+)
+"""A recall of a phrase with arithmetic or a second request in it ("my number times 6") is not one."""
+
+
 class Recall(Intent):
     """'what is my X' recalls key X (by memory_recall, else memory_search)."""
 
@@ -116,7 +122,7 @@ class Recall(Intent):
     def parse(self, clause: str, ctx: ParseContext) -> list[Item] | None:
         if _LAST_RESULT.match(clause):
             owner, subject = "the", RESULT_KEY
-        elif match := _RECALL.match(clause):
+        elif (match := _RECALL.match(clause)) and not _ARITHMETIC.search(match.group("phrase")):
             owner, subject = memory_key(match.group("phrase"))
         else:
             return None

@@ -88,7 +88,9 @@ def split_clauses(text: str, parses: Callable[[str], bool]) -> list[str]:
     for separator, piece in pieces:
         if not piece.strip():
             continue
-        if clauses and not _THEN.search(separator) and not _REQUEST.match(piece) and not parses(piece):
+        if clauses and _NUMBER_AND.search(clauses[-1][-1]) and separator.strip().lower() == "and":
+            clauses[-1] += (separator, piece)  # "two hundred and fifty" is one number
+        elif clauses and not _THEN.search(separator) and not _REQUEST.match(piece) and not parses(piece):
             clauses[-1] += (separator, piece)
         else:
             clauses.append([piece])
@@ -97,6 +99,7 @@ def split_clauses(text: str, parses: Callable[[str], bool]) -> list[str]:
 
 _QUOTED = re.compile(r"(?<![\w])(?:'[^'\n]*'|\"[^\"\n]*\"|`[^`\n]*`|\u201c[^\u201d\n]*\u201d)(?![\w])")
 """A quoted value: each scan stops at the next quote of its kind, so finding them all is linear."""
+_NUMBER_AND = re.compile(r"\b(?:hundred|thousand|million)$", re.I)
 _THEN = re.compile(r"\b(?:then|also)\b|;", re.I)
 _REQUEST = re.compile(
     r"\s*(?:(?:please|and|so|now)\s+)*(?:tell|show|give|summari[sz]e|explain|translate|write|read|list|"

@@ -15,7 +15,7 @@ from ._text import as_text, strip_quotes
 
 _COURTESY = re.compile(
     r"^(?:hi|hello|hey|hiya|greetings|good\s+(?:morning|afternoon|evening)|thanks|thank\s+you|cheers|thx|"
-    r"please|ok|okay)(?:\s+(?:there|so\s+much|a\s+lot|very\s+much|mate|minihermes|hermes))?$",
+    r"please|ok|okay|there)(?:\s+(?:there|so\s+much|a\s+lot|very\s+much|mate|minihermes|hermes))?$",
     re.I,
 )
 
@@ -334,7 +334,8 @@ class Goals(Intent):
         goal = _sub(data, "goal")
         if step.form == "set":
             goal_id = goal.get("goal_id") or goal.get("id")
-            return f"I set the goal '{step.subject}'" + (f" ({goal_id})." if goal_id else ".")
+            # Not echoed: a goal is judged against each answer, and its own words would close it at once.
+            return "I set that goal" + (f" ({goal_id})" if goal_id else "") + "; 'list my goals' shows it."
         if step.form == "list":
             goals = next(
                 (data[k] for k in ("goals", "items", "results") if isinstance(data.get(k), list)), None
