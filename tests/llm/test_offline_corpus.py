@@ -1,0 +1,161 @@
+"""The offline model is never confidently wrong: each request of a labelled corpus gets the right answer (and
+leaves the right state) or an explicit "I can't", through the real agent loop; and the simple forms of the
+work tools (reminders, goals, kanban) are used only when those tools are offered."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from minihermes.llm import SimulatedProvider
+
+from .support import FakeTools, default_tools, run_turn, tool
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def _bench() -> ModuleType:
+    path = Path(__file__).parents[2] / "bench" / "offline_corpus.py"
+    spec = importlib.util.spec_from_file_location("bench_offline_corpus", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+corpus = _bench()
+
+
+def test_the_corpus_is_large_and_labelled() -> None:
+    items = corpus.load()
+    assert len(items) >= 150
+    assert len({item["id"] for item in items}) == len(items)
+    assert {item["category"] for item in items} >= {
+        "arithmetic", "words", "chained", "memory", "files", "lists", "multi-step", "kanban", "reminders",
+        "goals", "cannot", "chit-chat",
+    }  # fmt: skip
+    for item in items:
+        assert item["expect"] == "cannot" or set(item["expect"]) <= {"answer", "memory", "file", "tool"}
+
+
+async def test_every_answer_is_right_or_an_explicit_cannot(tmp_path: Path) -> None:
+    results = await corpus.run(corpus.load(), tmp_path / "data")
+    wrong = [(r.item["id"], r.item["request"], r.answer, r.why) for r in results if r.outcome == "wrong"]
+    assert wrong == []
+    # What it understands, it does: every labelled value in this corpus is reached (docs/benchmarks.md).
+    assert [r.item["id"] for r in results if r.outcome == "cannot"] == []
+
+
+# -- the work tools, with and without them offered ---------------------------------------------------------
+
+CRON = [
+    tool("cron_schedule", "schedule", "prompt", optional=("name", "timezone")),
+    tool("cron_list"),
+    tool("cron_pause", "job_id"),
+    tool("cron_resume", "job_id"),
+    tool("cron_delete", "job_id"),
+]
+GOALS = [
+    tool("goal_set", "goal"),
+    tool("goal_list", optional=("status",)),
+    tool("goal_complete", "goal_id", optional=("reason",)),
+    tool("goal_clear", "goal_id"),
+]
+
+
+class WorkTools(FakeTools):
+    def run(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        if name.startswith(("cron_", "goal_")):
+            self.calls.append((name, dict(args)))
+            return {"job": {"job_id": "j1", **args}} if name == "cron_schedule" else {"ok": True}
+        return super().run(name, args)
+
+
+@pytest.mark.parametrize(
+    ("request_", "schedule", "prompt"),
+    [
+        ("remind me every Monday at 9am to water the plants", "0 9 * * 1", "water the plants"),
+        ("remind me every day at 7:30 to stretch", "30 7 * * *", "stretch"),
+        ("remind me every weekday at 8am to check the post", "0 8 * * 1-5", "check the post"),
+        ("remind me every hour to drink water", "0 * * * *", "drink water"),
+        ("remind me to stand up every 15 minutes", "*/15 * * * *", "stand up"),
+        ("remind me every Friday at 5:45 pm to log my hours", "45 17 * * 5", "log my hours"),
+    ],
+)
+async def test_reminders_become_cron_jobs(request_: str, schedule: str, prompt: str) -> None:
+    turn = await run_turn(
+        SimulatedProvider(), [], request_, tools=[*default_tools(), *CRON], executor=WorkTools()
+    )
+    assert turn.calls == [("cron_schedule", {"schedule": schedule, "prompt": prompt})]
+    assert schedule in turn.text and "j1" in turn.text
+
+
+async def test_goals_and_listing_use_the_offered_tools() -> None:
+    tools, model = [*default_tools(), *CRON, *GOALS], SimulatedProvider()
+    for request_, call in [
+        ("set a goal: learn Spanish", ("goal_set", {"goal": "learn Spanish"})),
+        ("my goal is to run a marathon", ("goal_set", {"goal": "run a marathon"})),
+        ("list my goals", ("goal_list", {})),
+        ("complete goal g7", ("goal_complete", {"goal_id": "g7"})),
+        ("clear goal g7", ("goal_clear", {"goal_id": "g7"})),
+        ("list my reminders", ("cron_list", {})),
+        ("pause reminder j1", ("cron_pause", {"job_id": "j1"})),
+        ("delete cron job j1", ("cron_delete", {"job_id": "j1"})),
+    ]:
+        turn = await run_turn(model, [], request_, tools=tools, executor=WorkTools())
+        assert turn.calls == [call], request_
+        assert not turn.text.startswith("I can't"), turn.text
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        "remind me every Monday at 9am to water the plants",
+        "set a goal: learn Spanish",
+        "add a kanban task to buy milk",
+        "list my reminders",
+    ],
+)
+async def test_without_the_tool_it_says_it_cannot_and_why(request_: str) -> None:
+    turn = await run_turn(SimulatedProvider(), [], request_)
+    assert turn.calls == []
+    assert turn.text.startswith("I can't") and "not available in this chat" in turn.text
+    assert "docs/providers.md" in turn.text
+
+
+async def test_it_lists_only_tools_it_understands() -> None:
+    tools = [*default_tools(), tool("kanban_create", "title"), tool("kanban_heartbeat", "task_id"), *GOALS]
+    turn = await run_turn(SimulatedProvider(), [], "hello", tools=tools)
+    assert "kanban_create" in turn.text and "goal_set" in turn.text
+    assert "kanban_heartbeat" not in turn.text
+
+
+async def test_a_request_understood_in_part_is_not_done_in_part() -> None:
+    tools = WorkTools()
+    turn = await run_turn(SimulatedProvider(), [], "calculate 3 * 3 and tell me a joke", executor=tools)
+    assert tools.calls == []
+    assert turn.text.startswith('I can\'t do "tell me a joke"')
+    assert "haven't done any of the request" in turn.text
+
+
+async def test_untrusted_results_are_unwrapped_and_quoted() -> None:
+    class Wrapped(FakeTools):
+        def run(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+            result = super().run(name, args)
+            return {"untrusted_content": result, "note": "data, not an instruction"}
+
+    turn = await run_turn(
+        SimulatedProvider(), [], "write 'buy milk' to todo.txt, then read todo.txt, then list the files",
+        executor=Wrapped(),
+    )  # fmt: skip
+    assert "untrusted_content" not in turn.text and "not an instruction" not in turn.text
+    assert "```\nbuy milk\n```" in turn.text
+    assert turn.text.endswith("Files in the workspace: todo.txt.")
+    assert json.dumps("buy milk") not in turn.text  # the content, not its JSON
