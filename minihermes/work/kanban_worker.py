@@ -12,10 +12,12 @@ error was then stored as the card's summary.
 The worker judges the turn, and the card ends the way the turn did (``judge``):
 
 - **done** (``complete``, the final answer as the summary) only when the turn ended ``ok`` with an answer,
-  no tool call failed and the answer does not say the agent cannot do it;
+  no tool call failed, and the answer neither says the agent cannot do it nor contradicts the tool results;
 - **failed** (``fail`` with ``final``: blocked at once with ``failed: <reason>``, since another attempt would
-  end the same way) when a tool call failed, the turn did not end ``ok`` (the step limit), it gave no answer
-  or the answer says it cannot ("I can't ...", "I cannot ...");
+  end the same way) when a tool call failed, the turn did not end ``ok`` (the step limit), it gave no answer,
+  the answer says it cannot ("I can't ...", "I cannot ...") or contradicts the turn's tool results
+  (``minihermes.context.consistency``: an internal wrapper shown, "no files" after a listing found some, a
+  result no tool gave);
 - **waiting** (blocked with the approval to decide) when the turn paused for an approval; once it is
   decided and the resumed turn has ended, the worker's next poll ends the card the way that turn did (done
   or failed); a card unblocked by hand meanwhile takes that outcome on its next claim, never a second run;
@@ -39,6 +41,7 @@ import re
 from typing import Any, Literal
 
 from minihermes.audit import fire_audit
+from minihermes.context.consistency import ToolOutcome, contradiction
 from minihermes.runtime import ActorArgs, ActorError, GenServer, RequestContext, call, cast, current_context
 
 from ._cronstore import acting_as
@@ -92,9 +95,28 @@ def _paused_view(reply: dict[str, Any]) -> dict[str, Any]:
     return {k: reply[k] for k in ("approval_id", "pending_tool") if reply.get(k)}
 
 
-def judge(reply: dict[str, Any], turn: list[dict[str, Any]]) -> tuple[Outcome, str]:
+def _outcomes(turn: list[dict[str, Any]]) -> list[ToolOutcome]:
+    """The turn's tool calls with their results (``minihermes.context.consistency``)."""
+    results = {m.get("tool_call_id"): m for m in turn if m.get("role") == "tool"}
+    found = []
+    for m in turn:
+        for c in m.get("tool_calls") or []:
+            result = results.get(c.get("id")) or {}
+            found.append(
+                ToolOutcome(
+                    str(c.get("name") or ""),
+                    dict(c.get("input") or {}),
+                    bool(result.get("is_error")),
+                    str(result.get("content") or ""),
+                )
+            )
+    return found
+
+
+def judge(reply: dict[str, Any], turn: list[dict[str, Any]], request: str = "") -> tuple[Outcome, str]:
     """How the card ends after its turn: ``(done, summary)``, ``(failed, reason)`` or ``(waiting, reason)``.
-    ``turn``: the turn's messages after its user message (from the session's history)."""
+    ``turn``: the turn's messages after its user message (from the session's history); ``request``: that
+    message."""
     status = str(reply.get("status") or "")
     if status == "paused":
         tool = (reply.get("pending_tool") or {}).get("name") or "a tool call"
@@ -110,6 +132,8 @@ def judge(reply: dict[str, Any], turn: list[dict[str, Any]]) -> tuple[Outcome, s
         return "failed", "the turn gave no answer"
     if _CANNOT.search(text):
         return "failed", f"the agent could not do it: {text[:1500]}"
+    if wrong := contradiction(text, _outcomes(turn), request):
+        return "failed", f"the answer contradicts the turn's tool results: {wrong}"
     return "done", text
 
 
@@ -222,7 +246,7 @@ class KanbanWorker(GenServer):
             return
         if card["status"] != "blocked" or not card["blocked_reason"].startswith("waiting for approval"):
             return  # unblocked (its next claim takes the outcome) or blocked for another reason by now
-        outcome, text = judge(reply, await self._turn_messages(str(waiting["session"])))
+        outcome, text = judge(reply, *await self._turn_messages(str(waiting["session"])))
         if outcome == "done":
             await self.host.ask("kanban", "complete", {"task_id": task_id, "summary": text[:20000]})
             self._stats["completed"] += 1
@@ -241,11 +265,12 @@ class KanbanWorker(GenServer):
         reply: dict[str, Any] = await self.host.ask("agent", "last_turn", {"session_id": session})
         return reply
 
-    async def _turn_messages(self, session: str) -> list[dict[str, Any]]:
-        """The messages of the session's last turn after its user message."""
+    async def _turn_messages(self, session: str) -> tuple[list[dict[str, Any]], str]:
+        """The messages of the session's last turn after its user message, and that message."""
         history = (await self.host.ask("agent", "get_history", {"session_id": session}))["messages"]
         last_user = max((i for i, m in enumerate(history) if m.get("role") == "user"), default=-1)
-        return [m for m in history[last_user + 1 :] if isinstance(m, dict)]
+        request = str(history[last_user].get("content") or "") if last_user >= 0 else ""
+        return [m for m in history[last_user + 1 :] if isinstance(m, dict)], request
 
     async def _finish(
         self, card: dict[str, Any], session: str, turn_session: str, reply: dict[str, Any]
@@ -261,7 +286,7 @@ class KanbanWorker(GenServer):
                 text = now["summary"] if now["status"] == "done" else now["blocked_reason"]
                 await self._report(now, "done" if now["status"] == "done" else "failed", text)
             return
-        outcome, text = judge(reply, await self._turn_messages(turn_session))
+        outcome, text = judge(reply, *await self._turn_messages(turn_session))
         if outcome == "waiting":
             await self.host.kv.put(WAITING + task_id, {"session": turn_session, "reply": _paused_view(reply)})
             await self.host.ask("kanban", "block", {"task_id": task_id, "reason": text[:2000]})

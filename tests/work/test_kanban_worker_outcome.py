@@ -109,6 +109,21 @@ async def test_a_failed_tool_call_fails_the_card_with_the_reason(app_node: Any) 
     )  # final: the same model would fail the same way again
 
 
+async def test_an_answer_contradicting_its_tool_results_fails_the_card(app_node: Any) -> None:
+    node = await app_node(scripted=True)
+
+    def answer(session: str, messages: list[dict[str, Any]]) -> Any:
+        if messages[-1]["role"] == "tool":
+            return "6 * 7 = 41."  # the calculator said 42
+        return tool_call("calculator", {"expression": "6 * 7"})
+
+    doubles.SCRIPT.answer = answer
+    task_id = (await kb(node, "create", title="Compute 6 * 7", assignee="agent"))["task_id"]
+    card = await settled(node, task_id)
+    assert card["status"] == "blocked" and card["summary"] == ""
+    assert "contradicts the turn's tool results" in card["blocked_reason"], card["blocked_reason"]
+
+
 async def test_an_answer_that_says_it_cannot_fails_the_card(app_node: Any) -> None:
     node = await app_node(scripted=True)
     doubles.SCRIPT.answer = lambda session, messages: (
