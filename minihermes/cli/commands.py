@@ -130,13 +130,14 @@ _MEMORY_COLUMNS = ["key", "value", "scope", "tier", "score", "updated_at"]
 def memory_list(
     scope: Annotated[str, typer.Option(help="global, agent or session (default: all)")] = "",
     tier: Annotated[str, typer.Option(help="core, reachable or deep (default: all)")] = "",
+    kind: Annotated[str, typer.Option(help="semantic, episodic or declarative (default: all)")] = "",
+    episodes: Annotated[bool, typer.Option("--episodes", help="Include the per-turn episodes.")] = False,
+    offset: Annotated[int, typer.Option(help="Skip this many (paging).")] = 0,
     limit: Annotated[int, typer.Option(help="At most this many.")] = 100,
 ) -> None:
-    """List memories."""
-    run_command(
-        op_command("memory", ("list_memories",), {"scope": scope, "tier": tier, "limit": limit}),
-        columns=_MEMORY_COLUMNS,
-    )
+    """List memories (the per-turn episodes only with --episodes or --kind episodic)."""
+    args = {"scope": scope, "tier": tier, "kind": kind, "include_episodes": episodes, "offset": offset}
+    run_command(op_command("memory", ("list_memories",), {**args, "limit": limit}), columns=_MEMORY_COLUMNS)
 
 
 @memory_app.command("search")

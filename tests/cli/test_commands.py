@@ -36,6 +36,23 @@ def test_memory_commands_on_the_local_data_dir(tmp_path):
     assert _json(runner.invoke(app, ["memory", "list", *d, "--json"]))["memories"] == []
 
 
+def test_memory_list_hides_episodes_unless_asked(tmp_path):
+    d = ["--data-dir", str(tmp_path / "data")]
+    fact = {"key": "colour", "value": "teal"}
+    episode = {"key": "episode:1", "value": "asked about the weather", "kind": "episodic"}
+    for args in (fact, episode):
+        _json(runner.invoke(app, ["call", "memory", "store_memory", json.dumps(args), *d]))
+
+    def keys(*options: str) -> list[str]:
+        listed = _json(runner.invoke(app, ["memory", "list", *options, *d, "--json"]))
+        return sorted(m["key"] for m in listed["memories"])
+
+    assert keys() == ["colour"]
+    assert keys("--episodes") == ["colour", "episode:1"]
+    assert keys("--kind", "episodic") == ["episode:1"]
+    assert keys("--episodes", "--offset", "1") == ["episode:1"]
+
+
 def test_errors_and_absent_actors_have_their_exit_codes(tmp_path):
     d = ["--data-dir", str(tmp_path / "data")]
     bad = runner.invoke(app, ["memory", "store", "k", "v", "--scope", "galaxy", *d])
