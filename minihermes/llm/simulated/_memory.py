@@ -19,7 +19,7 @@ RESULT_KEY = "last_calc"
 # quantifiers, and a group after one starts with a non-space, so a failed match does not retry every split
 # of a long run (which is quadratic, or worse, in its length).
 _REMEMBER = re.compile(
-    r"^(?:remember|memori[sz]e|note(?:\s+down)?|store|save|keep\s+in\s+mind|don't\s+forget|do\s+not\s+forget"
+    r"^(?P<verb>remember|memori[sz]e|note(?:\s+down)?|store|save|keep\s+in\s+mind|don't\s+forget|do\s+not\s+forget"
     r"|make\s+a\s+note(?:\s+of)?)\b(?:\s+that\b)?\s*(?:[:,]\s*)?(?P<rest>(?:\S.*)?)$",
     re.I,
 )
@@ -63,6 +63,15 @@ class Remember(Intent):
                 return [self._step(ctx, tool, subject, value_text, owner=owner, form=form)]
         if not rest:
             return [Note("I can't tell what you would like me to remember.", cannot=True)]
+        if match.group("verb").lower() in ("store", "save"):
+            return None  # "save my work", "store the file": not a fact to remember
+        if re.match(r"to\s", rest, re.I):
+            return [
+                Note(
+                    f'I can\'t remind you "{rest}" without a time: say e.g. "remind me every day at 9am {rest}".',
+                    cannot=True,
+                )
+            ]
         _, key = memory_key(rest)
         return [self._step(ctx, tool, key, strip_quotes(rest), owner="", form="note")]
 

@@ -268,7 +268,10 @@ OFFLINE_DOCS = "docs/offline-model.md"
 PROVIDER_DOCS = "docs/providers.md"
 _HOW_ARE_YOU = ("how are you", "how's it going", "how are things", "how do you do")
 _WHO = ("who are you", "what are you", "what is your name", "what's your name")
-_HELP = ("help", "what can you do", "what do you understand", "what can i ask", "what can i ask you")
+_HELP = (
+    "help", "help me", "can you help me", "what can you do", "what do you understand", "what can i ask",
+    "what can i ask you",
+)  # fmt: skip
 _BYE = ("bye", "goodbye", "good night", "see you", "see you later")
 
 
@@ -298,12 +301,18 @@ def _quote(text: str) -> str:
 
 
 def _chat_reply(text: str, unknown: list[str], toolbox: Toolbox) -> str:
-    lowered = " ".join(re.sub(r"[^\w\s']", " ", text.lower()).split())
+    # What is left to answer: the clauses that were not courtesies ("hi, how are you" -> "how are you").
+    asked = " ".join(unknown) if unknown else text
+    lowered = " ".join(re.sub(r"[^\w\s']", " ", asked.lower()).split())
     tools = understood_tools(toolbox)
     offer = f"Here I can use: {', '.join(tools)}." if tools else "No tools I understand are available here."
-    if not unknown:  # greetings and thanks only
+    if not unknown:  # greetings, thanks and goodbyes only
         if any(word in lowered for word in _THANKS):
-            return "You're welcome! Anything else?"
+            return (
+                "You're welcome! Anything else?" if not lowered.endswith(_BYE) else "You're welcome. Goodbye!"
+            )
+        if lowered.endswith(_BYE):
+            return "Goodbye!"
         return f"Hello! I'm MiniHermes, running on the offline model. {offer} What would you like to do?"
     if lowered in _HOW_ARE_YOU:
         return "I'm fine, thanks! What would you like to do?"

@@ -15,7 +15,7 @@ from ._text import as_text, strip_quotes
 
 _COURTESY = re.compile(
     r"^(?:hi|hello|hey|hiya|greetings|good\s+(?:morning|afternoon|evening)|thanks|thank\s+you|cheers|thx|"
-    r"please|ok|okay|there)(?:\s+(?:there|so\s+much|a\s+lot|very\s+much|mate|minihermes|hermes))?$",
+    r"please|ok|okay|there|bye|goodbye|good\s*bye|see\s+you(?:\s+later)?)(?:\s+(?:there|so\s+much|a\s+lot|very\s+much|mate|minihermes|hermes))?$",
     re.I,
 )
 
