@@ -330,6 +330,8 @@ def parse(found: SkillFolder) -> ParsedSkill:
         warnings.append(f"no name in the front matter; the folder's name '{folder_name}' is used")
         name = folder_name
     name = " ".join(name.split())
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise Refused("name has control characters")
     if len(name) > MAX_NAME_CHARS:
         raise Refused(f"name is longer than {MAX_NAME_CHARS} characters")
     if not re.fullmatch(r"[a-z0-9]+(?:-[a-z0-9]+)*", name):

@@ -312,25 +312,6 @@ class SkillStoreCore(GenServer):
         self._event("skill_pinned" if pinned else "skill_unpinned", record, "")
         return {"status": "ok", "skill_id": skill_id, "pinned": pinned}
 
-    async def _import_one(self, doc: dict[str, Any], scope: Scope) -> dict[str, Any]:
-        same = next(
-            (r for r in self._records.values() if r["name"] == doc["name"] and r["scope"] == scope), None
-        )
-        if same is not None:
-            record = await self._patch(same, dict(doc), reason="imported", replace_words=True)
-            return {"skill_id": record["skill_id"], "name": doc["name"], "version": record["version"]}
-        admin = current_context().principal
-        record = self._new_record(
-            doc, owner=admin, provenance={"session_id": "", "user_id": admin, "turn_id": ""}
-        )
-        # Admin-curated: live at once, for the whole tenant (or the admin), approved as imported.
-        record.update(scope=scope, status="active", approved_by=admin, approved_tools=list(record["tools"]))
-        record["evaluation"] = {"version": 1, "passed": True, "imported": True}
-        await self._write_version(record, doc["procedure"], "imported", first=True)
-        await self._save(record, previous_status=None)
-        self._event("skill_imported", record, f"name={record['name']}")
-        return {"skill_id": record["skill_id"], "name": doc["name"], "version": record["version"]}
-
     def _proposal_reply(self, record: dict[str, Any], *, created: bool, patched: bool) -> dict[str, Any]:
         return {
             "status": "ok",

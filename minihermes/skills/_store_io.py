@@ -10,12 +10,10 @@ from typing import Any
 from minihermes.runtime import Host, InvalidArgument, NotFound
 
 from ._folders import safe_relpath
-from ._model import parse_skill_md, render_skill_md
 from ._text import slug
 
 TEXT_INDEX = "skills"
 MAX_IMPORT = 10_000
-MAX_SKILL_MD_BYTES = 256 * 1024
 
 
 def record_key(skill_id: str) -> str:
@@ -152,33 +150,6 @@ async def forget_author(host: Host, skill_id: str, user_id: str) -> None:
     for key, meta in await host.kv.list(f"skill_v:{skill_id}:"):
         if isinstance(meta, dict) and meta.get("author") == user_id:
             await host.kv.put(key, {**meta, "author": "(forgotten)"})
-
-
-def render(record: dict[str, Any], procedure: str) -> str:
-    return render_skill_md(record, procedure)
-
-
-async def read_skill_docs(op: str, path: str, documents: list[str]) -> list[dict[str, Any]]:
-    """Parsed SKILL.md files: ``<path>/*/SKILL.md`` (or ``path`` itself when it is one) plus the texts."""
-    texts = list(documents)
-    if path:
-        texts += await asyncio.to_thread(_read_folder, op, path)
-    if len(texts) > MAX_IMPORT:
-        raise InvalidArgument(f"{op}: at most {MAX_IMPORT} skills at once", op=op)
-    return [parse_skill_md(t, op=op) for t in texts]
-
-
-def _read_folder(op: str, path: str) -> list[str]:
-    root = Path(path)
-    if not root.is_absolute() or not root.exists():
-        raise InvalidArgument(f"{op}: path must be an existing absolute path", op=op, field="path")
-    files = [root] if root.is_file() else sorted(root.glob("*/SKILL.md")) + sorted(root.glob("SKILL.md"))
-    out = []
-    for file in files:
-        if file.stat().st_size > MAX_SKILL_MD_BYTES:
-            raise InvalidArgument(f"{op}: {file} is larger than {MAX_SKILL_MD_BYTES} bytes", op=op)
-        out.append(file.read_text(encoding="utf-8"))
-    return out
 
 
 async def write_skill_docs(op: str, path: str, docs: list[dict[str, Any]]) -> int:

@@ -186,7 +186,8 @@ async def test_an_unapproved_import_is_untrusted_until_an_admin_approves_it(make
 
 
 async def test_a_rollback_restores_the_files_of_that_version(make_node, tmp_path):
-    node = await make_node(skills_tree())
+    data = tmp_path / "d"
+    node = await make_node(skills_tree(), data_dir=data)
     out = await import_collection(node, tmp_path)
     pdf = by_name(out)["pdf"]
     folder = tmp_path / "collection" / "pdf"
@@ -218,6 +219,14 @@ async def test_a_rollback_restores_the_files_of_that_version(make_node, tmp_path
             {"skill_id": pdf["skill_id"], "path": "scripts/new_tool.py"},
             ctx=ACME,
         )
+    # Durable: a restarted node has every version's files.
+    await node.stop(deadline=5)
+    node = await make_node(skills_tree(), data_dir=data)
+    assert await files() == v1 and await files(2) == v2
+    png = await node.ask(
+        "skill_store", "read_skill_file", {"skill_id": pdf["skill_id"], "path": "assets/logo.png"}, ctx=ACME
+    )
+    assert base64.b64decode(png["content"]) == PNG
 
 
 async def test_unsafe_files_are_refused_with_a_reason_each(make_node, tmp_path):
