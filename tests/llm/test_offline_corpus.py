@@ -103,6 +103,7 @@ async def test_goals_and_listing_use_the_offered_tools() -> None:
         ("set a goal: learn Spanish", ("goal_set", {"goal": "learn Spanish"})),
         ("my goal is to run a marathon", ("goal_set", {"goal": "run a marathon"})),
         ("list my goals", ("goal_list", {})),
+        ("what is my goal?", ("goal_list", {})),
         ("complete goal g7", ("goal_complete", {"goal_id": "g7"})),
         ("clear goal g7", ("goal_clear", {"goal_id": "g7"})),
         ("list my reminders", ("cron_list", {})),

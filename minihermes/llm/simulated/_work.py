@@ -285,7 +285,7 @@ _GOAL_SET = [
 ]
 _GOAL_LIST = re.compile(
     r"^(?:(?:list|show(?:\s+me)?)\s+(?:all\s+)?(?:my\s+|the\s+)?(?P<which>active\s+|completed\s+|done\s+)?goals"
-    r"|what\s+are\s+my\s+(?P<which2>active\s+|completed\s+)?goals)$",
+    r"|what(?:'s|\s+is|\s+are)\s+my\s+(?P<which2>active\s+|completed\s+)?goals?)$",
     re.I,
 )
 _GOAL_OP = re.compile(
