@@ -41,7 +41,7 @@ from ._metrics import add_metrics_routes
 from ._schemas import fixed_responses
 from ._sessions import add_session_routes
 from ._shedding import SheddingConfig, install_shedding
-from ._skill_upload import add_skill_upload_routes
+from ._skill_upload import add_skill_upload_routes, skill_upload_openapi
 from .permissions import DEFAULT_PERMISSIONS, PermissionTable
 
 log = logging.getLogger("minihermes.api")
@@ -173,7 +173,8 @@ def _openapi(app: FastAPI, state: ApiState) -> dict[str, Any]:
     public = {"/healthz", "/readyz", "/", "/static/{path}"} | (
         {"/metrics"} if state.public_metrics else set()
     )
-    for (path, method), responses in {**fixed_responses(), **api_key_openapi()}.items():
+    documented = {**fixed_responses(), **api_key_openapi(), **skill_upload_openapi()}
+    for (path, method), responses in documented.items():
         operation = schema["paths"].get(path, {}).get(method)
         if operation is None:
             continue  # e.g. the dashboard is off

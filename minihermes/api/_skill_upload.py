@@ -10,6 +10,7 @@ JSON route keeps the small general limit); everything in it is checked by the st
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -20,7 +21,9 @@ from ._access import authorize, find_actor, find_op, timeout_of
 from ._body import read_limited
 from ._core import API_PREFIX, ApiState, guarded, json_response
 from ._errors import invalid
+from ._schemas import error_responses, json_content
 
+UPLOAD_PATH = f"{API_PREFIX}/skills/import"
 MAX_UPLOAD_BYTES = 64 * 1024 * 1024
 """An uploaded archive at most (``ApiState.extras["max_skill_upload_bytes"]`` overrides it)."""
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -28,7 +31,7 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 
 def add_skill_upload_routes(app: FastAPI, state: ApiState) -> None:
     @app.post(
-        f"{API_PREFIX}/skills/import",
+        UPLOAD_PATH,
         tags=["skills"],
         summary="Import skill folders from an uploaded .zip / .skill archive or tarball",
         operation_id="import_skill_archive",
@@ -63,3 +66,28 @@ async def _import_archive(state: ApiState, request: Request, ctx: RequestContext
         "skill_store", "import_skills", payload, timeout_of(state, request, 120.0), ctx=ctx
     )
     return json_response(reply)
+
+
+def skill_upload_openapi() -> dict[tuple[str, str], dict[str, Any]]:
+    """(path, method) -> the ``responses`` of the upload endpoint."""
+    entry = {"type": "object", "additionalProperties": True}
+    reply = {
+        "type": "object",
+        "properties": {
+            "status": {"const": "ok"},
+            "imported": {"type": "array", "items": entry},
+            "count": {"type": "integer"},
+            "refused": {"type": "array", "items": entry},
+            "warnings": {"type": "array", "items": entry},
+        },
+        "required": ["status", "imported", "count", "refused", "warnings"],
+    }
+    return {
+        (UPLOAD_PATH, "post"): {
+            "200": {
+                "description": "What was imported, refused (with reasons) and warned about",
+                "content": json_content(reply),
+            },
+            **error_responses(400, 404, 413, 422, 401, 403, 405, 500, 503, 504),
+        }
+    }
