@@ -109,3 +109,29 @@ def test_the_upload_endpoint_refuses_what_it_must(server: Server) -> None:
     assert empty.status_code == 422
     ok = httpx.post(url, content=collection(name), headers=user, timeout=30)
     assert ok.status_code == 200 and ok.json()["imported"][0]["status"] == "candidate", ok.text
+
+
+def test_skill_view_and_a_skill_script_on_the_served_node(server: Server) -> None:
+    """The agent's tools as the served node configures them: skill_view reads a file and puts the skill in
+    the session workspace, terminal runs its script in the sandbox."""
+    admin_token = token(*ADMIN)
+    name = f"pdf-{uuid.uuid4().hex[:6]}"
+    up = httpx.post(
+        f"{server.url}/api/v1/skills/import?approve=true",
+        content=collection(name),
+        headers={"Authorization": f"Bearer {admin_token}"},
+        timeout=30,
+    )
+    assert up.status_code == 200 and up.json()["imported"][0]["status"] == "active", up.text
+    session = server.call(admin_token, "session_manager", "create_session", channel="web")["session_id"]
+
+    def execute(tool: str, **args: Any) -> Any:
+        return server.call(admin_token, "tool_executor", "execute", name=tool, input=args, session_id=session)
+
+    ref = execute("skill_view", name=name, path="reference.md")
+    assert ref["status"] == "ok" and ref["untrusted"] is False, ref
+    assert ref["result"]["content"].startswith("# Reference")
+    assert ref["result"]["workspace_folder"] == f"skills/{name}"
+    ran = execute("terminal", command=f"python3 skills/{name}/scripts/check.py")
+    assert ran["status"] == "ok", ran
+    assert ran["result"]["untrusted_content"]["stdout"].strip() == "fillable"
