@@ -151,6 +151,9 @@ def _read_tar(op: str, tar: tarfile.TarFile, limits: Limits) -> Read:
             refused.append({"path": path, "reason": "not a regular file (device, FIFO ...)"})
             continue
         if member.size > limits.max_file_bytes:
+            # Skipping it still decompresses it: it counts toward what the import unpacks to (a tar bomb
+            # of declared sizes stops here).
+            budget.take(member.size)
             refused.append(_oversized(path, member.size, limits))
             continue
         f = tar.extractfile(member)

@@ -149,6 +149,22 @@ async def test_unsafe_archive_members_are_refused_with_reasons(make_node, tmp_pa
     links = tarball({"ok/SKILL.md": skill}, links={"ok/shadow": "/etc/shadow", "ok/up": "../../x"})
     out = await node.ask("skill_store", "import_skills", {"archive": b64(links)}, ctx=ACME_USER)
     assert {r["path"] for r in out["refused"]} == {"shadow", "up"}
+    bomb = io.BytesIO()
+    with tarfile.open(fileobj=bomb, mode="w:gz") as tar:
+        info = tarfile.TarInfo("ok/SKILL.md")
+        info.size = len(skill)
+        tar.addfile(info, io.BytesIO(skill))
+        for i in range(
+            3
+        ):  # 3 x 40 MB of zeros: about 120 KB compressed, over the 100 MB an import unpacks to
+            info = tarfile.TarInfo(f"ok/zeros{i}.bin")
+            info.size = 40_000_000
+            tar.addfile(info, io.BytesIO(bytes(info.size)))
+    small = skills_tree(store_args={"max_file_bytes": 100_000, "max_import_bytes": 100_000_000})
+    strict = await make_node(small)
+    with pytest.raises(ActorError) as e:
+        await strict.ask("skill_store", "import_skills", {"archive": b64(bomb.getvalue())}, ctx=ACME_USER)
+    assert e.value.code == "invalid_argument" and "unpacks to more than" in e.value.message
     for bad in (b"not an archive", b""):
         with pytest.raises(ActorError) as e:
             await node.ask("skill_store", "import_skills", {"archive": b64(bad) or "x"}, ctx=ACME_USER)
