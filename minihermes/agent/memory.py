@@ -51,8 +51,7 @@ from urllib.parse import quote
 
 from minihermes.agent.audit_event import fire_audit, is_restricted
 from minihermes.context import forget as forgetting
-from minihermes.context import query_terms, snippet
-from minihermes.context._text import search_query_terms, search_stem, search_terms
+from minihermes.context import query_terms, search_query_terms, search_stem, search_terms, snippet
 from minihermes.context.recall import (
     DEFAULT_HALF_LIFE_DAYS,
     final_score,

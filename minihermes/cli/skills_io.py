@@ -21,25 +21,23 @@ import typer
 from rich.console import Console
 
 from minihermes.runtime import ActorError
-from minihermes.skills import _archive as archive
-from minihermes.skills import _folders as folders
-from minihermes.skills import _store_io as store_io
+from minihermes.skills import bundles
 
 from ._backend import Backend, CommandError, Remote, reply_body
 from .commands import pick_op, run_command
 from .skills import _progress, import_files, skill_files, skills_app
 
-_LIMITS = folders.Limits()
+_LIMITS = bundles.Limits()
 
 
-def _local_skills(path: Path) -> tuple[list[folders.SkillFolder], list[dict[str, str]], list[dict[str, str]]]:
+def _local_skills(path: Path) -> tuple[list[bundles.SkillFolder], list[dict[str, str]], list[dict[str, str]]]:
     """The skill folders under ``path`` as this machine sees them, with local refusals and warnings."""
     try:
-        entries, bad = archive.read_folder("import", str(path.resolve()), _LIMITS)
+        entries, bad = bundles.read_folder("import", str(path.resolve()), _LIMITS)
     except ActorError as e:
         raise CommandError(e.code, e.message, "path") from None
     refused: list[dict[str, str]] = []
-    found, stray = folders.group(entries, bad, refused, lone_name=path.resolve().name)
+    found, stray = bundles.group(entries, bad, refused, lone_name=path.resolve().name)
     for skill in found:
         refused.extend({"skill": skill.folder, **r} for r in skill.refused)
     return found, refused, [{"skill": "", "message": w} for w in stray]
@@ -108,7 +106,7 @@ async def import_path(backend: Backend, console: Console, path: Path, approve: b
                 name = skill.folder.rsplit("/", 1)[-1] or path.name
                 files = {f"{name}/SKILL.md": skill.skill_md}
                 files.update({f"{name}/{rel}": data for rel, data in skill.files.items()})
-                await send(name, archive.write_zip(files))
+                await send(name, bundles.write_zip(files))
                 progress.advance(task)
     if errors and not imported:
         raise errors[0]  # nothing went in: the node's refusal is the answer (exit code 1)
@@ -123,7 +121,7 @@ async def import_path(backend: Backend, console: Console, path: Path, approve: b
 
 
 def _write(folder: Path, docs: list[dict[str, Any]]) -> int:
-    return store_io.write_folder("export", os.path.abspath(folder), docs)
+    return bundles.write_folder("export", os.path.abspath(folder), docs)
 
 
 async def export_path(backend: Backend, console: Console, folder: Path, status: str) -> dict[str, Any]:

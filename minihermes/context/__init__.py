@@ -6,7 +6,7 @@ project context, stable prefix, per-turn section), secret redaction, text analys
 ranking (relevance times temporal decay) and forgetting across stores.
 """
 
-from ._text import analyze, query_terms, snippet
+from ._text import analyze, query_terms, search_query_terms, search_stem, search_terms, snippet
 from .context_compressor import ContextCompressor
 from .redact import redact, redact_text
 from .tokens import count_tokens, default_counter, messages_tokens, set_default_counter
@@ -20,6 +20,9 @@ __all__ = [
     "query_terms",
     "redact",
     "redact_text",
+    "search_query_terms",
+    "search_stem",
+    "search_terms",
     "set_default_counter",
     "snippet",
 ]
