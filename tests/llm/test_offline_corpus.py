@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from minihermes.llm import SimulatedProvider
+from minihermes.llm import CompletionRequest, Message, SimulatedProvider
 
 from .support import FakeTools, default_tools, run_turn, tool
 
@@ -160,3 +160,26 @@ async def test_untrusted_results_are_unwrapped_and_quoted() -> None:
     assert "```\nbuy milk\n```" in turn.text
     assert turn.text.endswith("Files in the workspace: todo.txt.")
     assert json.dumps("buy milk") not in turn.text  # the content, not its JSON
+
+
+# -- long messages stay linear (as in test_simulated_bounded.py) -------------------------------------------
+
+N = 100_000
+
+
+@pytest.mark.timeout(30)  # quadratic, the first took minutes here
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("calculate " + "1." * (N // 2), id="dotted-digits-no-percent"),
+        pytest.param("two hundred and " * (N // 16), id="spelled-number-and-run"),
+        pytest.param(" 'a" * (N // 3), id="unclosed-quotes"),
+        pytest.param("remind me every" + " " * N + "x to" + " " * N + "y", id="reminder-spaces"),
+        pytest.param("add 1 to " + "it " * (N // 3), id="continuation"),
+        pytest.param("create a file a.txt with the lines " + "a, " * (N // 3), id="listed-lines"),
+    ],
+)
+def test_planning_the_new_forms_is_linear(text: str) -> None:
+    tools = [*default_tools(), *CRON, *GOALS, tool("kanban_create", "title")]
+    request = CompletionRequest(messages=[Message(role="user", content=text)], tools=tools)
+    SimulatedProvider().planner.plan(request, text)  # no limit applied: must finish, and not raise

@@ -38,7 +38,7 @@ _VERB_FORMS: list[tuple[re.Pattern[str], str]] = [
 _WORD_OPS: list[tuple[re.Pattern[str], str]] = [
     # Starts at the first digit of a number only: from any later digit the scan of the rest is repeated
     # (quadratic in a long run of digits), and it finds nothing the first digit does not.
-    (re.compile(r"(?<!\d)(\d(?:[\d.]*\d)?)\s*(?:%|percent)\s+of\b", re.I), r"\1 / 100 *"),
+    (re.compile(r"(?<![\d.])(\d(?:[\d.]*\d)?)\s*(?:%|percent)\s+of\b", re.I), r"\1 / 100 *"),
     (re.compile(r"\bto the power of\b", re.I), " ** "),
     (re.compile(r"\bmultiplied by\b", re.I), " * "),
     (re.compile(r"\bdivided by\b", re.I), " / "),
@@ -72,6 +72,9 @@ _BINARY: dict[type[ast.operator], Callable[[float, float], float]] = {
 }
 
 
+_MAX_SPELLED = 10**15
+
+
 class ArithmeticError_(ValueError):
     """The expression cannot be evaluated (division by zero, too large, not arithmetic)."""
 
@@ -93,6 +96,8 @@ def words_to_numbers(text: str) -> str:
             else:
                 total += max(current, 1) * _SCALES[word]
                 current = 0
+            if current > _MAX_SPELLED or total > _MAX_SPELLED:
+                return match.group(0)  # "hundred hundred ..." is no number anyone wrote: left as words
         return str(total + current)
 
     return _NUMBER_RUN.sub(convert, text)
