@@ -162,6 +162,17 @@ async def test_untrusted_results_are_unwrapped_and_quoted() -> None:
     assert json.dumps("buy milk") not in turn.text  # the content, not its JSON
 
 
+async def test_a_long_request_fits_the_agents_rounds() -> None:
+    sums = ", ".join(f"{i}+{i}" for i in range(1, 15))
+    turn = await run_turn(SimulatedProvider(), [], f"what is {sums}", max_iterations=8)
+    assert len(turn.calls) == 14 and turn.iterations == 2
+    assert turn.text.endswith("14 + 14 = 28.")
+    chain = "calculate 1+1" + ", then add 1 to it" * 9
+    turn = await run_turn(SimulatedProvider(), [], chain, max_iterations=8)
+    assert [args["expression"] for _, args in turn.calls][-1] == "10 + 1"
+    assert turn.text.endswith("10 + 1 = 11.")
+
+
 # -- long messages stay linear (as in test_simulated_bounded.py) -------------------------------------------
 
 N = 100_000

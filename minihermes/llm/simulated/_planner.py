@@ -24,6 +24,9 @@ MAX_REQUEST_PIECES = 100
 """The longest user message the model plans from, and the most pieces (clauses, list items) it may split
 into. Planning is linear in the message's length (every pattern it applies is) and in its pieces times the
 tools offered, but it runs on the event loop: a larger message gets an honest "I can't" instead."""
+MAX_ONE_BY_ONE = 6
+"""A plan of more steps sends the independent ones together: one at a time, a long request would run out of
+the agent's rounds (8 by default) and end unfinished."""
 _THANKS = ("thanks", "thank you", "cheers", "thx")
 
 
@@ -113,6 +116,8 @@ class Planner:
         planning = PlanningContext(request, user_text, toolbox, self.intents)
         for advisor in self.advisors:
             plan = advisor.advise(plan, planning)
+        if len(plan.steps) > MAX_ONE_BY_ONE:
+            plan.batch = True
         return plan
 
     def respond(self, request: CompletionRequest) -> Decision:
