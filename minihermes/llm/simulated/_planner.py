@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .._types import CompletionRequest, Message, ToolCall
+from ._directives import Directive, verdicts
+from ._directives import split as split_directive
+from ._directives import whole as whole_directive
 from ._plan import Intent, Item, Note, Outcome, ParseContext, Plan, Ref, Step
 from ._text import ROLE_NAMES, Toolbox, as_text, clean_clause, count_pieces, split_clauses
 
@@ -106,8 +109,12 @@ class Planner:
         toolbox = Toolbox(request.tools)
         ctx = ParseContext(toolbox)
         unknown = []
+        directives: list[Directive] = []
         for clause in split_clauses(user_text, lambda piece: self._parses(piece, toolbox)):
-            items = self._parse(clause, ctx)
+            if (directive := whole_directive(clause, toolbox)) is not None:
+                directives.append(directive)
+                continue
+            items = self._parse_directed(clause, ctx, directives)
             if items is None:
                 unknown.append(clause)
             else:
@@ -116,6 +123,8 @@ class Planner:
         planning = PlanningContext(request, user_text, toolbox, self.intents)
         for advisor in self.advisors:
             plan = advisor.advise(plan, planning)
+        # "use the calculator" holds only if the plan does use it; else the turn says it can't.
+        plan.items.extend(verdicts(directives, plan))
         if len(plan.steps) > MAX_ONE_BY_ONE:
             plan.batch = True
         return plan
@@ -150,7 +159,33 @@ class Planner:
         return Decision(f"Let me use {', '.join(names)}.", calls)
 
     def _parses(self, piece: str, toolbox: Toolbox) -> bool:
-        return self._parse(clean_clause(piece), ParseContext(toolbox)) is not None
+        clause = clean_clause(piece)
+        if whole_directive(clause, toolbox) is not None:
+            return True
+        return self._parse_directed(clause, ParseContext(toolbox), []) is not None
+
+    def _parse_directed(
+        self, clause: str, ctx: ParseContext, directives: list[Directive]
+    ) -> list[Item] | None:
+        """Parse a clause that may start or end with the tool to use ("what is 6 * 7 using the calculator").
+
+        The clause without the directive is preferred when its plan uses the named tool; else the whole
+        clause, if it parses ("remember I cook with the calculator" may be a fact); else the rest, with the
+        directive left for the plan to answer for."""
+        found = split_directive(clause, ctx.toolbox)
+        if found is None:
+            return self._parse(clause, ctx)
+        rest, directive = found
+        items = self._parse(rest, ctx)
+        if items is not None and directive.used_by({i.tool for i in items if isinstance(i, Step)}):
+            directives.append(directive)
+            return items
+        whole = self._parse(clause, ctx)
+        if whole is not None:
+            return whole
+        if items is not None:
+            directives.append(directive)
+        return items
 
     def _parse(self, clause: str, ctx: ParseContext) -> list[Item] | None:
         for intent in self.intents:
@@ -358,6 +393,7 @@ def _refusal(plan: Plan, cannot: list[Note], toolbox: Toolbox) -> str:
     doable = [item for item in plan.items if not (isinstance(item, Note) and item.cannot)]
     if doable:
         parts.append("So I haven't done any of the request (I do a request whole or not at all).")
-    parts.append(f"{_abilities(toolbox)}. {_pointer()}")
+    abilities = _abilities(toolbox)
+    parts.append(f"{abilities[:1].upper()}{abilities[1:]}. {_pointer()}")
     text = " ".join(parts)
     return text if text.startswith("I can't") else f"I can't do that. {text}"
