@@ -71,6 +71,10 @@ def _words(text: str) -> set[str]:
     return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if len(w) > 2 and w not in _STOP}
 
 
+GOAL_TOOLS = frozenset({"goal_set", "goal_list", "goal_complete", "goal_clear"})
+"""The agent's goal tools (``minihermes.work.time_tools``): a turn that called one managed goals."""
+
+
 def judge_deterministic(goal: str, response: str) -> tuple[bool, str]:
     """The simulated provider's judge: same inputs, same verdict."""
     if DONE_MARKER.lower() in response.lower():
@@ -226,14 +230,19 @@ class Goals(GenServer):
         response: str,
         success: bool = True,
         fell_short: str = "",
+        tool_calls: list[dict[str, Any]] | None = None,
         **_record: Any,
     ) -> None:
         """Judge every active goal of the session against this turn (a turn listener: the agent publishes
         each finished turn, ``minihermes.turn_event``): those of the turn's user and the tenant's. A turn
         that fell short (a failed tool call, an answer its tool results contradict) completes no goal: it
-        counts as a turn used, with the reason it fell short."""
+        counts as a turn used, with the reason it fell short. A turn that managed goals (``goal_set``,
+        ``goal_list``, ...) is not work toward them: its answer names the goals, which is no sign that any
+        is reached, so it judges none."""
         if not valid_key(session_id):
             return  # no session has such an id, so no goal either
+        if any(str(c.get("name", "")) in GOAL_TOOLS for c in tool_calls or () if isinstance(c, dict)):
+            return
         for goal in await self._mine(await self._goals(session_id, "active")):
             if turn_id in goal["judged_turns"]:
                 continue  # a repeated notification for a turn already judged

@@ -187,3 +187,34 @@ async def test_a_turn_that_fell_short_completes_no_goal(app_node):
     )
     done = (await until(lambda: _status(node, "s1", "completed")))[0]
     assert done["goal_id"] == g["goal_id"] and done["turns_used"] == 2
+
+
+async def test_a_turn_that_manages_goals_judges_none(app_node):
+    node = await app_node(scripted=True)
+    doubles.SCRIPT.answer = lambda s, m: (
+        '{"done": true, "reason": "covered"}' if "judge" in m[0]["content"] else "ok"
+    )
+    g = await goals(node, "set_goal", session_id="s1", text="water the plants", max_turns=5)
+    listing = {"name": "goal_list", "input": {}, "is_error": False, "result": "water the plants"}
+    await node.ask(
+        "goals",
+        "turn_completed",
+        {
+            "session_id": "s1",
+            "turn_id": "t1",
+            "user_message": "list my goals",
+            "response": "Your active goals: water the plants.",  # every word of the goal: not a sign it is done
+            "tool_calls": [listing],
+        },
+        ctx=ACME,
+    )
+    await node.ask(
+        "goals",
+        "turn_completed",
+        {"session_id": "s1", "turn_id": "t2", "user_message": "go", "response": "I watered the plants."},
+        ctx=ACME,
+    )
+    done = (await until(lambda: _status(node, "s1", "completed")))[0]
+    assert done["goal_id"] == g["goal_id"] and done["turns_used"] == 1  # t1 was not counted
+    events = await node.ask("audit_event", "query_events", {"event_type": "goal_completed"}, ctx=ACME)
+    assert [e["detail"].endswith("turn=t2") for e in events["events"]] == [True]  # not by the listing turn
