@@ -39,7 +39,7 @@ def test_the_corpus_is_large_and_labelled() -> None:
     assert len({item["id"] for item in items}) == len(items)
     assert {item["category"] for item in items} >= {
         "arithmetic", "words", "chained", "memory", "files", "lists", "multi-step", "kanban", "reminders",
-        "goals", "cannot", "chit-chat",
+        "goals", "cannot", "chit-chat", "tool named",
     }  # fmt: skip
     for item in items:
         assert item["expect"] == "cannot" or set(item["expect"]) <= {"answer", "memory", "file", "tool"}
@@ -144,6 +144,72 @@ async def test_a_request_understood_in_part_is_not_done_in_part() -> None:
     assert tools.calls == []
     assert turn.text.startswith('I can\'t do "tell me a joke"')
     assert "haven't done any of the request" in turn.text
+
+
+@pytest.mark.parametrize(
+    ("request_", "call"),
+    [
+        ("what is 6 * 7? use the calculator", ("calculator", {"expression": "6 * 7"})),
+        ("what is 5 * 5 using the calculator", ("calculator", {"expression": "5 * 5"})),
+        ("use calculator to work out 2 + 3", ("calculator", {"expression": "2 + 3"})),
+        ("with the calculator, what is 9 * 9", ("calculator", {"expression": "9 * 9"})),
+        ("what is 3 * 3 (use the calculator tool)", ("calculator", {"expression": "3 * 3"})),
+        ("remember my name is Bob (use the memory tool)", ("memory_store", {"key": "name", "value": "Bob"})),
+        ("what is my name? use the memory tool", ("memory_recall", {"key": "name"})),
+        ("please use write_file to write 'hi' to a.txt", ("write_file", {"path": "a.txt", "content": "hi"})),
+        ("write 'hi' to a.txt. Please use write_file", ("write_file", {"path": "a.txt", "content": "hi"})),
+    ],
+)
+async def test_naming_the_tool_to_use_is_how_not_another_request(
+    request_: str, call: tuple[str, dict[str, Any]]
+) -> None:
+    turn = await run_turn(SimulatedProvider(), [], request_)
+    assert turn.calls == [call]
+    assert not turn.text.startswith("I can't"), turn.text
+
+
+@pytest.mark.parametrize(
+    ("request_", "tools", "says"),
+    [
+        (
+            "what is 6 * 7? use the calculator",
+            [],
+            "I can't use the calculator: it is not available in this chat",
+        ),
+        ("what is 6 * 7? use the memory tool", None, "the rest of the request doesn't need the memory tools"),
+        (
+            "remember my name is Bob, use the calculator",
+            None,
+            "the rest of the request doesn't need the calculator",
+        ),
+        ("use the calculator", None, "the request gives the calculator nothing to do"),
+        (
+            "what is 6 * 7? use the weather tool",
+            None,
+            'I can\'t answer "what is 6 * 7? use the weather tool"',
+        ),
+    ],
+)
+async def test_a_named_tool_that_is_missing_or_unneeded_is_an_honest_cannot(
+    request_: str, tools: list[Any] | None, says: str
+) -> None:
+    executor = FakeTools()
+    turn = await run_turn(
+        SimulatedProvider(),
+        [],
+        request_,
+        tools=default_tools() if tools is None else tools,
+        executor=executor,
+    )
+    assert executor.calls == [] and turn.calls == []
+    assert turn.text.startswith("I can't") and says in turn.text, turn.text
+
+
+async def test_a_fact_that_mentions_a_tool_stays_a_fact() -> None:
+    turn = await run_turn(SimulatedProvider(), [], "remember I cook with the calculator")
+    assert turn.calls == [
+        ("memory_store", {"key": "i cook with the calculator", "value": "I cook with the calculator"})
+    ]
 
 
 async def test_untrusted_results_are_unwrapped_and_quoted() -> None:
