@@ -254,6 +254,8 @@ N = 100_000
         pytest.param("remind me every" + " " * N + "x to" + " " * N + "y", id="reminder-spaces"),
         pytest.param("add 1 to " + "it " * (N // 3), id="continuation"),
         pytest.param("create a file a.txt with the lines " + "a, " * (N // 3), id="listed-lines"),
+        pytest.param("what is 1 + 1 " + "using the " * (N // 10) + "calculator", id="named-tool-run"),
+        pytest.param("use the calculator " * (N // 19), id="named-tool-repeated"),
     ],
 )
 def test_planning_the_new_forms_is_linear(text: str) -> None:
