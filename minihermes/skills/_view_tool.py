@@ -2,10 +2,12 @@
 
 The prompt carries matched skills' names and descriptions; when a skill applies, the model calls
 ``skill_view {name}`` for its instructions and ``skill_view {name, path}`` for a file the instructions name.
-Each call also puts the skill's files in the session workspace, read-only, at ``skills/<name>/`` (written
-by the server, mode 0444/0555, left to root when the server runs as root; re-checked by sha256 at every
-call, so a changed copy is put back), where ``terminal`` runs its scripts in the sandbox as usual: the
-stored skill itself is never reachable from there. Unapproved imported content comes back as outside data.
+Each call also puts the skill's files in the session workspace at ``skills/<name>/`` (written by the
+server, mode 0444/0555, left to root when the server runs as root; re-checked by sha256 at every call, so
+a changed copy is put back), where ``terminal`` runs its scripts in the sandbox as usual: the stored skill
+itself is never reachable from there. In the sandbox, ``skills/`` is a read-only bind mount (see
+``SandboxPolicy.readonly_workspace_dirs``): its scripts run and read, nothing there can be changed; without
+a mount namespace only the file modes protect it. Unapproved imported content comes back as outside data.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from minihermes.tools.contract import READ, TRUSTED, Tool, ToolEnv, UntrustedRes
 from minihermes.tools.sandbox import make_workspace
 from minihermes.tools.workspace import Quota, Workspace, WorkspaceError, safe_component, workspace_path
 
-MOUNT_DIR = "skills"
+MOUNT_DIR = "skills"  # one of the sandbox's READONLY_WORKSPACE_DIRS (a test keeps the two in step)
 
 
 def _bytes(reply: dict[str, Any]) -> bytes:

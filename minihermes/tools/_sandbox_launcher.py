@@ -23,6 +23,7 @@ Stdlib only; loads ``_linux.py`` by path because ``-I -S`` leaves the package of
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
 import os
@@ -89,6 +90,7 @@ class Launch:
         self.env: dict[str, str] = cfg.get("env") or {}
         self.workspace: str | None = cfg.get("workspace")
         self.ro_paths: list[str] = cfg["ro_paths"]
+        self.workspace_ro_dirs: list[str] = cfg.get("workspace_ro_dirs") or []
         self.uid: int = cfg["uid"]
         self.gid: int = cfg["gid"]
         self.limits: dict[str, int] = cfg["limits"]
@@ -162,10 +164,58 @@ def _bind(source_fd: int, target: str, *, readonly: bool) -> None:
         _linux.mount(None, target, None, flags | _linux.mount_flags_of(target))
 
 
+_DIR_PATH = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def readonly_subdirs(root: str, names: list[str]) -> list[str]:
+    """Make each folder ``root/NAME`` read-only in this mount namespace: bind it onto itself, then remount
+    the bind MS_BIND|MS_REMOUNT|MS_RDONLY (repeating the flags a user namespace locks). A name that is
+    absent, or not a real folder (a link, a file), is skipped: the server put nothing there. Returns the
+    names made read-only; raises OSError when one cannot be.
+
+    Everything goes by descriptor (``/proc/self/fd/N``, as runc does): a link swapped in by another run
+    sharing the workspace can never redirect the mount elsewhere."""
+    done = []
+    root_fd = os.open(root, _DIR_PATH)
+    try:
+        for name in names:
+            try:
+                fd = os.open(name, _DIR_PATH, dir_fd=root_fd)
+            except OSError as e:
+                if e.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                    continue
+                raise
+            try:
+                _readonly_bind(root_fd, name, fd)
+            finally:
+                os.close(fd)
+            done.append(name)
+    finally:
+        os.close(root_fd)
+    return done
+
+
+def _readonly_bind(root_fd: int, name: str, fd: int) -> None:
+    _linux.mount(f"/proc/self/fd/{fd}", f"/proc/self/fd/{fd}", None, _linux.MS_BIND)
+    top = os.open(name, _DIR_PATH, dir_fd=root_fd)  # looked up again, the name crosses into the new bind
+    try:
+        if not os.path.samestat(os.fstat(top), os.fstat(fd)):
+            raise OSError(errno.EBUSY, f"{name}: replaced while being mounted")
+        target = f"/proc/self/fd/{top}"
+        flags = _linux.MS_REMOUNT | _linux.MS_BIND | _linux.MS_RDONLY
+        _linux.mount(None, target, None, flags | _linux.mount_flags_of(target))
+        # The bind (and not the workspace under it) is what became read-only.
+        if not os.fstatvfs(top).f_flag & os.ST_RDONLY or os.fstatvfs(root_fd).f_flag & os.ST_RDONLY:
+            raise OSError(errno.EIO, f"{name}: the read-only bind did not take")
+    finally:
+        os.close(top)
+
+
 def build_root(run: Launch, *, with_proc: bool) -> str:
     """Replace / (in our private mount namespace) with a tmpfs holding read-only binds of the system paths,
-    the workspace read-write, a private /tmp and /dev/shm, a minimal /dev and, with a pid namespace, a fresh
-    /proc. The server's data dir, /root, /home ... simply do not exist in there. Returns a note on /proc."""
+    the workspace read-write but for its ``workspace_ro_dirs`` (read-only binds), a private /tmp and
+    /dev/shm, a minimal /dev and, with a pid namespace, a fresh /proc. The server's data dir, /root, /home
+    ... simply do not exist in there. Returns a note on /proc."""
     binds: list[tuple[str, int]] = []
     links: list[tuple[str, str]] = []
     for path in run.ro_paths:
@@ -198,6 +248,7 @@ def build_root(run: Launch, *, with_proc: bool) -> str:
     _linux.mount("tmpfs", at("/tmp"), "tmpfs", tmp_flags, f"mode=1777,size={run.tmp_bytes}")
     if ws_fd is not None and run.workspace:
         _bind(ws_fd, at(run.workspace), readonly=False)  # may land inside the private /tmp: mounted after it
+        readonly_subdirs(at(run.workspace), run.workspace_ro_dirs)  # before the program runs or drops root
     os.makedirs(at("/dev"), exist_ok=True)
     _linux.mount("tmpfs", at("/dev"), "tmpfs", _linux.MS_NOSUID | _linux.MS_NOEXEC, "mode=0755,size=64k")
     for name, fd in devices:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from minihermes.tools._sandbox_types import (
+    READONLY_WORKSPACE_DIRS,
     Layer,
     SandboxError,
     SandboxLimits,
@@ -85,6 +86,16 @@ def _probe() -> dict[str, Any]:
         "memory_bytes is per process (RLIMIT_AS); a program may use up to max_processes times that",
         "private /tmp and /dev/shm are tmpfs of tmp_bytes each, outside RLIMIT_AS",
     ]
+    folders = ", ".join(f"{name}/" for name in READONLY_WORKSPACE_DIRS)
+    if Layer.MOUNT_NAMESPACE in available:
+        readonly = "read_only_bind_mount"
+        notes.append(f"the workspace's {folders} is a read-only bind mount for the program")
+    else:
+        readonly = "file_modes"
+        notes.append(
+            f"no mount namespace: the workspace's {folders} is kept read-only by file modes only "
+            "(a program can chmod and change its copy; skill_view puts changed files back)"
+        )
     if os.geteuid() == 0:
         notes.append("RLIMIT_NPROC counts all processes of the sandbox uid: concurrent runs share it")
     else:
@@ -97,6 +108,7 @@ def _probe() -> dict[str, Any]:
         "network_isolated": net_isolated,
         "filesystem_confined": fs_confined,
         "processes_contained": contained,
+        "workspace_readonly": {"folders": list(READONLY_WORKSPACE_DIRS), "enforced_by": readonly},
         "landlock_abi": probe.get("landlock_abi", 0),
         "kernel": os.uname().release,
         "arch": os.uname().machine,

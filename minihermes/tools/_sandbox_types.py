@@ -13,6 +13,9 @@ from .errors import ToolError
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 SYSTEM_RO_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+READONLY_WORKSPACE_DIRS = ("skills",)
+"""Folders of the workspace the program may read and execute but not change (``skill_view`` puts skills'
+files in ``skills/``): a read-only bind mount with a mount namespace, file modes only without one."""
 
 
 class Layer(StrEnum):
@@ -93,6 +96,9 @@ class SandboxPolicy:
     """Interpreter for ``run_python``/``call_python_function``; default: this one's base interpreter."""
     extra_ro_paths: tuple[str, ...] = ()
     """More host paths to expose read-only (e.g. a site-packages tree) in the mount namespace / landlock."""
+    readonly_workspace_dirs: tuple[str, ...] = READONLY_WORKSPACE_DIRS
+    """Top-level folders of the workspace mounted read-only for the program (with a mount namespace; see
+    ``READONLY_WORKSPACE_DIRS``). Each is one plain name; one absent at the start of a run is skipped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +171,17 @@ def ro_paths(policy: SandboxPolicy) -> list[str]:
             continue
         paths = [p for p in paths if not is_within(p, path)] + [path]
     return paths
+
+
+def readonly_dirs(policy: SandboxPolicy) -> list[str]:
+    """``policy.readonly_workspace_dirs``, checked: single names, no separators, dots or NUL bytes."""
+    names = []
+    for name in policy.readonly_workspace_dirs:
+        if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\0" in name:
+            raise SandboxError("invalid_argument", f"readonly_workspace_dirs: not a folder name: {name!r}")
+        if name not in names:
+            names.append(name)
+    return names
 
 
 def is_within(path: str, root: str) -> bool:

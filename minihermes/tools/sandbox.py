@@ -6,7 +6,8 @@ this machine supports (see ``isolation_report``) and execs the program. The serv
 pipes, enforces the wall clock and output caps, and kills the whole process group when needed.
 
 Layers, strongest first: a pid namespace (kill everything on exit), a network namespace (no interfaces), a
-mount namespace with a minimal read-only root (the data dir does not exist in there), an unprivileged uid
+mount namespace with a minimal read-only root (the data dir does not exist in there; the workspace is
+writable but for its read-only ``skills/``: ``SandboxPolicy.readonly_workspace_dirs``), an unprivileged uid
 (ordinary file permissions protect the server's files), landlock (filesystem allow-list, TCP, signals),
 a seccomp deny-list (no sockets but AF_UNIX, no namespaces/mounts/ptrace/bpf/io_uring) and rlimits. A
 layer the kernel or container refuses is left out and reported, never silently assumed.
@@ -36,6 +37,7 @@ from minihermes.tools._sandbox_types import (
     default_python,
     is_within,
     limits_config,
+    readonly_dirs,
     ro_paths,
 )
 from minihermes.tools.workspace import Quota, Usage
@@ -152,6 +154,7 @@ async def run_sandboxed(
     if stdin is not None and not isinstance(stdin, bytes):
         raise SandboxError("invalid_argument", "stdin must be bytes")
     exposed = ro_paths(policy)
+    protected = readonly_dirs(policy)
     ws = _check_workspace(workspace, exposed)
     requested, applied = await _resolve_layers(policy)
     private_tmp = Layer.MOUNT_NAMESPACE in requested
@@ -174,6 +177,7 @@ async def run_sandboxed(
         "workspace": ws,
         "layers": sorted(requested),
         "ro_paths": exposed,
+        "workspace_ro_dirs": protected,
         "uid": policy.uid,
         "gid": policy.gid,
         "limits": rlimits,
