@@ -8,7 +8,7 @@ import uuid
 from collections import Counter, OrderedDict
 from typing import Any, Literal
 
-from minihermes.audit import fire_audit
+from minihermes.audit import fire_audit, scrub_secrets
 from minihermes.context.embeddings import Embedder, load_embedder
 from minihermes.runtime import Conflict, GenServer, InvalidArgument, NotFound, current_context
 
@@ -34,12 +34,19 @@ _PROC_TERMS = 300
 """Procedure terms kept in the record so activation rebuilds the index without reading every blob."""
 DUPLICATE_SIMILARITY = 0.6
 _CACHE = 4096
+MAX_REASON_CHARS = 500
+"""A person's reason for a decision on a skill (``reject_skill``), kept on the record and in the audit."""
 
 
 def check_id(op: str, skill_id: str) -> str:
     if not _SKILL_ID.match(skill_id):
         raise InvalidArgument(f"{op}: skill_id is not a valid id", op=op, field="skill_id")
     return skill_id
+
+
+def check_reason(op: str, reason: str) -> str:
+    """A required, bounded reason, with anything shaped like a secret replaced by ``[REDACTED]``."""
+    return str(scrub_secrets(check_text(op, "reason", reason, MAX_REASON_CHARS)))
 
 
 def _signature(record: dict[str, Any]) -> list[str]:
@@ -322,9 +329,18 @@ class SkillStoreCore(GenServer):
             "skill_status": record["status"],
         }
 
-    def _event(self, event_type: str, record: dict[str, Any], detail: str, *, session_id: str = "") -> None:
+    def _event(
+        self,
+        event_type: str,
+        record: dict[str, Any],
+        detail: str,
+        *,
+        session_id: str = "",
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         if self._audit_on:
             data = {"skill_id": record["skill_id"], "status": record["status"], "version": record["version"]}
+            data.update(extra or {})
             fire_audit(
                 self.host,
                 event_type,

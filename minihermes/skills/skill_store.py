@@ -8,8 +8,8 @@ index ``skills`` for ``search_skills``. ``match_skills`` runs on an in-memory BM
 rebuilt from the KV records on activation: a store query per match would not meet 10 ms at 100k skills.
 
 Lifecycle: ``candidate`` (learned, not yet evaluated or approved: never matched) -> ``active`` -> ``stale``
-(unused for a while; a use makes it active again) -> ``archived`` (``recover`` brings it back). Nothing is
-ever deleted. ``pinned`` skills are left alone by the curator. A skill learned in a user's sessions serves
+(unused for a while; a use makes it active again) -> ``archived`` (``recover`` brings it back). An admin's
+``reject_skill`` archives a candidate, noting who rejected it and why. Nothing is ever deleted. ``pinned`` skills are left alone by the curator. A skill learned in a user's sessions serves
 only that user (``scope: user``) until an admin promotes it to the tenant. Every transition is audited.
 """
 
@@ -40,7 +40,7 @@ from ._model import (
     check_text,
     procedure_tools,
 )
-from ._store_core import DUPLICATE_SIMILARITY, Scope, check_id, view
+from ._store_core import DUPLICATE_SIMILARITY, Scope, check_id, check_reason, view
 from ._store_folders import SkillFolderOps, trusted
 
 _LEARNED_CACHE = 4096
@@ -372,6 +372,33 @@ class SkillStore(SkillFolderOps):
             return await self._transition(record, "active", "approved after a passed evaluation")
         await self._save(record, previous_status=record["status"], reindex=False)
         return {"status": "ok", "skill_id": skill_id, "skill_status": record["status"]}
+
+    @call(access="admin")
+    async def reject_skill(self, skill_id: str, reason: str) -> dict[str, Any]:
+        """An admin turns a candidate down: it is archived (never deleted, never matched; ``recover`` or
+        ``set_status`` brings it back) with ``rejected: {by, at, reason}`` on the record. Only a candidate: a
+        live skill is retired with ``archive`` or ``set_status``. ``reason`` is required (at most 500
+        characters; anything shaped like a secret is redacted). Reply: ``{skill_id, skill_status, rejected}``."""
+        op = "reject_skill"
+        access.require_admin(op)
+        why = check_reason(op, reason)
+        record = dict(self._get(op, check_id(op, skill_id)))
+        if record["status"] != "candidate":
+            raise Conflict(
+                f"{op}: '{skill_id}' is {record['status']}, not a candidate; to retire it use archive "
+                "(or set_status with status archived)",
+                op=op,
+                field="skill_id",
+            )
+        record["rejected"] = {"by": current_context().principal, "at": self.host.now(), "reason": why}
+        reply = await self._transition(record, "archived", f"rejected: {why}")
+        self._event(
+            "skill_rejected",
+            self._records[skill_id],
+            f"by={record['rejected']['by']} reason={why}",
+            extra={"by": record["rejected"]["by"], "reason": why},
+        )
+        return {**reply, "rejected": record["rejected"]}
 
     @call
     async def promote_skill(self, skill_id: str) -> dict[str, Any]:

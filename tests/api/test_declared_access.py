@@ -95,6 +95,7 @@ BEFORE: dict[tuple[str, str], str] = {
     ("skill_store", "archive"): "admin",
     ("skill_store", "recover"): "admin",
     ("skill_store", "rollback"): "admin",
+    ("skill_store", "reject_skill"): "admin",  # issue 19: an admin turns a candidate down
     # issue 20: users import skill folders as their own candidates; anyone who sees a skill reads its files
     ("skill_store", "import_skills"): "write",
     ("skill_store", "read_skill_file"): "read",
