@@ -127,22 +127,14 @@ def skills_approve(skill_id: str) -> None:
 @skills_app.command("reject")
 def skills_reject(
     skill_id: str,
-    reason: Annotated[str, typer.Option(help="Why (kept in the audit log).")] = "",
+    reason: Annotated[str, typer.Option(help="Why (kept with the skill and in the audit log).")],
 ) -> None:
     """Reject a candidate skill (admins): it is archived, never used ('recover' brings it back)."""
 
     async def body(backend: Backend, console: Console) -> Any:
-        op = await pick_op(backend, "skill_store", ("archive",))
-        current = await backend.ask("skill_store", "get_skill", {"skill_id": skill_id})
-        status = current["skill"]["status"]
-        if status != "candidate":
-            raise CommandError(
-                "conflict",
-                f"skill {skill_id} is {status}, not a candidate (to retire it: minihermes skills archive)",
-                "skill_id",
-            )
-        why = f"rejected: {reason}" if reason.strip() else "rejected"
-        reply = await backend.ask("skill_store", op, {"skill_id": skill_id, "reason": why})
+        reply = await op_command("skill_store", ("reject_skill",), {"skill_id": skill_id, "reason": reason})(
+            backend, console
+        )
         if connection().as_json:
             return reply
         console.print(Text(f"rejected {skill_id}: archived"))

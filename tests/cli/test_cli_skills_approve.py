@@ -75,14 +75,22 @@ def _approve_and_reject(where: list[str]) -> None:
     late = ok_json("skills", "approve", fresh, *where)  # approved, but its evaluation has not passed
     assert late["skill_status"] == "candidate"
 
+    unsaid = cli("skills", "reject", failed, *where)  # a rejection says why
+    assert unsaid.exit_code == 2 and "--reason" in unsaid.output
     rejected = ok_json("skills", "reject", failed, "--reason", "answers differ", *where)
-    assert rejected["skill_status"] == "archived"
-    assert ok_json("skills", "show", failed, *where)["skill"]["status"] == "archived"
-    not_candidate = cli("skills", "reject", held, *where)
+    assert rejected["skill_status"] == "archived" and rejected["rejected"]["reason"] == "answers differ"
+    shown_rejected = ok_json("skills", "show", failed, *where)["skill"]
+    assert shown_rejected["status"] == "archived"
+    assert shown_rejected["rejected"]["reason"] == "answers differ" and shown_rejected["rejected"]["by"]
+    said = cli("skills", "reject", fresh, "--reason", "not needed", *where)
+    assert said.exit_code == 0 and f"rejected {fresh}: archived" in said.stdout
+    assert ok_json("skills", "recover", fresh, *where)["skill_status"] == "candidate"  # back, still unproven
+    not_candidate = cli("skills", "reject", held, "--reason", "changed my mind", *where)
     assert (
         not_candidate.exit_code == 1
         and "conflict" in not_candidate.stderr
         and "active" in not_candidate.stderr
+        and "archive" in not_candidate.stderr
     )
     unknown = cli("skills", "approve", "skill-nope", *where)
     assert unknown.exit_code == 1 and "not_found" in unknown.stderr
@@ -98,13 +106,13 @@ def test_candidates_on_the_local_data_dir(tmp_path):
 @pytest.mark.slow
 def test_candidates_against_a_served_node(url):
     _approve_and_reject(as_(url))
-    # Deciding on candidates is an admin's: a user may not approve, and does not see an admin's candidate
-    # at all (the API's answers, as the CLI passes them on).
+    # Deciding on candidates is an admin's: a user may neither approve nor reject one (the API's answers,
+    # as the CLI passes them on).
     other = _candidate(
         as_(url), "run-report", "1. terminal: run {command}\n2. write_file: save it to {path}", True
     )
     refused = cli("skills", "approve", other, *as_(url, "CLI_USER"))
     assert refused.exit_code == 1 and "permission_denied" in refused.stderr, refused.output
-    unseen = cli("skills", "reject", other, *as_(url, "CLI_USER"))
-    assert unseen.exit_code == 1 and "not_found" in unseen.stderr, unseen.output
+    refused = cli("skills", "reject", other, "--reason", "mine now", *as_(url, "CLI_USER"))
+    assert refused.exit_code == 1 and "permission_denied" in refused.stderr, refused.output
     assert ok_json("skills", "show", other, *as_(url))["skill"]["status"] == "candidate"
