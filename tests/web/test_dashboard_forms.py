@@ -209,13 +209,21 @@ def test_candidate_skills_say_why_they_wait_and_are_approved_or_rejected(
     page.click(f"tr[data-skill='{names['drop']}'] a")
     held = page.locator(f"[data-held='{names['drop']}']")
     expect(held).to_contain_text("not been evaluated yet")
-    held.locator("input[name=reason]").fill("writes files it should not")
-    held.locator("button[data-op='skill_store.set_status']").click()
-    expect(page.locator(f"[data-skill-detail='{names['drop']}'] .badge.archived")).to_have_count(1)
+    # A rejection says why: without a reason the node refuses it, beside the reason field.
+    held.locator("button[data-op='skill_store.reject_skill']").click()
+    expect(held.locator(".form-errors .error[data-field='reason']")).to_be_visible()
+    assert held.locator("input[name=reason]").get_attribute("aria-invalid") == "true"
     assert (
         server.call(admin_token, "skill_store", "get_skill", skill_id=names["drop_id"])["skill"]["status"]
-        == "archived"
+        == "candidate"
     )
+    held.locator("input[name=reason]").fill("restarts a server it should not")
+    held.locator("button[data-op='skill_store.reject_skill']").click()
+    expect(page.locator(f"[data-skill-detail='{names['drop']}'] .badge.archived")).to_have_count(1)
+    skill = server.call(admin_token, "skill_store", "get_skill", skill_id=names["drop_id"])["skill"]
+    assert skill["status"] == "archived"
+    assert skill["rejected"]["reason"] == "restarts a server it should not"
+    assert skill["rejected"]["by"] == ADMIN[1]
 
 
 def test_kanban_offers_only_legal_moves_starts_a_card_and_assigns_one_to_the_agent(

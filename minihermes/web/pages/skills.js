@@ -147,7 +147,7 @@ async function render(root, ctx) {
 
   // A candidate: why it is not live yet (its evaluation, the approval its tools need), approve or reject it.
   function review(skill) {
-    const reason = h("input", { name: "reason", placeholder: "why it is rejected", size: 30 });
+    const reason = h("input", { name: "reason", placeholder: "why it is rejected (required)", size: 30, maxlength: 500 });
     const errors = h("div", { class: "form-errors", "aria-live": "polite" });
     const form = h("form", { class: "toolbar", onsubmit: (e) => e.preventDefault() },
       opButton(ctx, "skill_store", "approve_skill", "Approve", async () => {
@@ -157,12 +157,8 @@ async function render(root, ctx) {
         await load();
       }, { class: "good", errors }),
       reason,
-      opButton(ctx, "skill_store", "set_status", "Reject", async () => {
-        await ctx.api.call("skill_store", "set_status", {
-          skill_id: skill.skill_id,
-          status: "archived",
-          reason: reason.value.trim() || "rejected in the dashboard",
-        });
+      opButton(ctx, "skill_store", "reject_skill", "Reject", async () => {
+        await ctx.api.call("skill_store", "reject_skill", { skill_id: skill.skill_id, reason: reason.value.trim() });
         toast(`${skill.name} rejected (archived)`);
         await load();
       }, { class: "bad", errors }),
