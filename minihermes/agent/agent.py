@@ -27,6 +27,7 @@ from typing import Any, Literal
 from pydantic import field_validator
 
 from minihermes.agent._history import HistoryViews
+from minihermes.agent.session_manager import channel_of
 from minihermes.audit import fire_audit, sees_own_only
 from minihermes.context import forget as forgetting
 from minihermes.context import prompt, search_tool
@@ -54,6 +55,15 @@ from minihermes.tools.workspace import workspace_path
 from minihermes.turn_event import TurnCompleted, listeners, publish
 
 MAX_MESSAGE_CHARS = 100_000
+MAX_INSTRUCTIONS_CHARS = 4_000
+_DOORS = {
+    "kanban": "the kanban worker",
+    "cron": "the cron runner",
+    "delegation": "a delegating agent (delegate_task)",
+    "task": "the task worker",
+    "orchestrator": "the orchestrator",
+}
+"""How the per-turn instructions name the door that gave them (a session's channel, ``channel_of``)."""
 DEFAULT_TOKEN_BUDGET = 32_000
 MAX_DELEGATION_DEPTH = 16
 _COLLABORATORS = (
@@ -230,13 +240,17 @@ class Agent(GenServer):
         delegation_depth: int = 0,
         cron_job: str = "",
         channel: str = "",
+        instructions: str = "",
     ) -> dict[str, Any]:
         """Run one turn. Reply: status, response, session_id, tool_calls (count), iterations, turn_id.
 
         ``max_iterations`` lowers the loop bound for this turn (0: the configured one; never above it);
         ``allowed_tools`` limits the tools listed (a call to another is a tool error); ``delegation_depth``
         and ``cron_job`` are kept on the turn (tools read them with ``turn_info``; the gateway attributes
-        usage to ``cron_job``); ``channel`` names the door for the session's entry in ``session_manager``."""
+        usage to ``cron_job``); ``channel`` names the door for the session's entry in ``session_manager``.
+        ``instructions`` (at most ``MAX_INSTRUCTIONS_CHARS``): what the door asks of this turn (the kanban
+        worker's protocol, a cron run's context), put in the turn's system prompt marked as the door's, never
+        in the history; kept on the turn, so a turn resumed after an approval or a restart has them."""
         if not message.strip():
             raise InvalidArgument("chat: message must not be empty", op="chat", field="message")
         if len(message) > MAX_MESSAGE_CHARS:
@@ -245,6 +259,12 @@ class Agent(GenServer):
             )
         if max_iterations < 0:
             raise InvalidArgument("chat: max_iterations must be >= 0", field="max_iterations")
+        if len(instructions) > MAX_INSTRUCTIONS_CHARS:
+            raise InvalidArgument(
+                f"chat: instructions longer than {MAX_INSTRUCTIONS_CHARS} characters",
+                op="chat",
+                field="instructions",
+            )
         if not 0 <= delegation_depth <= MAX_DELEGATION_DEPTH:
             raise InvalidArgument(
                 f"chat: delegation_depth must be within 0..{MAX_DELEGATION_DEPTH}", field="delegation_depth"
@@ -257,7 +277,9 @@ class Agent(GenServer):
             )
         user = user_id or self.host_principal()
         message = redact_text(message)
-        ctx = await self._gather(message, user)
+        instructions = redact_text(instructions.strip())
+        door = self._door(channel, cron_job) if instructions else ""
+        ctx = await self._gather(message, user, instructions, door)
         tools = self._allowed(ctx.tools, allowed_tools)
         await self._compress_if_needed(ctx.prefix, ctx.section, tools, user)
         self.turn = {
@@ -275,6 +297,8 @@ class Agent(GenServer):
             "cron_job": cron_job,
             "prefix": ctx.prefix,
             "section": ctx.section,
+            "instructions": instructions,
+            "door": door,
             "skill_ids": ctx.skill_ids,
         }
         self.history.append({"role": "user", "content": message})
@@ -647,7 +671,7 @@ class Agent(GenServer):
             self._identity = await asyncio.to_thread(read)
         return self._identity
 
-    async def _gather(self, message: str, user: str) -> Any:
+    async def _gather(self, message: str, user: str, instructions: str = "", door: str = "") -> Any:
         soul, project = await self._identity_texts()
         ctx = await gather_turn(
             self.host,
@@ -659,10 +683,19 @@ class Agent(GenServer):
             settings=self.settings,
             tool_choice=self._tool_choice(),
             kept_tools=self._previous_tools(len(self.history)),
+            instructions=instructions,
+            door=door,
         )
         self._tools_cache = ctx.tools
         self._catalogue = ctx.catalogue
         return ctx
+
+    def _door(self, channel: str, cron_job: str) -> str:
+        """Who gave the turn's instructions, as the system prompt names it: the work actor the session's
+        channel tells (``kanban:``, ``cron:``, ``delegate:`` ...), else the caller through its channel."""
+        door = channel_of(self.session_id, channel)
+        named = _DOORS.get(door, f"the caller (channel {door})")
+        return f"{named} (job {cron_job})" if cron_job else named
 
     async def _fallback_prefix(self) -> str:
         soul, project = await self._identity_texts()

@@ -2,10 +2,10 @@
 
 ``gather_turn`` asks, at the same time and only where the actor exists: ``tool_executor.list_tools``,
 ``memory.core_snapshot`` (stable prefix), ``skill_store.match_skills``, ``memory.search_memories`` and
-``goals.list_goals`` (per-turn section). Memories are asked for as the turn's user sees them (the
-tenant-shared ones and that user's own), stated facts on their own and everything, and ranked facts first
-(``recall.for_prompt``). A collaborator that fails or times out leaves its part empty: the turn goes on
-without skills or goals rather than failing.
+``goals.list_goals`` (per-turn section, after the instructions the turn's door gave, if any). Memories are
+asked for as the turn's user sees them (the tenant-shared ones and that user's own), stated facts on their
+own and everything, and ranked facts first (``recall.for_prompt``). A collaborator that fails or times out
+leaves its part empty: the turn goes on without skills or goals rather than failing.
 
 The tools offered are the turn's toolset selection (``minihermes.context.toolsets``) of the catalogue: views
 made once per catalogue (its ``digest``) and filtered once per (catalogue, selection).
@@ -157,9 +157,13 @@ async def gather_turn(
     settings: TurnSettings,
     tool_choice: ToolChoice | None = None,
     kept_tools: Iterable[str] = (),
+    instructions: str = "",
+    door: str = "",
 ) -> TurnContext:
     """The turn's context. ``tool_choice`` decides the toolsets offered (None: every tool listed);
-    ``kept_tools``: the tools the session's previous turn called (their toolsets stay offered)."""
+    ``kept_tools``: the tools the session's previous turn called (their toolsets stay offered);
+    ``instructions``: what ``door`` (the kanban worker, a cron run ...) asks of this turn, first in the
+    per-turn section."""
     s = settings
     t = s.timeout
     search = {
@@ -207,7 +211,12 @@ async def gather_turn(
     candidates = [*((facts or {}).get("memories") or []), *((memories or {}).get("memories") or [])]
     found = recall.for_prompt((m for m in candidates if m.get("key") not in core_keys), s.memory_top_k)
     goal_list = list((goals or {}).get("goals") or [])
-    section = prompt.turn_section(skill_text, prompt.memories_section(found), prompt.goals_section(goal_list))
+    section = prompt.turn_section(
+        prompt.instructions_section(instructions, door),
+        skill_text,
+        prompt.memories_section(found),
+        prompt.goals_section(goal_list),
+    )
     return TurnContext(
         prefix=prefix,
         section=section,

@@ -6,8 +6,10 @@ data-dir ``SOUL.md`` replaces the default shipped with the package, which carrie
 discipline), the project context from the workspace (``.hermes.md``, else ``AGENTS.md``), and the core memory
 snapshot taken when the session's prefix was built. Tool schemas travel beside it, sorted by name.
 
-Per turn (a second system message): matched skills (``## Relevant Skills`` / ``### <name>``, the format the
-simulated model and people read), the top memories for this message, and the session's active goals.
+Per turn (a second system message): the instructions of the door that started the turn, if it gave any
+(``## Instructions for this turn``: the kanban worker's protocol, a cron run's context, a delegated goal's
+terms; never part of the conversation), matched skills (``## Relevant Skills`` / ``### <name>``, the format
+the simulated model and people read), the top memories for this message, and the session's active goals.
 """
 
 from __future__ import annotations
@@ -122,6 +124,18 @@ def goals_section(goals: list[dict[str, Any]]) -> str:
         f"- {g.get('text', '')}" + (f" ({g['goal_id']})" if g.get("goal_id") else "") for g in goals
     )
     return f"## Active goals\nKeep working toward these across turns:\n{lines}"
+
+
+def instructions_section(instructions: str, door: str) -> str:
+    """The instructions a door (kanban worker, cron run, delegation, an API caller) gave with the turn,
+    marked as such: they are the terms of this turn, not a message of the conversation."""
+    text = instructions.strip()
+    if not text:
+        return ""
+    return (
+        f"## Instructions for this turn\nFrom {door or 'the door'} that started this turn (not a message in "
+        f"the conversation; the user's request is the user message):\n{text}"
+    )
 
 
 def turn_section(*parts: str) -> str:
