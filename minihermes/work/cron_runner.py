@@ -4,7 +4,9 @@ Each run executes in the job's own cron session (``cron:<session_id>``), never i
 conversation, as the job's owner with the roles the owner had. The message is acked only after the run's
 outcome is stored; a redelivered run (crash, visibility timeout) whose record is final is acked without
 running, and one that was mid-turn is finished from the agent's durable turn (``_turns.run_turn_once``),
-so a run's prompt is executed once in effect.
+so a run's prompt is executed once in effect. The job's prompt is the turn's message; what the run is (the
+job, its schedule, that no one is there to answer or approve in real time) goes with it as the turn's
+``instructions`` (``run_instructions``), in its system prompt, not in the message.
 
 A failed run is recorded with its error and scheduled again (``cron:retry:``) with exponential backoff up to
 the job's ``max_retries``; then it is ``failed`` and audited. A response starting with ``[SILENT]`` is
@@ -36,6 +38,21 @@ from ._turns import run_turn_once
 
 SILENT = "[SILENT]"
 MAX_RESULT_CHARS = 20_000
+
+
+def run_instructions(job: dict[str, Any], run_id: str) -> str:
+    """The context of a scheduled run, given as the turn's ``instructions`` (its system prompt)."""
+    schedule = " ".join(str(job.get("schedule_input") or job.get("schedule") or "").split())[:200]
+    return (
+        f"This is a scheduled run (run {run_id}) of cron job {job.get('job_id', '')}"
+        + (f" (schedule: {schedule})" if schedule else "")
+        + ", on behalf of its owner; the user message is the job's prompt.\n"
+        "- No one is present: nobody reads questions or answers them in real time, so do not ask for "
+        "clarification; do what the prompt asks with what you have, or say plainly that you cannot, and why.\n"
+        "- A tool call that needs a person's approval waits until someone decides it; prefer what needs none.\n"
+        "- Your answer is stored as the run's result (and delivered, if the job has a delivery link); "
+        f"start it with {SILENT} when there is nothing worth delivering."
+    )
 
 
 class ConsumerLoop:
@@ -163,7 +180,7 @@ class CronRunner(GenServer):
                         session,
                         str(job["prompt"]),
                         user_id=str(job.get("owner") or ""),
-                        extra={"cron_job": job_id},
+                        extra={"cron_job": job_id, "instructions": run_instructions(job, run_id)},
                         timeout=self.run_timeout,
                     )
                 except ActorError as e:

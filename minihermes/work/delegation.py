@@ -5,7 +5,8 @@ and only the tools of the named toolsets, and returns the child's final answer a
 never left hanging: a child that times out, crashes or fails comes back as a tool error the parent's LLM
 reads. Each child session is recorded with its depth (``delegation:<session>`` in KV), so a child's own
 ``delegate_task`` knows how deep it is; at ``MAX_DEPTH`` the tool refuses and children at the last level
-are not offered it at all.
+are not offered it at all. The child's message is the goal (then the context given with it); what a
+sub-agent is for (``CHILD_PROMPT``) goes with it as the turn's ``instructions``, in its system prompt.
 """
 
 from __future__ import annotations
@@ -86,10 +87,18 @@ async def delegate_task(args: dict[str, Any], env: ToolEnv) -> Any:
     child = f"delegate:{uuid.uuid4().hex[:16]}"
     record = {"parent": env.session_id, "depth": child_depth, "goal": args["goal"][:500], "tools": tools}
     await env.host.kv.put(f"delegation:{child}", record, ttl=RECORD_TTL)
-    message = f"{CHILD_PROMPT}\n\nGoal: {args['goal']}"
+    extra: dict[str, Any] = {
+        "max_iterations": CHILD_ITERATIONS,
+        "allowed_tools": tools,
+        "delegation_depth": child_depth,
+    }
+    if agent_supports("instructions"):  # the goal is the request; the terms go to the system prompt
+        message = str(args["goal"])
+        extra["instructions"] = CHILD_PROMPT
+    else:  # an agent without turn instructions: the terms travel in the message, as before
+        message = f"{CHILD_PROMPT}\n\nGoal: {args['goal']}"
     if args.get("context"):
         message += f"\n\nContext:\n{args['context']}"
-    extra = {"max_iterations": CHILD_ITERATIONS, "allowed_tools": tools, "delegation_depth": child_depth}
     try:
         reply = await env.host.ask(
             "agent", "chat", chat_payload(message, child, "", extra), timeout=CHILD_TIMEOUT

@@ -4,10 +4,13 @@ On each poll (a durable reminder, and a nudge from ``kanban`` when a card become
 cards assigned to an agent (assignee ``agent`` or ``agent:<profile>``) and, for each, runs an agent turn in
 the session ``kanban:<task_id>:<attempt>``, which is also the claim's holder. The turn's message is the card
 itself (title, body, and the summaries of the cards it depends on: the hand-off); the worker keeps the
-protocol (orient, work, heartbeat, block if stuck, finish with a summary) instead of asking the model to. A
-message that carried the protocol made the offline model read it as requests: "kanban_show has more" and
-"work on exactly this task" became a ``kanban_show`` call with "exactly this task ..." as the task id, whose
-error was then stored as the card's summary.
+protocol (orient, work, heartbeat, block if stuck, finish with a summary) and tells the model its part as
+the turn's ``instructions`` (``worker_instructions``: the card's id and title, what "done" means, to answer
+with a short summary of what was done or say plainly that it cannot), which the agent puts in the turn's
+system prompt, marked as the kanban worker's, not in its message. A message that carried the protocol made
+the offline model read it as requests: "kanban_show has more" and "work on exactly this task" became a
+``kanban_show`` call with "exactly this task ..." as the task id, whose error was then stored as the card's
+summary.
 
 The worker judges the turn, and the card ends the way the turn did (``judge``):
 
@@ -61,8 +64,8 @@ Outcome = Literal["done", "failed", "waiting"]
 
 def worker_prompt(card: dict[str, Any], deps: list[dict[str, Any]]) -> str:
     """The turn's message: the card's request itself (title, then body), then the hand-off from the cards it
-    depends on. No protocol text: the worker keeps the protocol (see the module docstring), and any model,
-    the offline one included, reads the message as what it is asked to do."""
+    depends on. No protocol text: that is the turn's ``instructions`` (``worker_instructions``), and any
+    model, the offline one included, reads the message as what it is asked to do."""
     lines = [card["title"]]
     if card.get("body"):
         lines += ["", card["body"]]
@@ -70,6 +73,23 @@ def worker_prompt(card: dict[str, Any], deps: list[dict[str, Any]]) -> str:
         lines += ["", "Hand-off from the cards this one depends on:"]
         lines += [f"- {d['task_id']} ({d['title']}): {d.get('summary') or '(no summary)'}" for d in deps]
     return "\n".join(lines)
+
+
+def worker_instructions(card: dict[str, Any]) -> str:
+    """The worker's protocol for the card's turn, given as the turn's ``instructions`` (its system prompt),
+    never as part of the message."""
+    title = " ".join(str(card["title"]).split())[:300]
+    return (
+        f"This turn works on kanban card {card['task_id']} ({title}) for its author; the user message is "
+        "the card (title, body, and what the cards it depends on handed off).\n"
+        "- Do what the card asks, and only that: do not widen its scope.\n"
+        "- Done means the card's request is carried out; the kanban worker then completes the card itself, "
+        "with your answer as its summary, so do not complete or fail it with the kanban tools.\n"
+        "- If you are stuck on something only a person can resolve, block the card with the reason "
+        "(kanban_block) and stop.\n"
+        "- Answer with a short summary of what was done (results, names, values), which the cards that "
+        "depend on this one read; if you cannot do it, say plainly that you cannot, and why."
+    )
 
 
 def _tool_error(message: dict[str, Any]) -> str:
@@ -215,9 +235,10 @@ class KanbanWorker(GenServer):
                 else:
                     shown = await self.host.ask("kanban", "show", {"task_id": task_id})
                     prompt = worker_prompt(card, shown["dependencies"])
+                    extra = {"instructions": worker_instructions(card)}
                     with acting_as(ctx):
                         reply = await run_turn_once(
-                            self.host, session, session, prompt, timeout=self.turn_timeout
+                            self.host, session, session, prompt, extra=extra, timeout=self.turn_timeout
                         )
             except ActorError as e:
                 reason = f"{e.code}: {e.message}"

@@ -61,7 +61,7 @@ async def test_a_child_runs_with_its_own_tools_and_returns_its_summary(app_node)
     child = result["child_session"]
     assert doubles.SCRIPT.tools[child] == ["calculator", "delegate_task"]  # only what was delegated
     history = (await node.ask("agent", "get_history", {"session_id": child}, ctx=ACME))["messages"]
-    assert "Goal: child-goal" in history[0]["content"] and "Context:\nctx" in history[0]["content"]
+    assert history[0]["content"] == "child-goal\n\nContext:\nctx"  # its terms are the turn's instructions
 
 
 async def test_nested_delegation_has_a_depth_limit(app_node):
