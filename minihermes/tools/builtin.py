@@ -15,6 +15,7 @@ from typing import Any
 
 from minihermes.runtime import ActorNotFound
 
+from ._sandbox_types import READONLY_WORKSPACE_DIRS
 from .calculator import CalculatorError, calculate
 from .catalog import HTTP_METHODS, Toolset
 from .contract import MUTATING, READ, TRUSTED, UNTRUSTED, Permission, Tool, ToolEnv, ToolFailure
@@ -56,11 +57,17 @@ def _quota(env: ToolEnv) -> Quota:
     return Quota(env.terminal_limits.workspace_bytes, env.terminal_limits.workspace_files)
 
 
+def _readonly_dirs(env: ToolEnv) -> tuple[str, ...]:
+    """The workspace folders the file tools do not write: those the sandbox mounts read-only (``skills/``)."""
+    policy = env.sandbox_policy
+    return policy.readonly_workspace_dirs if policy is not None else READONLY_WORKSPACE_DIRS
+
+
 async def _in_workspace(env: ToolEnv, op: Callable[[Workspace], Any]) -> Any:
     folder = await _workspace_dir(env)
 
     def run() -> Any:
-        return op(Workspace(folder, quota=_quota(env)))
+        return op(Workspace(folder, quota=_quota(env), readonly_dirs=_readonly_dirs(env)))
 
     try:
         return await asyncio.to_thread(run)

@@ -35,7 +35,7 @@ class WorkspaceError(ToolError):
 
     Codes: invalid_path, path_escape (absolute path outside, ``..`` above the root, a symlink or hard link),
     not_found, is_directory, not_a_directory, not_a_file (FIFO, socket, device), too_large, binary,
-    exists, io_error, quota_exceeded (``QuotaExceeded``).
+    exists, io_error, quota_exceeded (``QuotaExceeded``), read_only (a path under one of ``readonly_dirs``).
     """
 
     details: dict[str, Any] = {}  # read-only here; QuotaExceeded sets its own
@@ -232,6 +232,7 @@ class Workspace:
         max_write_bytes: int = 10 * 1024 * 1024,
         max_list_entries: int = 1000,
         quota: Quota | None = None,
+        readonly_dirs: tuple[str, ...] = (),
     ) -> None:
         resolved = os.path.realpath(root)
         if not os.path.isdir(resolved):
@@ -242,6 +243,9 @@ class Workspace:
         self.max_list_entries = max_list_entries
         self.quota = quota
         """Checked by ``write_file`` (None: no quota)."""
+        self.readonly_dirs = frozenset(readonly_dirs)
+        """Top-level folders ``write_file`` refuses (``skills``: the skills' files, which the sandbox mounts
+        read-only too; their writer is ``skill_view``, through a workspace without this)."""
 
     # ------------------------------------------------------------------------------------------ paths
 
@@ -404,6 +408,11 @@ class Workspace:
         if not parts:
             raise WorkspaceError("is_directory", "the workspace root is a directory")
         rel = "/".join(parts)
+        if parts[0] in self.readonly_dirs:
+            raise WorkspaceError(
+                "read_only",
+                f"{rel}: {parts[0]}/ is read-only (the skills' files); write elsewhere in the workspace",
+            )
         if len(data) > self.max_write_bytes:
             raise WorkspaceError("too_large", f"{len(data)} bytes, the write limit is {self.max_write_bytes}")
         if self.quota is not None:

@@ -115,6 +115,23 @@ async def test_workspace_escapes_are_refused(make_node, root):
     assert write["error"]["code"] == "path_escape" and not (root / "acme" / "evil.txt").exists()
 
 
+async def test_the_file_tools_do_not_write_the_skills_files(make_node, root):
+    """skills/ holds the files skill_view put there (read-only in the sandbox too): write_file refuses it."""
+    node = await start(make_node, root)
+    ws = workspace_path(root, "acme", "default", "s1")
+    await run(node, "write_file", {"path": "a.txt", "content": "x"})
+    (ws / "skills" / "pdf").mkdir(parents=True)
+    (ws / "skills" / "pdf" / "SKILL.md").write_text("the skill")
+    for path in ["skills/pdf/SKILL.md", "skills/new.txt", "./skills/pdf/scripts/x.py"]:
+        reply = await run(node, "write_file", {"path": path, "content": "changed"})
+        assert reply["status"] == "error" and reply["error"]["code"] == "read_only", (path, reply)
+    assert (ws / "skills" / "pdf" / "SKILL.md").read_text() == "the skill"
+    assert not (ws / "skills" / "new.txt").exists()
+    read = await run(node, "read_file", {"path": "skills/pdf/SKILL.md"})
+    assert read["status"] == "ok" and "the skill" in json.dumps(read)
+    assert (await run(node, "write_file", {"path": "skillsets.txt", "content": "ok"}))["status"] == "ok"
+
+
 async def test_session_ids_cannot_steer_the_workspace_folder(make_node, root):
     node = await start(make_node, root)
     for sid in ["..", "../globex/s1", "a/b", ".hidden"]:
