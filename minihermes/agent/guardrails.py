@@ -25,6 +25,7 @@ import hashlib
 import json
 import uuid
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Any, Literal, NotRequired, TypedDict
 
 from minihermes.agent.audit_event import fire_audit
@@ -427,7 +428,7 @@ class Guardrails(GenFSM):
                     "status": "ok",
                     "approval_id": a["approval_id"],
                     "existing": True,
-                    "self_approve": self._self_approves(tool_name),
+                    "self_approve": self._requester_decides(tool_name, current_context().roles),
                 }
         if sum(1 for a in self.approvals.values() if a["status"] == "pending") >= MAX_PENDING:
             raise Overloaded(f"request_approval: {MAX_PENDING} approvals are already pending")
@@ -456,7 +457,7 @@ class Guardrails(GenFSM):
             "status": "ok",
             "approval_id": approval_id,
             "existing": False,
-            "self_approve": self._self_approves(tool_name),
+            "self_approve": self._requester_decides(tool_name, current_context().roles),
         }
 
     @call(access="admin")
@@ -485,6 +486,11 @@ class Guardrails(GenFSM):
 
     def _self_approves(self, tool_name: str) -> bool:
         return bool(self.approval_policy.get(tool_name, self.approval_policy.get("", False)))
+
+    def _requester_decides(self, tool_name: str, roles: Iterable[str]) -> bool:
+        """Whether the requester may decide on their own call: the policy says so for the tool, or the node is
+        one owner's (``self_approval``: no auth, or an embedding program) and the requester is an admin."""
+        return self._self_approves(tool_name) or (self.self_approval and bool(_ADMIN_ROLES & set(roles)))
 
     # "read": admins and viewers see the tenant's approvals; a user only those of their own turns.
     @call(access="read")
@@ -609,7 +615,9 @@ class Guardrails(GenFSM):
         public = {k: v for k, v in record.items() if k not in ("requester", "requester_roles")}
         public.setdefault("reason", "")
         public.setdefault("reason_message", "")
-        public["requester_may_decide"] = self._self_approves(record["tool"])
+        public["requester_may_decide"] = self._requester_decides(
+            record["tool"], record.get("requester_roles") or ()
+        )
         return public
 
     def _prune(self) -> None:

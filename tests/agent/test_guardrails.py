@@ -394,6 +394,21 @@ async def test_a_single_owner_deployment_approves_its_own_requests(make_node):
     own-request rule; roles still apply."""
     node = await make_node(specs(self_approval=True))
     own = await request(node, ctx=ACME)
+    by_user = await request(node, ctx=ACME_USER, input={"command": "a user's"})
+    # What the paused turn and the approvals list tell the requester agrees with what approve then does.
+    made = await g(
+        node,
+        "request_approval",
+        ctx=ACME,
+        tool_name="terminal",
+        input={"command": "make deploy"},
+        session_id="s1",
+        turn_id="t1",
+    )
+    assert made["self_approve"] is True and made["existing"] is True
+    listed = {a["approval_id"]: a for a in (await g(node, "list_approvals", ctx=ACME))["approvals"]}
+    assert listed[own]["requester_may_decide"] is True
+    assert listed[by_user]["requester_may_decide"] is False  # a user still needs an admin
     reply = await g(node, "approve", ctx=ACME, approval_id=own)
     assert reply["decision"] == "approved"
     other = await request(node, ctx=ACME, input={"command": "other"})
