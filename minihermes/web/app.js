@@ -190,4 +190,5 @@ async function route() {
 }
 
 window.addEventListener("hashchange", route);
+window.addEventListener("minihermes:provider-switched", () => ctx && showModel());
 start();

@@ -121,6 +121,7 @@ async function renderProviders(root, ctx) {
     opButton(ctx, "llm_gateway", "switch_provider", "Switch", async () => {
       const reply = await ctx.api.call("llm_gateway", "switch_provider", { provider: choice.value, model: model.value.trim() });
       toast(`now ${reply.provider} (${reply.model})`);
+      window.dispatchEvent(new Event("minihermes:provider-switched")); // the shell's offline-model note
       await load();
     }, { type: "submit", errors: switchErrors }));
 
