@@ -33,11 +33,11 @@ _LIMITS = bundles.Limits()
 def _local_skills(path: Path) -> tuple[list[bundles.SkillFolder], list[dict[str, str]], list[dict[str, str]]]:
     """The skill folders under ``path`` as this machine sees them, with local refusals and warnings."""
     try:
-        entries, bad = bundles.read_folder("import", str(path.resolve()), _LIMITS)
+        entries, bad, runnable = bundles.read_folder("import", str(path.resolve()), _LIMITS)
     except ActorError as e:
         raise CommandError(e.code, e.message, "path") from None
     refused: list[dict[str, str]] = []
-    found, stray = bundles.group(entries, bad, refused, lone_name=path.resolve().name)
+    found, stray = bundles.group(entries, bad, refused, lone_name=path.resolve().name, executable=runnable)
     for skill in found:
         refused.extend({"skill": skill.folder, **r} for r in skill.refused)
     return found, refused, [{"skill": "", "message": w} for w in stray]
@@ -106,7 +106,8 @@ async def import_path(backend: Backend, console: Console, path: Path, approve: b
                 name = skill.folder.rsplit("/", 1)[-1] or path.name
                 files = {f"{name}/SKILL.md": skill.skill_md}
                 files.update({f"{name}/{rel}": data for rel, data in skill.files.items()})
-                await send(name, bundles.write_zip(files))
+                runnable = {f"{name}/{rel}" for rel in skill.executable}  # a script's bit goes with it
+                await send(name, bundles.write_zip(files, runnable))
                 progress.advance(task)
     if errors and not imported:
         raise errors[0]  # nothing went in: the node's refusal is the answer (exit code 1)

@@ -23,7 +23,8 @@ from ._folders import Limits, safe_relpath
 
 _SKIPPED_DIRS = frozenset({".git", "__pycache__", ".DS_Store", "__MACOSX"})
 
-Read = tuple[dict[str, bytes], list[dict[str, str]]]
+Read = tuple[dict[str, bytes], list[dict[str, str]], set[str]]
+"""What a folder or an archive holds: ``(files by path, refusals, the paths with an executable bit)``."""
 
 
 class _Budget:
@@ -57,7 +58,9 @@ def _oversized(path: str, size: int, limits: Limits) -> dict[str, str]:
     return {"path": path, "reason": f"oversized: {size} bytes, the limit is {limits.max_file_bytes}"}
 
 
-def _resolve_links(entries: dict[str, bytes], links: dict[str, str], refused: list[dict[str, str]]) -> None:
+def _resolve_links(
+    entries: dict[str, bytes], links: dict[str, str], refused: list[dict[str, str]], executable: set[str]
+) -> None:
     """Links whose target (relative to the link's folder) is a file inside the collection become copies
     of it; any other link is refused."""
     for path, target in sorted(links.items()):
@@ -67,6 +70,8 @@ def _resolve_links(entries: dict[str, bytes], links: dict[str, str], refused: li
             refused.append({"path": path, "reason": f"a link out of the folder (to {target[:200]})"})
             continue
         entries[path] = entries[clean]
+        if clean in executable:
+            executable.add(path)
 
 
 # -------------------------------------------------------------------------------------------- archives
@@ -92,6 +97,7 @@ def _read_zip(op: str, buffer: io.BytesIO, limits: Limits) -> Read:
     entries: dict[str, bytes] = {}
     links: dict[str, str] = {}
     refused: list[dict[str, str]] = []
+    executable: set[str] = set()
     try:
         with zipfile.ZipFile(buffer) as zf:
             for info in zf.infolist():
@@ -120,10 +126,12 @@ def _read_zip(op: str, buffer: io.BytesIO, limits: Limits) -> Read:
                     continue
                 budget.take(len(content))
                 entries[path] = content
+                if mode & 0o111:  # the Unix mode a zip records (0 from tools that record none)
+                    executable.add(path)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as e:
         raise InvalidArgument(f"{op}: the zip archive cannot be read ({e})", op=op, field="archive") from None
-    _resolve_links(entries, links, refused)
-    return entries, refused
+    _resolve_links(entries, links, refused, executable)
+    return entries, refused, executable
 
 
 def _read_tar(op: str, tar: tarfile.TarFile, limits: Limits) -> Read:
@@ -131,6 +139,7 @@ def _read_tar(op: str, tar: tarfile.TarFile, limits: Limits) -> Read:
     entries: dict[str, bytes] = {}
     links: dict[str, str] = {}
     refused: list[dict[str, str]] = []
+    executable: set[str] = set()
     for member in tar:  # streaming: members are read one by one, never all listed first
         budget.member()
         if member.isdir() or _skipped(member.name):
@@ -160,8 +169,10 @@ def _read_tar(op: str, tar: tarfile.TarFile, limits: Limits) -> Read:
         content = f.read(limits.max_file_bytes + 1) if f is not None else b""
         budget.take(len(content))
         entries[path] = content
-    _resolve_links(entries, links, refused)
-    return entries, refused
+        if member.mode & 0o111:
+            executable.add(path)
+    _resolve_links(entries, links, refused, executable)
+    return entries, refused, executable
 
 
 # ---------------------------------------------------------------------------------------------- folders
@@ -177,6 +188,7 @@ def read_folder(op: str, path: str, limits: Limits) -> Read:
     budget = _Budget(op, limits)
     entries: dict[str, bytes] = {}
     refused: list[dict[str, str]] = []
+    executable: set[str] = set()
     for dirpath, dirnames, filenames in os.walk(real_root, followlinks=False):
         rel_dir = os.path.relpath(dirpath, real_root)
         rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/")
@@ -218,16 +230,19 @@ def read_folder(op: str, path: str, limits: Limits) -> Read:
                 continue
             budget.take(len(content))
             entries[rel] = content
-    return entries, refused
+            if st.st_mode & 0o111:
+                executable.add(rel)
+    return entries, refused, executable
 
 
-def write_zip(files: dict[str, bytes]) -> bytes:
-    """A deterministic zip of ``files`` (sorted, fixed timestamps), as the CLI sends a folder."""
+def write_zip(files: dict[str, bytes], executable: set[str] | frozenset[str] = frozenset()) -> bytes:
+    """A deterministic zip of ``files`` (sorted, fixed timestamps), as the CLI sends a folder; the paths in
+    ``executable`` get mode 0755 in their ``external_attr``, the others 0644."""
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for path in sorted(files):
             info = zipfile.ZipInfo(path, date_time=(1980, 1, 1, 0, 0, 0))
-            info.external_attr = (stat.S_IFREG | 0o644) << 16
+            info.external_attr = (stat.S_IFREG | (0o755 if path in executable else 0o644)) << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(info, files[path])
     return out.getvalue()

@@ -15,6 +15,7 @@ absolute, links out of the folder, files over the size limits.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import mimetypes
 import re
@@ -70,6 +71,8 @@ class SkillFolder:
     files: dict[str, bytes] = field(default_factory=dict)
     refused: list[dict[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    executable: set[str] = field(default_factory=set)
+    """The files (paths as in ``files``) that had an executable bit where they came from."""
 
 
 @dataclass
@@ -90,6 +93,9 @@ class ParsedSkill:
     license: str
     refused: list[dict[str, str]]
     warnings: list[str]
+    executable: set[str] = field(default_factory=set)
+    ours: dict[str, Any] = field(default_factory=dict)
+    """Our keys as the file had them (``minihermes: {...}``): hints only, never trusted (see the store)."""
 
 
 class Refused(Exception):
@@ -141,10 +147,12 @@ def group(
     unowned: list[dict[str, str]],
     *,
     lone_name: str = "",
+    executable: set[str] | frozenset[str] = frozenset(),
 ) -> tuple[list[SkillFolder], list[str]]:
     """Split a collection's files into skills: every folder holding a ``SKILL.md`` is one, owning the
     files below it (the deepest such folder wins). Returns the skills and warnings for stray files;
-    refusals outside every skill go to ``unowned`` (``skill: ""``)."""
+    refusals outside every skill go to ``unowned`` (``skill: ""``). ``executable``: the collection's
+    paths that had an executable bit (kept per skill, relative to its folder)."""
     roots = sorted(
         {p.rsplit("/", 1)[0] if "/" in p else "" for p in entries if p.rsplit("/", 1)[-1] == SKILL_MD},
         key=lambda r: (-r.count("/"), r),
@@ -162,6 +170,8 @@ def group(
         rel = path[len(root) + 1 :] if root else path
         if rel != SKILL_MD:
             by_root[root].files[rel] = data
+            if path in executable:
+                by_root[root].executable.add(rel)
     for item in refused:
         path = item["path"]
         root = next((r for r in roots if r == "" or path.startswith(r + "/")), None)
@@ -375,6 +385,8 @@ def parse(found: SkillFolder) -> ParsedSkill:
         license=str(license_) if isinstance(license_, str | int | float) else "",
         refused=list(found.refused),
         warnings=warnings,
+        executable={p for p in found.executable if p in found.files},
+        ours=ours,
     )
 
 
@@ -403,6 +415,17 @@ def check_files(parsed: ParsedSkill, limits: Limits) -> None:
             kept[path] = data
             total += len(data)
     parsed.files = kept
+    parsed.executable &= set(kept)
+
+
+def content_hash(head: str, body: str, files: list[dict[str, Any]]) -> str:
+    """What makes two versions of a skill the same: its SKILL.md as kept (without our keys) and each file's
+    path, content and executable bit. Exported as our ``hash`` key (informational: an import recomputes it)."""
+    text = (head + body).encode()  # the whole SKILL.md: where the head ends is not content
+    h = hashlib.sha256(len(text).to_bytes(8, "big") + text)
+    for f in sorted(files, key=lambda f: str(f["path"])):
+        h.update(f"\0{f['path']}\0{f['sha256']}\0{int(bool(f.get('executable')))}".encode())
+    return h.hexdigest()
 
 
 def learned_head(name: str, description: str, *, blank_line: bool = True) -> str:

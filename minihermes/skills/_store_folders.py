@@ -3,7 +3,7 @@ lenient lossless import and byte-identical export. ``SkillStore`` inherits these
 
 Storage: each file's bytes are a content-addressed blob ``skill_file/<sha256>`` (versions share unchanged
 files); a version's KV meta (``skill_v:<id>:<n>``) lists the exact files it had (``files: [{path, size,
-sha256, media_type}]``) and its SKILL.md front matter (``head``, a blob too); the body is the version's
+sha256, media_type, executable}]``) and its SKILL.md front matter (``head``, a blob too); the body is the version's
 procedure blob, verbatim. A rollback copies an old version's list, so the files come back with it.
 
 Trust: a skill imported by anybody is outside text until an admin approves it (``approve_skill``, or an
@@ -193,8 +193,8 @@ class SkillFolderOps(SkillStoreCore):
         warnings: list[dict[str, str]] = []
 
         def take(read: archive.Read, lone_name: str = "") -> None:
-            entries, bad = read
-            skills, stray = folders.group(entries, bad, refused, lone_name=lone_name)
+            entries, bad, runnable = read
+            skills, stray = folders.group(entries, bad, refused, lone_name=lone_name, executable=runnable)
             found.extend(skills)
             warnings.extend({"skill": "", "message": w} for w in stray)
 
@@ -242,7 +242,7 @@ class SkillFolderOps(SkillStoreCore):
             folders.check_files(parsed, self.limits)
             refused.extend({"skill": parsed.name, **r} for r in parsed.refused)
             warnings.extend({"skill": parsed.name, "message": w} for w in parsed.warnings)
-            imported.append(await self._import_parsed(parsed, scope, approve))
+            imported.append(await self._import_parsed(parsed, scope, approve, warnings))
         if not imported and refused:
             first = refused[0]
             raise InvalidArgument(f"{op}: {first['skill']}: {first['path']}: {first['reason']}", op=op)
@@ -254,7 +254,50 @@ class SkillFolderOps(SkillStoreCore):
             "warnings": warnings,
         }
 
-    async def _import_parsed(self, p: folders.ParsedSkill, scope: Scope, approve: bool) -> dict[str, Any]:
+    def _import_target(
+        self, p: folders.ParsedSkill, scope: Scope, principal: str, warnings: list[dict[str, str]]
+    ) -> dict[str, Any] | None:
+        """The skill an imported folder is a version of, or None (a new skill). Our ``id`` key (an export
+        from this store) finds it when it has the same name and the caller may change it: their own
+        user-scoped skill, or, for an admin, any of the tenant's. Otherwise the name within the caller's
+        scope decides. The other keys (owner, scope, status, origin) are never taken from the file."""
+        hint = str(p.ours.get("id") or "")
+        hinted = self._records.get(hint) if hint else None
+        if hinted is not None and hinted["name"] == p.name:
+            if access.is_admin() or (hinted["scope"] == "user" and hinted["owner"] == principal):
+                return hinted
+            warnings.append(
+                {
+                    "skill": p.name,
+                    "message": "its minihermes keys name a skill that is not yours to change; "
+                    "imported as your own",
+                }
+            )
+        return next(
+            (
+                r
+                for r in self._records.values()
+                if r["name"] == p.name
+                and r["scope"] == scope
+                and (scope == "tenant" or r["owner"] == principal)
+            ),
+            None,
+        )
+
+    async def _free_id(self, hint: Any) -> str:
+        """The id our keys carried, for a new skill, when it is a valid id never used in this store (an
+        export imported elsewhere keeps its id); else "" (a fresh one)."""
+        if not isinstance(hint, str) or not hint or hint in self._records:
+            return ""
+        try:
+            check_id("import_skills", hint)
+        except InvalidArgument:
+            return ""
+        return "" if await io.versions(self.host, hint) else hint
+
+    async def _import_parsed(
+        self, p: folders.ParsedSkill, scope: Scope, approve: bool, warnings: list[dict[str, str]]
+    ) -> dict[str, Any]:
         principal = current_context().principal
         head_sha = await io.put_content(self.host, p.head.encode("utf-8"), "text/markdown") if p.head else ""
         manifest: list[dict[str, Any]] = []
@@ -267,6 +310,7 @@ class SkillFolderOps(SkillStoreCore):
                     "size": len(data),
                     "sha256": await io.put_content(self.host, data, kind),
                     "media_type": kind,
+                    "executable": rel in p.executable,
                 }
             )
         folder = {"head": head_sha, "files": manifest}
@@ -278,22 +322,11 @@ class SkillFolderOps(SkillStoreCore):
             "allowed_tools": p.allowed_tools,
             "license": p.license[:200],
         }
-        same = next(
-            (
-                r
-                for r in self._records.values()
-                if r["name"] == p.name
-                and r["scope"] == scope
-                and (scope == "tenant" or r["owner"] == principal)
-            ),
-            None,
-        )
+        same = self._import_target(p, scope, principal, warnings)
         if same is not None:
-            current = await self._folder(same["skill_id"], same["version"])
-            head, body = await self._skill_md(same, same["version"])
             record = dict(same)
-            if current["files"] == folder["files"] and head + body == p.head + p.body:
-                if approve and not record.get("approved_by"):
+            if await self._content_hash(same) == folders.content_hash(p.head, p.body, manifest):
+                if approve and not record.get("approved_by") and record.get("origin") == "import":
                     await self._approve_import(record)
                 return self._import_reply(record, unchanged=True)
             record.update(
@@ -323,7 +356,10 @@ class SkillFolderOps(SkillStoreCore):
             "tags": p.tags,
         }
         record = self._new_record(
-            fields, owner=principal, provenance={"session_id": "", "user_id": principal, "turn_id": ""}
+            fields,
+            owner=principal,
+            provenance={"session_id": "", "user_id": principal, "turn_id": ""},
+            skill_id=await self._free_id(p.ours.get("id")),
         )
         record.update(scope=scope, **extra)
         if approve:
@@ -353,8 +389,15 @@ class SkillFolderOps(SkillStoreCore):
             "version": record["version"],
             "status": record["status"],
             "files": record.get("file_count", 0),
+            "scope": record["scope"],
             "unchanged": unchanged,
         }
+
+    async def _content_hash(self, record: dict[str, Any]) -> str:
+        """``content_hash`` of the record's current version (SKILL.md as kept, files and their modes)."""
+        head, body = await self._skill_md(record, record["version"])
+        files = (await self._folder(record["skill_id"], record["version"]))["files"]
+        return folders.content_hash(head, body, files)
 
     # -- export -----------------------------------------------------------------------------------------
 
@@ -364,7 +407,13 @@ class SkillFolderOps(SkillStoreCore):
         for view in listed:
             record = self._records[view["skill_id"]]
             head, body = await self._skill_md(record, record["version"])
-            ours = {
+            files = (await self._folder(record["skill_id"], record["version"]))["files"]
+            ours = {  # id/owner/scope/origin/hash: hints an import matches this skill by, never trusted
+                "id": record["skill_id"],
+                "owner": record["owner"],
+                "scope": record["scope"],
+                "origin": record.get("origin") or "learned",
+                "hash": folders.content_hash(head, body, files),
                 "status": record["status"],
                 "tags": record["tags"],
                 "triggers": record["triggers"],
@@ -376,7 +425,6 @@ class SkillFolderOps(SkillStoreCore):
                 "skill_md": folders.render(head, body, ours),
             }
             if with_files:
-                files = (await self._folder(record["skill_id"], record["version"]))["files"]
                 doc["files"] = []
                 doc["file_bytes"] = {}
                 for entry in files:
@@ -387,6 +435,7 @@ class SkillFolderOps(SkillStoreCore):
                             "path": entry["path"],
                             "size": entry["size"],
                             "sha256": entry["sha256"],
+                            "executable": bool(entry.get("executable")),
                             "data": base64.b64encode(data).decode("ascii"),
                         }
                     )

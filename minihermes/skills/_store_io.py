@@ -164,7 +164,8 @@ def _folder_name(doc: dict[str, Any]) -> str:
 
 def write_folder(op: str, path: str, docs: list[dict[str, Any]]) -> int:
     """Write each doc as ``<path>/<folder>/SKILL.md`` plus its ``file_bytes`` (paths checked again: a doc
-    from elsewhere never writes outside its folder)."""
+    from elsewhere never writes outside its folder); a file its ``files`` entry marks ``executable`` gets
+    mode 0755, the others 0644, so a script's bit survives the round trip."""
     return _write_folder(op, path, docs)
 
 
@@ -182,10 +183,12 @@ def _write_folder(op: str, path: str, docs: list[dict[str, Any]]) -> int:
         used.add(folder)
         (root / folder).mkdir(exist_ok=True)
         (root / folder / "SKILL.md").write_bytes(doc["skill_md"].encode("utf-8"))
+        runnable = {str(f.get("path")) for f in doc.get("files") or [] if f.get("executable")}
         for rel, data in (doc.get("file_bytes") or {}).items():
             if safe_relpath(rel) != rel or rel == "SKILL.md":
                 continue
             target = root / folder / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
+            target.chmod(0o755 if rel in runnable else 0o644)
     return len(docs)

@@ -30,15 +30,19 @@ def _bytes(reply: dict[str, Any]) -> bytes:
     return base64.b64decode(content) if reply.get("encoding") == "base64" else content.encode("utf-8")
 
 
-def _sync(folder: Path, quota: Quota, base: str, wanted: dict[str, tuple[str, bytes | None]]) -> list[str]:
-    """Files of ``wanted`` (``path -> (sha256, bytes or None when unchanged)``) missing or different in
-    the workspace; with bytes given, writes them read-only. Returns the paths that need bytes."""
+Wanted = dict[str, tuple[str, bool | None, bytes | None]]
+
+
+def _sync(folder: Path, quota: Quota, base: str, wanted: Wanted) -> list[str]:
+    """Files of ``wanted`` (``path -> (sha256, executable, bytes or None when unchanged)``) missing or
+    different in the workspace; with bytes given, writes them read-only (0555 for a file the skill
+    recorded as executable or a ``#!`` script, else 0444). Returns the paths that need bytes."""
     ws = Workspace(folder, quota=quota)
     need = []
-    for rel, (digest, data) in sorted(wanted.items()):
+    for rel, (digest, runnable, data) in sorted(wanted.items()):
         target = f"{base}/{rel}"
         if data is not None:
-            ws.write_file(target, data, readonly=True)
+            ws.write_file(target, data, readonly=True, executable=runnable)
             continue
         try:
             current = ws.read_bytes(target, max_bytes=64 * 1024 * 1024)
@@ -60,17 +64,18 @@ async def mount(env: ToolEnv, skill_id: str, name: str) -> str:
     )
     quota = Quota(env.terminal_limits.workspace_bytes, env.terminal_limits.workspace_files)
     skill = (await env.host.ask("skill_store", "get_skill", {"skill_id": skill_id}))["skill"]
-    files: dict[str, tuple[str, bytes | None]] = {
-        str(f["path"]): (str(f["sha256"]), None) for f in skill.get("files") or []
+    files: Wanted = {
+        str(f["path"]): (str(f["sha256"]), True if f.get("executable") else None, None)
+        for f in skill.get("files") or []
     }
     base = f"{MOUNT_DIR}/{safe_component(name)}"
     if not files:
         return base
     need = await asyncio.to_thread(_sync, folder, quota, base, files)
-    fetched: dict[str, tuple[str, bytes | None]] = {}
+    fetched: Wanted = {}
     for rel in need:
         reply = await env.host.ask("skill_store", "read_skill_file", {"skill_id": skill_id, "path": rel})
-        fetched[rel] = (files[rel][0], _bytes(reply))
+        fetched[rel] = (files[rel][0], files[rel][1], _bytes(reply))
     if fetched:
         await asyncio.to_thread(_sync, folder, quota, base, fetched)
     return base

@@ -195,8 +195,9 @@ class SkillStore(SkillFolderOps):
             {k: v for k, v in meta.items() if k not in ("files", "head")}
             for meta in await io.versions(self.host, skill_id)
         ]
-        files = [
+        files = [  # "executable": true only on a file that had the bit (a script the sandbox runs)
             {"path": f["path"], "size": f["size"], "sha256": f["sha256"]}
+            | ({"executable": True} if f.get("executable") else {})
             for f in (await self._folder(skill_id, wanted))["files"]
         ]
         skill = {**view(record), "procedure": procedure, "files": files, "trusted": trusted(record)}

@@ -396,11 +396,12 @@ class Workspace:
         create_dirs: bool = True,
         overwrite: bool = True,
         readonly: bool = False,
+        executable: bool | None = None,
     ) -> WriteResult:
         """Write ``content`` atomically (temp file + rename: readers never see half a file, and the rename
         cannot be redirected through a symlink planted meanwhile). Refused over ``max_write_bytes``.
-        ``readonly``: mode 0444 (0555 for a ``#!`` script), and, as root, left to root (a copy the sandbox's
-        programs read and run but cannot change in place)."""
+        ``readonly``: mode 0444 (0555 when ``executable``, or, not given, for a ``#!`` script), and, as
+        root, left to root (a copy the sandbox's programs read and run but cannot change in place)."""
         data = content.encode("utf-8") if isinstance(content, str) else content
         if not isinstance(data, bytes):
             raise WorkspaceError("invalid_path", "content must be str or bytes")
@@ -440,7 +441,8 @@ class Workspace:
                     while view:
                         view = view[os.write(fd, view) :]
                     if readonly:
-                        os.fchmod(fd, 0o555 if data.startswith(b"#!") else 0o444)
+                        runnable = data.startswith(b"#!") if executable is None else executable
+                        os.fchmod(fd, 0o555 if runnable else 0o444)
                     else:
                         if existing is not None:
                             os.fchmod(fd, stat.S_IMODE(existing.st_mode) & 0o777)  # keep e.g. a script's +x
