@@ -6,7 +6,8 @@ remembered from it), the agent casts one ``TurnCompleted`` record to every *turn
 on the node that takes the ``turn_completed`` cast (``listeners``). Memory writes the turn's episode, the skill
 store records the use of the skills the turn was given and considers the turn for learning, goals judges the
 session's active goals. A record whose ``success`` is false (a failed tool call, the step limit, an answer
-that contradicts its tool results) leaves no episode and teaches no skill; one whose ``corrects_turn`` names
+that contradicts its tool results, searches that found nothing, an answer saying it could not do the request)
+leaves no episode and teaches no skill; one whose ``corrects_turn`` names
 the previous turn retracts that turn's episode and skill. A new listener is an actor with that op in the node's config; the agent is not
 edited (CONTRIBUTING.md, "Adding a turn listener").
 
@@ -49,15 +50,17 @@ class TurnCompleted(TypedDict):
     skill_ids: list[str]
     """The skills matched and injected into the turn's prompt."""
     success: bool
-    """``status`` is ``ok``, no tool call failed and the answer is ``truthful``. Nothing is remembered or
-    learned from a turn that is not a success."""
+    """``status`` is ``ok``, no tool call failed, the answer is ``truthful`` and the turn did what was asked
+    (not every search empty, no "I can't ..." in the answer). Nothing is remembered or learned from a turn
+    that is not a success."""
     episodic: bool
     """Whether the session keeps a memory of each turn (the agent's ``episodic`` argument)."""
     truthful: bool
     """The final answer does not contradict the turn's tool results (``minihermes.context.consistency``:
     no internal wrapper, no "nothing found" over entries found, no result number no tool returned)."""
     fell_short: str
-    """Why the turn is not a success (a failed tool call, the status, the contradiction); "" when it is."""
+    """Why the turn is not a success (a failed tool call, the status, the contradiction, "the turn found
+    nothing (...)", "the answer says it could not do the request"); "" when it is."""
     corrects_turn: str
     """The session's previous turn when this turn's message corrects it ("no, that's wrong", "actually
     it's ...", ``consistency.is_correction``): listeners retract what that turn produced (its episode, a

@@ -13,6 +13,13 @@ final answer contradicts the turn's own tool results. Only contradictions that a
   answer's own arithmetic does not give, or an equation in the answer the calculator disagrees with (checked
   only in turns that used the calculator).
 
+A true answer may still fall short of the request: the turn is no success either when
+
+- every search or recall of the turn came back empty and the answer says nothing was found (a search that
+  found nothing did not do what was asked; its record would only echo the miss back later);
+- the answer says, in one of its sentences, that it could not do the request: "I can't ...", "I cannot
+  ...", "I couldn't ...", "I don't have ...", "I'm unable to ..." (the offline model's refusals among them).
+
 ``is_correction`` tells a user's message that says the previous answer was wrong ("no, that's wrong",
 "actually it's ...", "you forgot ..."): what the previous turn produced is then retracted (its episode, a
 skill learned from it).
@@ -30,7 +37,7 @@ from typing import Any
 
 from minihermes.tools.calculator import CalculatorError, calculate
 
-__all__ = ["ToolOutcome", "contradiction", "fell_short", "is_correction"]
+__all__ = ["ToolOutcome", "contradiction", "could_not", "fell_short", "found_nothing", "is_correction"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,14 +55,15 @@ class ToolOutcome:
 
 def fell_short(status: str, response: str, calls: Iterable[ToolOutcome], request: str = "") -> str:
     """Why the turn is not a success ("" when it is one): a failed tool call, a status other than ``ok``,
-    or an answer that contradicts the tool results (``contradiction``)."""
+    an answer that contradicts the tool results (``contradiction``), searches that all found nothing
+    (``found_nothing``) or an answer that says it could not do the request (``could_not``)."""
     calls = list(calls)
     failed = [c.name for c in calls if c.is_error]
     if failed:
         return f"a tool call failed ({', '.join(dict.fromkeys(failed))})"
     if status != "ok":
         return f"the turn ended with status {status}"
-    return contradiction(response, calls, request)
+    return contradiction(response, calls, request) or found_nothing(response, calls) or could_not(response)
 
 
 def contradiction(response: str, calls: Iterable[ToolOutcome], request: str = "") -> str:
@@ -131,6 +139,57 @@ def _nothing_found(response: str, calls: list[ToolOutcome]) -> str:
     if all(n is not None and n > 0 for n in counts):
         names = ", ".join(dict.fromkeys(c.name for c in listings))
         return f"the answer says nothing was found, but {names} returned entries"
+    return ""
+
+
+def _empty(result: str) -> bool:
+    """A search or recall result that holds nothing: no entries, or ``found: false``."""
+    value = _unwrap(result)
+    if isinstance(value, dict) and value.get("found") is False:
+        return True
+    return _found(result) == 0
+
+
+def found_nothing(response: str, calls: Iterable[ToolOutcome]) -> str:
+    """Why the turn found nothing ("" otherwise): each search or recall of the turn came back empty and the
+    answer says so (nothing found, "I couldn't find", "I don't have ... stored")."""
+    lookups = [c for c in calls if not c.is_error and ("search" in c.name or "recall" in c.name)]
+    if not lookups or not all(_empty(c.result) for c in lookups):
+        return ""
+    if not (_NOTHING.search(response) or could_not(response)):
+        return ""
+    names = ", ".join(dict.fromkeys(c.name for c in lookups))
+    return f"the turn found nothing ({names} returned no results)"
+
+
+# ------------------------------------------------------------------------------------------------ could not
+
+_COULD_NOT = re.compile(
+    # A sentence opening (after an apology at most) with the assistant saying it could not.
+    r"(?:(?:sorry|unfortunately|i'm\s+sorry|i\s+am\s+sorry|apologies)\s*[,.!:-]?\s*(?:but\s+)?)?"
+    r"i(?:\s+(?:"
+    r"can(?:['\u2019]?t|not|\s+not)\b"
+    r"|could(?:n['\u2019]?t|\s+not)\b"
+    r"|(?:don['\u2019]?t|do\s+not)\s+have\b"
+    r"|(?:am|was)\s+(?:unable|not\s+able)\s+to\b"
+    r"|did(?:n['\u2019]?t|\s+not)\s+find\b"
+    r")|['\u2019]m\s+(?:unable|not\s+able)\s+to\b)",
+    re.I,
+)
+_SENTENCES = re.compile(r"[.!?:;\n]+")
+_OPENING = " \t\"'(*_>-"
+"""What may stand before a sentence's first word (quotes, markdown emphasis, a list's dash)."""
+_COULD_NOT_WINDOW = 20_000
+"""How much of the answer is read: every check above is linear, the window bounds them on huge answers."""
+
+
+def could_not(response: str) -> str:
+    """Why the answer is no success ("" otherwise): one of its sentences says the assistant could not do
+    the request ("I can't ...", "I cannot ...", "I couldn't ...", "I don't have ...", "I'm unable to ...",
+    "Sorry, I can't ..."). Only a sentence that opens so counts: "the file I can't stand" is no refusal."""
+    sentences = _SENTENCES.split(response[:_COULD_NOT_WINDOW])
+    if any(_COULD_NOT.match(s.lstrip(_OPENING)) for s in sentences):
+        return "the answer says it could not do the request"
     return ""
 
 
