@@ -56,6 +56,7 @@ from minihermes.context.recall import (
     DEFAULT_HALF_LIFE_DAYS,
     final_score,
     fuse,
+    is_fact,
     lexical,
     load_embedder,
 )
@@ -100,6 +101,8 @@ DENSE_MIN_COSINE = 0.35
 """A record found only by its embedding must be at least this similar (unrelated MiniLM pairs sit lower)."""
 _VEC = "memvec:"
 """kv prefix of a record's embedding (only with the semantic extra)."""
+LOOKUP_TOOLS = frozenset({"memory_search", "memory_recall", "session_search"})
+"""The tools that only read back what is remembered: a turn that called nothing else leaves no episode."""
 _LAST_EPISODE = "episode_last:"
 """kv prefix of a session's last episode (``{turn_id, key}``): what a correction retracts."""
 
@@ -513,10 +516,18 @@ class Memory(GenServer):
 
     @call(access="read")
     async def recall_memory(
-        self, key: str, scope: Scope = "global", agent_id: str = "", session_id: str = "", user_id: str = ""
+        self,
+        key: str,
+        scope: Scope = "global",
+        agent_id: str = "",
+        session_id: str = "",
+        user_id: str = "",
+        include_episodes: bool = True,
     ) -> dict[str, Any]:
         """``{found, value}`` for one key (value is None when not found): the caller's own fact under the key,
-        else the tenant-shared one (an admin naming ``user_id``: as that user would find it)."""
+        else the tenant-shared one (an admin naming ``user_id``: as that user would find it). With
+        ``include_episodes`` false an episode is not found (the agent's ``memory_recall`` tool: what it
+        recalls is a stated fact, never its record of a past turn); a person naming an episode's key gets it."""
         op = "recall_memory"
         _check_ids(op, agent_id=agent_id, session_id=session_id, user_id=user_id)
         _check_text(op, "key", key, MAX_KEY_CHARS)
@@ -525,6 +536,8 @@ class Memory(GenServer):
         reader = _reader(ctx, user_id)
         record: dict[str, Any] | None = None
         for candidate in await self._candidates(scope, owner, key, reader.me):
+            if not include_episodes and candidate.get("kind") == "episodic":
+                continue
             if await self._sees(reader, [candidate]):
                 record = candidate
                 break
@@ -605,7 +618,7 @@ class Memory(GenServer):
         min_score: float = 0.0,
         decay: bool = True,
         offset: int = 0,
-        include_episodes: bool = True,
+        include_episodes: bool = False,
     ) -> dict[str, Any]:
         """Search, best first: ``memories: [{key, value, scope, tier, kind, score, relevance, snippet}]``.
         ``relevance`` (0..1) is lexical (query-word coverage weighted by BM25), fused with cosine similarity
@@ -613,8 +626,10 @@ class Memory(GenServer):
         memories do not decay). Results below ``min_score`` are left out. Only what the caller may see is
         searched (an admin naming ``user_id``: what that user sees). Words match their possessives and
         stems ("sister" finds "sister's name", "running" finds "run"). Paged like ``list_memories``
-        (``offset``, ``total``, ``next_offset``; ``offset + limit`` at most 500); ``include_episodes`` false
-        leaves episodes out (the default keeps them: recall reads them)."""
+        (``offset``, ``total``, ``next_offset``; ``offset + limit`` at most 500). Episodes (the record of past
+        turns) are left out unless ``include_episodes`` or ``kind="episodic"``: a search answers with stated
+        facts, not with what the agent said before; with them, stated facts still come first (each part best
+        first), so an episode never outranks a fact (the prompt's recall asks for them, ``context.assembly``)."""
         op = "search_memories"
         _check_ids(op, agent_id=agent_id, session_id=session_id, user_id=user_id)
         _check_text(op, "query", query, MAX_QUERY_CHARS)
@@ -660,7 +675,7 @@ class Memory(GenServer):
             for rkey, (meta, _, _) in candidates.items()
         }
         sessions = await self._session_owners(reader, probes.values())
-        ranked: list[tuple[float, float, str]] = []
+        ranked: list[tuple[float, float, str, bool]] = []
         for rkey, (meta, bm25, cos) in candidates.items():
             probe = probes[rkey]
             if not probe.get("scope") or not _visible(probe, agent_id, session_id):
@@ -679,12 +694,12 @@ class Memory(GenServer):
                 relevance = fuse(relevance, cos if cos is not None else 0.0)
             score = final_score(relevance, probe, now, self.half_life_days if decay else 0.0)
             if score >= min_score and score > 0:
-                ranked.append((score, relevance, rkey))
-        ranked.sort(key=lambda r: -r[0])
-        records = await self._raw([k for _, _, k in ranked[: offset + limit * 2]])
+                ranked.append((score, relevance, rkey, is_fact(probe)))
+        ranked.sort(key=lambda r: (not r[3], -r[0]))  # stated facts first, then episodes; each best first
+        records = await self._raw([r[2] for r in ranked[: offset + limit * 2]])
         found: list[dict[str, Any]] = []
         gone = 0
-        for (score, relevance, _key), record in zip(ranked, records, strict=False):
+        for (score, relevance, _key, _fact), record in zip(ranked, records, strict=False):
             if not isinstance(record, dict) or not reader.sees(record, sessions):
                 gone += 1
                 continue  # an index entry whose record is gone (see the module docstring)
@@ -844,15 +859,19 @@ class Memory(GenServer):
         **_record: Any,
     ) -> None:
         """A finished turn (published by the agent, never awaited): its episode, private to the turn's user
-        and taken along when the session is forgotten, unless the session keeps none (``episodic``) or the
+        and taken along when the session is forgotten, unless the session keeps none (``episodic``), the
         turn fell short (``success`` false: a failed tool call, the step limit, an answer contradicting its
-        tool results): nothing is remembered from such a turn. A turn that corrects the session's previous
-        one (``corrects_turn``) first deletes that turn's episode."""
+        tool results, searches that found nothing, an answer saying it could not do the request: nothing is
+        remembered from such a turn) or the turn only looked memories up (every tool call in
+        ``LOOKUP_TOOLS``: its episode would repeat other memories). A turn that corrects the session's
+        previous one (``corrects_turn``) first deletes that turn's episode."""
         if corrects_turn:
             await self._retract_episode(session_id, corrects_turn, user_id)
         if not episodic or not success:
             return
-        names = (str(c.get("name", "")) for c in tool_calls or [] if isinstance(c, dict))
+        names = [str(c.get("name", "")) for c in tool_calls or [] if isinstance(c, dict)]
+        if names and all(n in LOOKUP_TOOLS for n in names):
+            return  # it only looked memories up: its episode would echo them (an episode of an episode)
         tools = ", ".join(dict.fromkeys(names)) or "none"
         value = f"Task: {user_message[:500]}\nTools used: {tools}\nOutcome: {status}: {response[:500]}"
         # Keyed by what happened: the same task done the same way again refreshes one episode instead of

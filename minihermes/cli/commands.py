@@ -144,11 +144,11 @@ def memory_list(
 def memory_search(
     query: Annotated[str, typer.Argument(help="Words to look for.")],
     limit: Annotated[int, typer.Option(help="At most this many.")] = 10,
+    episodes: Annotated[bool, typer.Option("--episodes", help="Include the per-turn episodes.")] = False,
 ) -> None:
-    """Search memories (best matches first)."""
-    run_command(
-        op_command("memory", ("search_memories",), {"query": query, "limit": limit}), columns=_MEMORY_COLUMNS
-    )
+    """Search memories, best first (stated facts before episodes; episodes only with --episodes)."""
+    args = {"query": query, "limit": limit, "include_episodes": episodes}
+    run_command(op_command("memory", ("search_memories",), args), columns=_MEMORY_COLUMNS)
 
 
 @memory_app.command("store")

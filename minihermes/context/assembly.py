@@ -186,7 +186,8 @@ async def gather_turn(
         if s.skills_limit > 0
         else _none(),
         # Stated facts on their own, undecayed (a fact the user stated stays true until they change it, and a
-        # crowd of fresh episodes must not push it out), then everything.
+        # crowd of fresh episodes must not push it out), then everything, episodes included (search leaves
+        # them out unless asked); ``recall.for_prompt`` puts the facts first.
         _optional(
             host,
             "memory",
@@ -196,7 +197,13 @@ async def gather_turn(
         )
         if s.memory_top_k > 0
         else _none(),
-        _optional(host, "memory", "search_memories", {**search, "limit": min(100, s.memory_top_k * 3)}, t)
+        _optional(
+            host,
+            "memory",
+            "search_memories",
+            {**search, "limit": min(100, s.memory_top_k * 3), "include_episodes": True},
+            t,
+        )
         if s.memory_top_k > 0
         else _none(),
         _optional(host, "goals", "list_goals", {"session_id": session_id, "status": "active"}, t),

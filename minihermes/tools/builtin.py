@@ -126,6 +126,7 @@ async def _memory_recall(args: dict[str, Any], env: ToolEnv) -> Any:
             "scope": args.get("scope", "global"),
             "agent_id": args.get("agent_id", ""),
             "session_id": env.session_id,
+            "include_episodes": False,  # a recalled value is a stated fact, never the record of a past turn
         },
     )
     return {k: reply.get(k) for k in ("key", "found", "value", "scope", "tier")}
@@ -135,9 +136,19 @@ async def _memory_search(args: dict[str, Any], env: ToolEnv) -> Any:
     reply = await _memory(
         env,
         "search_memories",
-        {"query": args["query"], "limit": args.get("limit", 5), "session_id": env.session_id},
+        {
+            "query": args["query"],
+            "limit": args.get("limit", 5),
+            "session_id": env.session_id,
+            "include_episodes": bool(args.get("include_episodes", False)),
+        },
     )
-    found = [{k: m.get(k) for k in ("key", "value", "scope", "score")} for m in reply.get("memories", [])]
+    fields = (
+        ("key", "value", "scope", "score", "kind")
+        if args.get("include_episodes")
+        else ("key", "value", "scope", "score")
+    )
+    found = [{k: m.get(k) for k in fields} for m in reply.get("memories", [])]
     return {"memories": found, "count": len(found)}
 
 
@@ -272,11 +283,13 @@ MEMORY = Toolset(
         ),
         Tool(
             "memory_search",
-            "Search remembered facts by words (best matches first). Use it when the exact key is unknown.",
+            "Search remembered facts by words (best matches first). Use it when the exact key is unknown. "
+            "Records of past turns (episodes) are left out unless include_episodes is true.",
             _obj(
                 {
                     "query": {"type": "string", "minLength": 1, "maxLength": 500},
                     "limit": {"type": "integer", "minimum": 1, "maximum": 50},
+                    "include_episodes": {"type": "boolean"},
                 },
                 ["query"],
             ),

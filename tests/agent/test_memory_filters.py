@@ -89,8 +89,8 @@ async def test_pages_with_a_total(make_node: Any) -> None:
     whole = keys(await mem(node, "list_memories", include_episodes=True))
     assert [k for p in pages for k in p] == whole
     assert (await mem(node, "list_memories", offset=50))["memories"] == []
-    first = await mem(node, "search_memories", query="run report", limit=2)
-    rest = await mem(node, "search_memories", query="run report", limit=10, offset=2)
+    first = await mem(node, "search_memories", query="run report", limit=2, include_episodes=True)
+    rest = await mem(node, "search_memories", query="run report", limit=10, offset=2, include_episodes=True)
     assert first["total"] == rest["total"] == 7 and first["next_offset"] == 2 and rest["next_offset"] is None
     assert not set(keys(first)) & set(keys(rest)) and len(keys(first) + keys(rest)) == 7
     for op, payload in (

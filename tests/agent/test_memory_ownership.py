@@ -41,6 +41,7 @@ async def keys(node, ctx: RequestContext, **payload: Any) -> list[tuple[str, str
 
 
 async def found(node, ctx: RequestContext, query: str, **payload: Any) -> list[str]:
+    payload = {"include_episodes": True, **payload}  # episodes are private too: search them here
     return [m["value"] for m in (await mem(node, "search_memories", ctx, query=query, **payload))["memories"]]
 
 

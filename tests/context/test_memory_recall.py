@@ -29,7 +29,8 @@ async def store(node, key: str, value: str, ctx=ACME, **kw: Any) -> None:
 
 
 async def search(node, query: str, ctx=ACME, **kw: Any) -> list[dict[str, Any]]:
-    return (await node.ask("memory", "search_memories", {"query": query, **kw}, ctx=ctx))["memories"]
+    args = {"query": query, "include_episodes": True, **kw}  # these tests rank every kind
+    return (await node.ask("memory", "search_memories", args, ctx=ctx))["memories"]
 
 
 def test_decay_halves_each_half_life():
