@@ -262,3 +262,112 @@ def test_planning_the_new_forms_is_linear(text: str) -> None:
     tools = [*default_tools(), *CRON, *GOALS, tool("kanban_create", "title")]
     request = CompletionRequest(messages=[Message(role="user", content=text)], tools=tools)
     SimulatedProvider().planner.plan(request, text)  # no limit applied: must finish, and not raise
+
+
+# -- found by a newcomer walkthrough of the served node -----------------------------------------------------
+
+STEPS_SKILL = """You are a helpful assistant with access to tools.
+
+## Relevant Skills
+### calculator-steps
+1. calculator: evaluate the expression from the request
+2. calculator: double the result
+3. calculator: subtract 1
+"""
+
+
+@pytest.mark.parametrize("request_", ["calculate 3 * 3 and tell me a joke", "what is 2 + 2 and sing a song"])
+async def test_a_learned_skill_does_not_swallow_a_clause_it_does_not_understand(request_: str) -> None:
+    tools = WorkTools()
+    turn = await run_turn(SimulatedProvider(), [], request_, system=STEPS_SKILL, executor=tools)
+    assert tools.calls == []
+    assert turn.text.startswith("I can't do"), turn.text
+    assert "haven't done any of the request" in turn.text
+
+
+async def test_a_procedure_stands_in_for_one_vague_request_not_for_several() -> None:
+    system = "## Relevant Skills\n### weekly-report\n1. list_files path=reports\n"
+    tools = FakeTools(files={"reports/a.md": "x"})
+    turn = await run_turn(
+        SimulatedProvider(), [], "do the weekly report and tell me a joke", system=system, executor=tools
+    )
+    assert tools.calls == []
+    assert turn.text.startswith("I can't"), turn.text
+
+
+class DisplayTools(WorkTools):
+    """A calculator that answers the way minihermes/tools/calculator.py does: exact result and display."""
+
+    def run(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        if name == "calculator":
+            from minihermes.tools.calculator import calculate
+
+            self.calls.append((name, dict(args)))
+            return calculate(args["expression"]).to_dict()
+        return super().run(name, args)
+
+
+async def test_the_last_result_is_this_conversations_not_a_stored_memory() -> None:
+    tools, model = DisplayTools(), SimulatedProvider()
+    history: list[dict[str, Any]] = []
+    tools.memory["last_calc"] = "714"  # saved by another session
+    await run_turn(model, history, "calculate 250 * 4 and remember the result as budget", executor=tools)
+    turn = await run_turn(model, history, "what was the last result", executor=tools)
+    assert turn.calls == []
+    assert turn.text == "The last result was 1000."
+    fresh = await run_turn(model, [], "what was the last result", executor=tools)
+    assert fresh.calls == []
+    assert "714" not in fresh.text
+    assert fresh.text == "I don't have an earlier result in this conversation."
+
+
+@pytest.mark.parametrize(
+    ("request_", "says"),
+    [
+        ("what is 3.5 * 2.1", "3.5 x 2.1 = 7.35."),
+        ("what is 14.7 squared", "14.7^2 = 216.09."),
+        ("what is 19.6 squared", "19.6^2 = 384.16."),
+        ("what is 24 / 2.0", "24 / 2.0 = 12."),
+        ("what is 3.5 * 2.1 then double it", "3.5 x 2.1 = 7.35. 7.35 x 2 = 14.7."),
+    ],
+)
+async def test_answers_show_the_calculators_display_value(request_: str, says: str) -> None:
+    for system in ("You are a helpful assistant.", STEPS_SKILL):
+        turn = await run_turn(SimulatedProvider(), [], request_, system=system, executor=DisplayTools())
+        assert turn.text == says, (system, turn.text)
+
+
+async def test_a_chained_step_gets_the_exact_value() -> None:
+    tools = DisplayTools()
+    await run_turn(SimulatedProvider(), [], "what is 3.5 * 2.1 then double it", executor=tools)
+    assert tools.calls[1] == ("calculator", {"expression": "7.3500000000000005 * 2"})
+
+
+async def test_hello_lists_every_offered_tool_family_it_understands() -> None:
+    kanban = [tool("kanban_list", optional=("status",)), tool("kanban_show", "task_id")]
+    cron = [tool("cron_list")]
+    goals = [tool("goal_list", optional=("status",))]
+    for request_ in ("hello", "what can you do"):
+        turn = await run_turn(
+            SimulatedProvider(), [], request_, tools=[*default_tools(), *kanban, *cron, *goals]
+        )
+        for family in ("kanban", "reminders", "goals"):
+            assert family in turn.text, (request_, turn.text)
+    turn = await run_turn(SimulatedProvider(), [], "what can you do")
+    assert "kanban" not in turn.text and "goals" not in turn.text
+
+
+@pytest.mark.parametrize(
+    "question", ["what is the office code", "what's the office code?", "do you remember the office code"]
+)
+async def test_a_noted_fact_about_the_something_is_recalled(question: str) -> None:
+    tools, model = FakeTools(), SimulatedProvider()
+    await run_turn(model, [], "note that the office code is 4711", executor=tools)
+    turn = await run_turn(model, [], question, executor=tools)
+    assert turn.calls == [("memory_recall", {"key": "office code"})]
+    assert turn.text == "The office code is 4711."
+    missing = await run_turn(model, [], "what is the door code", executor=tools)
+    assert missing.text.startswith("I can't"), missing.text
+    before = len(tools.calls)
+    half = await run_turn(model, [], "what is 2 + 2 and what is the office code", executor=tools)
+    assert tools.calls[before:] == [] and half.text.startswith("I can't"), half.text

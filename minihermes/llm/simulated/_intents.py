@@ -21,7 +21,7 @@ from ._arith import (
     pretty,
 )
 from ._files import ListFiles, ReadFile, WriteFile, quote_block
-from ._memory import Recall, Remember, Search
+from ._memory import Recall, RecallThe, Remember, Search
 from ._plan import Intent, Item, Note, Outcome, ParseContext, Ref, Step
 from ._text import Toolbox, strip_quotes
 from ._work import Courtesy, Goals, Kanban, Reminders
@@ -80,7 +80,18 @@ class Calculate(Intent):
     def describe(self, step: Step, outcome: Outcome) -> str:
         sent = outcome.call.input.get(step.form) if step.form else None
         expression = sent if isinstance(sent, str) and sent else step.subject
-        return f"{pretty(expression)} = {outcome.value or '(no result)'}."
+        # A chained step computes on the exact earlier result; the person reads it as it was shown.
+        shown = _DECIMAL.sub(_shorter, expression)
+        return f"{pretty(shown)} = {outcome.shown or '(no result)'}."
+
+
+_DECIMAL = re.compile(r"(?<![\d.])\d+\.\d+(?![\d.])")
+
+
+def _shorter(match: re.Match[str]) -> str:
+    """A float's full repr (7.3500000000000005) to 15 significant digits, as the calculator shows it."""
+    text = match.group(0)
+    return format(float(text), ".15g") if len(text) > 16 else text
 
 
 def _predict(expression: str) -> str | None:
@@ -183,4 +194,5 @@ DEFAULT_INTENTS: tuple[Intent, ...] = (
     Recall(),
     Calculate(),
     UseTool(),
+    RecallThe(),
 )

@@ -130,8 +130,11 @@ class Recall(Intent):
 
     def parse(self, clause: str, ctx: ParseContext) -> list[Item] | None:
         if _LAST_RESULT.match(clause):
-            owner, subject = "the", RESULT_KEY
-        elif (match := _RECALL.match(clause)) and not _ARITHMETIC.search(match.group("phrase")):
+            # This conversation's, from its history: a memory may hold another session's result.
+            if (value := ctx.earlier_result) is None:
+                return [Note("I don't have an earlier result in this conversation.")]
+            return [Note(f"The last result was {value}.", value=value)]
+        if (match := _RECALL.match(clause)) and not _ARITHMETIC.search(match.group("phrase")):
             owner, subject = memory_key(match.group("phrase"))
         else:
             return None
@@ -159,6 +162,45 @@ class Recall(Intent):
             return f"I don't have {phrase} stored yet."
         verb = "are" if step.subject.endswith("s") and not step.subject.endswith("ss") else "is"
         return f"{phrase[0].upper()}{phrase[1:]} {verb} {value}."
+
+
+_RECALL_THE = re.compile(
+    r"^(?:(?:what|who)(?:'s|\s+is|\s+are|\s+was|\s+were)|tell\s+me|remind\s+me\s+of"
+    r"|do\s+you\s+(?:remember|know|recall)|recall)\s+(?!\s)the\s+(?!\s)(?P<key>[\w' -]{1,60}?)$",
+    re.I,
+)
+_NOT_A_KEY = re.compile(
+    r"\b(?:of|in|on|at|for|to|from|with|about|between|and|or|than|weather|time|date|day|news|meaning)\b|\d",
+    re.I,
+)
+"""A phrase that reads as a question about the world ("the capital of France", "the time"), not a key."""
+
+
+class RecallThe(Recall):
+    """'what is the office code' recalls key "office code", as 'note that the office code is 4711' stored
+    it. Tried after every other intent, for a short phrase that is the whole request only ("what's 2+2 and
+    who is the president" is not half done): a miss is an honest "I can't answer"."""
+
+    name = "recall-the"
+
+    def parse(self, clause: str, ctx: ParseContext) -> list[Item] | None:
+        match = _RECALL_THE.match(clause)
+        if match is None or len(match.group("key").split()) > 4 or _NOT_A_KEY.search(match.group("key")):
+            return None
+        _, subject = memory_key(match.group("key"))
+        tool = ctx.toolbox.find("memory_recall")
+        if not subject or tool is None:
+            return None
+        args = {ctx.toolbox.param(tool, _KEY_PARAMS): subject}
+        step = Step(
+            ctx.key(), self.name, tool.name, args, subject=subject, owner="the", produces=True, alone=True
+        )
+        return [step]
+
+    def describe(self, step: Step, outcome: Outcome) -> str:
+        if _recalled(step.subject, outcome):
+            return super().describe(step, outcome)
+        return f"I can't answer that: nothing is stored as '{step.subject}' in your memory."
 
 
 def _phrase(owner: str, subject: str) -> str:

@@ -22,9 +22,11 @@ class Ref:
     template: str = ""
     """How the value is used: ``"{} + 100"`` ("add 100 to it"); empty: the value as it is."""
 
-    def fill(self, value: str) -> str:
+    def fill(self, value: str, shown: str | None = None) -> str:
+        """The argument: arithmetic on the exact ``value``; the value alone as it is ``shown`` to a person
+        (a stored "remember the result" keeps 7.35, not 7.3500000000000005)."""
         if not self.template:
-            return value
+            return value if shown is None else shown
         # A negative number is one operand: "(-5) ** 2", not "-5 ** 2".
         return self.template.format(f"({value})" if value.startswith("-") else value)
 
@@ -49,6 +51,9 @@ class Step:
     """Whether later steps may refer to this step's result ("... and remember the result")."""
     form: str = ""
     """Intent-specific detail for the description (e.g. which phrasing a memory fact had)."""
+    alone: bool = False
+    """A reading that holds only when its clause is the whole request ("what is the office code" as a
+    memory lookup): in a longer request the clause counts as not understood."""
 
     def refs(self) -> list[Ref]:
         return [value for value in self.args.values() if isinstance(value, Ref)]
@@ -120,6 +125,15 @@ class Outcome:
         return self.value or (as_text(self.data) if self.data is not None else self.content)
 
     @property
+    def shown(self) -> str:
+        """The value as a person reads it: the tool's own ``display`` rendering when it gives one (the
+        calculator's "7.35" for 7.3500000000000005), else ``value``."""
+        data = self.data
+        if isinstance(data, dict) and isinstance(data.get("display"), str) and data["display"]:
+            return str(data["display"])
+        return self.value
+
+    @property
     def value(self) -> str:
         """The main value of the result: ``result``/``value``/... of a JSON object, or the text."""
         data = self.data
@@ -161,6 +175,8 @@ class ParseContext:
 
     toolbox: Toolbox
     items: list[Item] = field(default_factory=list)
+    earlier_result: str | None = None
+    """The last calculator result of this conversation before the current request, as shown."""
     _keys: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def key(self) -> str:

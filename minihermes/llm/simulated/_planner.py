@@ -10,12 +10,14 @@ the turn, and a round limit backs both up.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .._types import CompletionRequest, Message, ToolCall
+from ._arith import ArithmeticError_, evaluate
 from ._directives import Directive, verdicts
 from ._directives import split as split_directive
 from ._directives import whole as whole_directive
@@ -107,14 +109,17 @@ class Planner:
 
     def plan(self, request: CompletionRequest, user_text: str) -> Plan:
         toolbox = Toolbox(request.tools)
-        ctx = ParseContext(toolbox)
+        ctx = ParseContext(toolbox, earlier_result=_earlier_result(request))
         unknown = []
         directives: list[Directive] = []
-        for clause in split_clauses(user_text, lambda piece: self._parses(piece, toolbox)):
+        clauses = split_clauses(user_text, lambda piece: self._parses(piece, toolbox))
+        for clause in clauses:
             if (directive := whole_directive(clause, toolbox)) is not None:
                 directives.append(directive)
                 continue
             items = self._parse_directed(clause, ctx, directives)
+            if items is not None and len(clauses) > 1 and any(isinstance(i, Step) and i.alone for i in items):
+                items = None
             if items is None:
                 unknown.append(clause)
             else:
@@ -199,9 +204,10 @@ class Planner:
     ) -> list[ToolCall]:
         """The next step, or with ``plan.batch`` every step whose inputs are known or foreseeable."""
         values = {key: outcome.value for key, outcome in done.items()}
+        shown = {key: outcome.shown for key, outcome in done.items()}
         calls = []
         for step in pending:
-            args = _resolve(step.args, values)
+            args = _resolve(step.args, values, shown)
             if args is None:
                 if plan.batch:
                     continue
@@ -212,7 +218,7 @@ class Planner:
             if step.prediction is not None:
                 # Following a known procedure, the model passes on the value it foresees instead of
                 # waiting a round for the tool to confirm it.
-                values[step.key] = step.prediction
+                values[step.key] = shown[step.key] = step.prediction
         return calls
 
     def _compose(self, plan: Plan, done: dict[str, Outcome]) -> str:
@@ -247,11 +253,47 @@ def _foresight_mismatches(step: Step, outcome: Outcome, done: dict[str, Outcome]
     for name, value in step.args.items():
         if not isinstance(value, Ref) or value.step not in done:
             continue
-        sent, actual = as_text(outcome.call.input.get(name, "")), value.fill(done[value.step].value)
-        if sent != actual:
-            source = done[value.step].call.name
-            notes.append(f"Note: {step.tool} got {name} {sent!r} before {source} returned {actual!r}.")
+        source = done[value.step]
+        sent = as_text(outcome.call.input.get(name, ""))
+        actual = value.fill(source.value, source.shown)
+        if not _same(sent, actual, value.fill(source.shown, source.shown)):
+            # What the source returned is its value, not the argument it makes ("7.35", not "7.35 * 2").
+            should = f" (so it should have been {actual!r})" if actual != source.shown else ""
+            notes.append(
+                f"Note: {step.tool} got {name} {sent!r} before {source.call.name} returned "
+                f"{source.shown!r}{should}."
+            )
     return notes
+
+
+def _same(sent: str, actual: str, shown: str) -> bool:
+    """Whether a value passed on ahead of its tool's answer is that answer: the same text, or arithmetic
+    whose value is the same but for rounding (7.35 foreseen for 7.3500000000000005)."""
+    if sent in (actual, shown):
+        return True
+    try:
+        a, b = evaluate(sent), evaluate(actual)
+    except ArithmeticError_:
+        return False
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def _earlier_result(request: CompletionRequest) -> str | None:
+    """The last successful calculator result before the last user message: "the last result" is this
+    conversation's, never one a memory kept from another."""
+    messages = request.messages
+    user_index = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
+    calls = {
+        call.id: call for m in messages[:user_index] if m.role == "assistant" for call in m.tool_calls or []
+    }
+    for message in reversed(messages[:user_index]):
+        call = calls.get(message.tool_call_id or "") if message.role == "tool" else None
+        if call is None or call.name not in ROLE_NAMES["calculator"]:
+            continue
+        outcome = Outcome.of(call, message.content, message.is_error)
+        if outcome.error is None and outcome.shown:
+            return outcome.shown
+    return None
 
 
 def _match(plan: Plan, turn: Turn) -> dict[str, Outcome]:
@@ -274,13 +316,13 @@ def _call_id(turn: Turn, step: Step) -> str:
     return f"call_{turn.digest}_{step.key}"
 
 
-def _resolve(args: dict[str, Any], values: dict[str, str]) -> dict[str, Any] | None:
+def _resolve(args: dict[str, Any], values: dict[str, str], shown: dict[str, str]) -> dict[str, Any] | None:
     resolved = {}
     for name, value in args.items():
         if isinstance(value, Ref):
             if value.step not in values:
                 return None
-            value = value.fill(values[value.step])
+            value = value.fill(values[value.step], shown.get(value.step))
         resolved[name] = value
     return resolved
 
@@ -294,16 +336,18 @@ def _too_long(size: str, limit: int) -> str:
 
 
 _CAPABILITIES = (
-    ("calculator", "arithmetic"),
-    ("memory_store", "remembering facts"),
-    ("memory_recall", "recalling them"),
-    ("write_file", "writing files"),
-    ("read_file", "reading files"),
-    ("list_files", "listing files"),
-    ("kanban_create", "adding kanban tasks"),
-    ("cron_schedule", "reminders"),
-    ("goal_set", "goals"),
+    (("calculator",), "arithmetic"),
+    (("memory_store",), "remembering facts"),
+    (("memory_recall", "memory_search"), "recalling them"),
+    (("write_file",), "writing files"),
+    (("read_file",), "reading files"),
+    (("list_files",), "listing files"),
+    (("kanban_create", "kanban_list"), "kanban tasks"),
+    (("cron_schedule", "cron_list", "cron_pause", "cron_resume", "cron_delete"), "reminders"),
+    (("goal_set", "goal_list", "goal_complete", "goal_clear"), "goals"),
 )
+"""Each family the model understands, listed when any of its tools is offered (kanban may be offered with
+kanban_list but not kanban_create, as a turn that only reads the board is)."""
 OFFLINE_DOCS = "docs/offline-model.md"
 PROVIDER_DOCS = "docs/providers.md"
 _HOW_ARE_YOU = ("how are you", "how's it going", "how are things", "how do you do")
@@ -321,7 +365,7 @@ def understood_tools(toolbox: Toolbox) -> list[str]:
 
 
 def _abilities(toolbox: Toolbox) -> str:
-    found = [what for role, what in _CAPABILITIES if toolbox.find(role) is not None]
+    found = [what for roles, what in _CAPABILITIES if any(toolbox.find(role) is not None for role in roles)]
     if not found:
         return "no tools are available in this chat, so I can only chat"
     listed = ", ".join(found[:-1]) + (f" and {found[-1]}" if len(found) > 1 else found[0])
@@ -353,7 +397,10 @@ def _chat_reply(text: str, unknown: list[str], toolbox: Toolbox) -> str:
             )
         if lowered.endswith(_BYE):
             return "Goodbye!"
-        return f"Hello! I'm MiniHermes, running on the offline model. {offer} What would you like to do?"
+        return (
+            f"Hello! I'm MiniHermes, running on the offline model. {_abilities(toolbox)}. {offer} "
+            "What would you like to do?"
+        )
     if lowered in _HOW_ARE_YOU:
         return "I'm fine, thanks! What would you like to do?"
     if lowered in _WHO:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ._intents import ROLE_INTENTS, SUBJECT_PARAMS
-from ._plan import ParseContext, Plan, Step
+from ._plan import Note, ParseContext, Plan, Step
 from ._planner import PlanningContext
 from ._text import clean_clause, strip_quotes
 
@@ -143,12 +143,18 @@ class SkillProcedures:
             if overlap[best] == 0:
                 # The injected skill is about other tools; the request's own plan stands.
                 return plan
-            return Plan(plan.items, batch=True, procedure=procedures[best].name)
+            # Every clause still counts: a clause no intent understood is a request of its own ("and
+            # tell me a joke"), which the procedure neither does nor excuses.
+            return Plan(plan.items, batch=True, procedure=procedures[best].name, unknown=list(plan.unknown))
+        if len(plan.unknown) > 1 or any(isinstance(i, Note) and i.cannot for i in plan.items):
+            # Several requests none of which was understood, or one that cannot be done: the procedure
+            # stands in for one vague request ("do the weekly report"), never for a list of them.
+            return plan
         # The request named no steps the model understood; the procedure it was given does.
         for procedure in procedures:
             items = self._derive(procedure, ctx)
             if items:
-                return Plan([*plan.items, *items], batch=True, procedure=procedure.name)
+                return Plan([*plan.items, *items], batch=True, procedure=procedure.name, unknown=[])
         return plan
 
     def _derive(self, procedure: Procedure, ctx: PlanningContext) -> list[Step]:
