@@ -23,6 +23,8 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
+from minihermes.context.consistency import could_not
+
 logger = logging.getLogger("minihermes.context.recall")
 
 DAY = 86_400.0
@@ -112,7 +114,7 @@ def load_embedder() -> Embedder | None:
 
 
 EPISODIC = "episodic"
-_OUTCOME = re.compile(r"^Outcome:\s*([A-Za-z_]+)", re.MULTILINE)
+_OUTCOME = re.compile(r"^Outcome:\s*([A-Za-z_]+)(?::\s*(.*))?", re.MULTILINE | re.DOTALL)
 _FLAGGED = re.compile(r"^(?:success|truthful)\s*[:=]\s*(?:false|no)\b", re.MULTILINE | re.IGNORECASE)
 
 
@@ -123,14 +125,17 @@ def is_fact(memory: dict[str, Any]) -> bool:
 
 def fell_short(memory: dict[str, Any]) -> bool:
     """Whether an episode records a turn that did not do what was asked: marked ``success`` or
-    ``truthful`` false, or its ``Outcome`` (``memory.turn_completed``'s episode text) not ``ok``."""
+    ``truthful`` false, or its ``Outcome`` (``memory.turn_completed``'s episode text) not ``ok`` or an
+    answer saying it could not (``consistency.could_not``: episodes stored before such turns were kept out)."""
     if is_fact(memory):
         return False
     if memory.get("success") is False or memory.get("truthful") is False or memory.get("fell_short"):
         return True
     value = str(memory.get("value", ""))
     outcome = _OUTCOME.search(value)
-    return bool((outcome and outcome.group(1) != "ok") or _FLAGGED.search(value))
+    if outcome and (outcome.group(1) != "ok" or could_not(outcome.group(2) or "")):
+        return True
+    return bool(_FLAGGED.search(value))
 
 
 def for_prompt(found: Iterable[dict[str, Any]], limit: int) -> list[dict[str, Any]]:

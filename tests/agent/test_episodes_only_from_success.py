@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from minihermes.context import recall
 from minihermes.context.consistency import ToolOutcome, could_not, fell_short, found_nothing
 from minihermes.runtime import Node
 
@@ -81,6 +82,19 @@ def test_searches_that_found_nothing_and_say_so_fall_short() -> None:
     assert found_nothing("Nothing found for coffee, but colour: teal.", [NO_HITS, HIT]) == ""
     assert found_nothing("Your memory holds no coffee notes yet, ask me to remember one.", [NO_HITS]) == ""
     assert found_nothing("Nothing found.", [STORED]) == ""  # no search in the turn
+
+
+def test_an_old_episode_of_a_refusal_stays_out_of_the_prompt() -> None:
+    """Episodes stored before this check (``Outcome: ok`` over "I couldn't ...") are not recalled."""
+    old = {"kind": "episodic", "score": 0.9}
+    refused = {
+        **old,
+        "key": "e1",
+        "value": "Task: coffee?\nTools used: none\nOutcome: ok: I couldn't find it.",
+    }
+    done = {**old, "key": "e2", "value": "Task: store x\nTools used: memory_store\nOutcome: ok: Stored x."}
+    fact = {"kind": "semantic", "key": "favourite colour", "value": "teal", "score": 0.1}
+    assert [m["key"] for m in recall.for_prompt([refused, done, fact], 5)] == ["favourite colour", "e2"]
 
 
 def test_a_long_answer_is_read_in_linear_time() -> None:
