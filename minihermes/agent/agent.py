@@ -899,7 +899,8 @@ class Agent(GenServer):
             {"name": o.name, "input": o.input, "is_error": o.is_error, "result": o.result[:500]}
             for o in outcomes
         ]
-        short = fell_short(reply["status"], reply["response"], outcomes, turn["message"])
+        wrong = contradiction(reply["response"], outcomes, turn["message"])
+        short = fell_short(reply["status"], reply["response"], outcomes, turn["message"], wrong)
         return {
             "turn_id": reply["turn_id"],
             "session_id": self.session_id,
@@ -911,7 +912,7 @@ class Agent(GenServer):
             "skill_ids": [sid for sid in turn.get("skill_ids") or [] if sid],
             "success": not short,
             "episodic": self.episodic,
-            "truthful": not contradiction(reply["response"], outcomes, turn["message"]),
+            "truthful": not wrong,
             "fell_short": short,
             "corrects_turn": previous if previous and is_correction(turn["message"]) else "",
         }

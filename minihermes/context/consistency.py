@@ -53,17 +53,22 @@ class ToolOutcome:
 # ------------------------------------------------------------------------------------------------ the turn
 
 
-def fell_short(status: str, response: str, calls: Iterable[ToolOutcome], request: str = "") -> str:
+def fell_short(
+    status: str, response: str, calls: Iterable[ToolOutcome], request: str = "", wrong: str | None = None
+) -> str:
     """Why the turn is not a success ("" when it is one): a failed tool call, a status other than ``ok``,
     an answer that contradicts the tool results (``contradiction``), searches that all found nothing
-    (``found_nothing``) or an answer that says it could not do the request (``could_not``)."""
+    (``found_nothing``) or an answer that says it could not do the request (``could_not``). ``wrong``:
+    ``contradiction(response, calls, request)`` when the caller has it already (it is not computed twice)."""
     calls = list(calls)
     failed = [c.name for c in calls if c.is_error]
     if failed:
         return f"a tool call failed ({', '.join(dict.fromkeys(failed))})"
     if status != "ok":
         return f"the turn ended with status {status}"
-    return contradiction(response, calls, request) or found_nothing(response, calls) or could_not(response)
+    if wrong is None:
+        wrong = contradiction(response, calls, request)
+    return wrong or found_nothing(response, calls) or could_not(response)
 
 
 def contradiction(response: str, calls: Iterable[ToolOutcome], request: str = "") -> str:
