@@ -207,6 +207,8 @@ _OPERATOR = r"\s*(?:\*\*|[-+*/^x\u00d7\u00f7])\s*"
 _RHS = re.compile(rf"=\s*(?P<rhs>{_NUM})(?![\d.]*\w)")
 _LHS = re.compile(rf"{_OPERAND}(?:{_OPERATOR}{_OPERAND})+\s*$")
 _OPERAND_AT = re.compile(_OPERAND)
+_OPERATOR_RE = re.compile(_OPERATOR)
+_DIGIT = re.compile(r"\d")
 _LHS_WINDOW = 120
 """How far left of an ``=`` an expression is looked for (each pattern runs over a bounded window: linear)."""
 _MAX_EQUATIONS = 50
@@ -239,45 +241,77 @@ def _numbers_in(text: str) -> list[float]:
     return [v for m in _NUMBER.finditer(text) if (v := _value(m.group())) is not None]
 
 
-def _equation(lhs: str, rhs: str) -> int | float | None:
+def _equation(lhs: str, rhs: str, computed: dict[str, float]) -> int | float | None:
     """The calculator's value of ``lhs`` when the answer's ``rhs`` is not it; None when they agree or the
     calculator cannot tell. A shorter tail of ``lhs`` may be the real expression ("step 2 - 391 + 100 =
-    491"): the equation holds when the whole or any tail with an operator gives ``rhs``."""
+    491"): the equation holds when the whole or any tail with an operator gives ``rhs``. ``computed``: the
+    values the turn's calculator calls gave, by their input text (``lhs`` written as a call's input is not
+    evaluated again)."""
+    if (value := computed.get(" ".join(lhs.split()))) is not None and _same(rhs, value):
+        return None
     first: int | float | None = None
     for start in [m.start() for m in _OPERAND_AT.finditer(lhs)]:
         tail = lhs[start:]
-        if not re.search(_OPERATOR, tail[1:]):
+        if not _OPERATOR_RE.search(tail, 1):
             break
         try:
-            value = calculate(tail.replace("\u00d7", "*").replace("\u00f7", "/")).result
+            result = calculate(tail.replace("\u00d7", "*").replace("\u00f7", "/")).result
         except CalculatorError:
             continue
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        if isinstance(result, bool) or not isinstance(result, int | float):
             continue
-        if _same(rhs, float(value)):
+        if _same(rhs, float(result)):
             return None
-        first = value if first is None else first
+        first = result if first is None else first
     return first
 
 
+def _calculated(calls: list[ToolOutcome]) -> dict[str, float]:
+    """The result of each calculator call of the turn, by its input expression (whitespace collapsed)."""
+    out: dict[str, float] = {}
+    for c in calls:
+        if c.name != "calculator" or not isinstance(expression := c.input.get("expression"), str):
+            continue
+        value = _unwrap(c.result)
+        result = value.get("result") if isinstance(value, dict) else None
+        if isinstance(result, int | float) and not isinstance(result, bool):
+            try:
+                number = float(result)
+            except OverflowError:
+                continue
+            if math.isfinite(number):
+                out[" ".join(expression.split())] = number
+    return out
+
+
 def _numbers(response: str, calls: list[ToolOutcome], request: str) -> str:
-    if not any(c.name == "calculator" for c in calls):
+    if not any(c.name == "calculator" for c in calls) or not _DIGIT.search(response):
         return ""
-    known = [v for c in calls for v in _numbers_in(c.result)] + _numbers_in(request)
+    shown: list[float] = []  # the right-hand sides of the answer's equations that hold
+    computed: dict[str, float] | None = None
+    checked: set[tuple[str, str]] = set()
     for m in itertools.islice(_RHS.finditer(response), _MAX_EQUATIONS):
         found = _LHS.search(response[max(0, m.start() - _LHS_WINDOW) : m.start()])
         if found is None:
             continue
         lhs, rhs = found.group().strip(), m.group("rhs")
-        computed = _equation(lhs, rhs)
-        if computed is not None:
-            return f"the answer says {lhs} = {rhs}, but the calculator gives {computed}"
+        if (lhs, rhs) not in checked:
+            checked.add((lhs, rhs))
+            if computed is None:
+                computed = _calculated(calls)
+            if (wrong := _equation(lhs, rhs, computed)) is not None:
+                return f"the answer says {lhs} = {rhs}, but the calculator gives {wrong}"
         if (value := _value(rhs)) is not None:
-            known.append(value)
+            shown.append(value)
+    known: list[float] | None = None
     for m in _PRESENTED.finditer(response):
-        shown = m.group("n") or m.group("m")
-        if not any(_same(shown, v) for v in known):
-            return f"the answer presents {shown} as a result, which no tool returned"
+        n = m.group("n") or m.group("m")
+        if any(_same(n, v) for v in shown):
+            continue
+        if known is None:
+            known = [v for c in calls for v in _numbers_in(c.result)] + _numbers_in(request)
+        if not any(_same(n, v) for v in known):
+            return f"the answer presents {n} as a result, which no tool returned"
     return ""
 
 
