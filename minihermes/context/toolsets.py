@@ -21,6 +21,7 @@ a call to a tool the turn was not offered is still checked the same way.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -69,8 +70,10 @@ INTENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
 """(toolset, pattern): a message matching the pattern calls for the toolset."""
 
 
+@functools.lru_cache(maxsize=64)
 def wanted_by(message: str) -> frozenset[str]:
-    """The toolsets ``message`` calls for (``INTENTS``)."""
+    """The toolsets ``message`` calls for (``INTENTS``). Cached: each LLM call of a turn (and the context
+    assembly) asks again for the same message, and the answer is a pure function of it."""
     return frozenset(name for name, pattern in INTENTS if pattern.search(message))
 
 
