@@ -64,9 +64,9 @@ function headers(extra = {}) {
   return out;
 }
 
-async function request(method, path, body) {
-  const init = { method, headers: headers(body === undefined ? {} : { "content-type": "application/json" }) };
-  if (body !== undefined) init.body = JSON.stringify(body);
+async function request(method, path, body, contentType = "application/json") {
+  const init = { method, headers: headers(body === undefined ? {} : { "content-type": contentType }) };
+  if (body !== undefined) init.body = contentType === "application/json" ? JSON.stringify(body) : body;
   const response = await send(path, init);
   const text = await response.text();
   let data = null;
@@ -87,6 +87,9 @@ export const api = {
     request("POST", `/api/v1/actors/${encodeURIComponent(actor)}/${encodeURIComponent(op)}`, args),
   chat: (sessionId, content) =>
     request("POST", `/api/v1/sessions/${encodeURIComponent(sessionId)}/messages`, { content }),
+  // An archive of skill folders, as the body (the JSON op route caps bodies at 1 MiB).
+  importSkills: (file, approve) =>
+    request("POST", `/api/v1/skills/import${approve ? "?approve=true" : ""}`, file, "application/octet-stream"),
   // Admins: the tenant's API keys (the key itself only in create's reply).
   apiKeys: {
     list: () => request("GET", "/api/v1/api-keys"),

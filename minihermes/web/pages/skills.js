@@ -1,7 +1,6 @@
 // Skills by status; a skill's procedure, files and versions; pin, unpin, archive, recover, roll back; import
 // skill folders by uploading an archive (POST /api/v1/skills/import).
 
-import { ApiError, credential } from "../api.js";
 import { badge, clear, errorBox, fmtTime, h, notEnabled, opButton, pre, section, select, table, toast } from "../ui.js";
 
 export const page = { title: "Skills", actors: ["skill_store"], render };
@@ -128,7 +127,7 @@ async function render(root, ctx) {
     const button = opButton(ctx, "skill_store", "import_skills", "Import", async () => {
       const file = input.files && input.files[0];
       if (!file) throw new Error("choose a .zip, .skill or tarball first");
-      const reply = await uploadArchive(file, approve.checked);
+      const reply = await ctx.api.importSkills(file, approve.checked);
       const refused = reply.refused || [];
       const warnings = reply.warnings || [];
       toast(`Imported ${reply.count} skill(s)${refused.length ? `, ${refused.length} file(s) refused` : ""}`);
@@ -176,23 +175,6 @@ async function render(root, ctx) {
       section("Skills", h("div", { class: "toolbar" }, status), listBox, h("h4", {}, "Import skill folders"), importForm()),
       section("Skill", detail)),
   );
-}
-
-// The archive's bytes as the body of POST /api/v1/skills/import (the JSON op route caps bodies at 1 MiB).
-async function uploadArchive(file, approve) {
-  const headers = { accept: "application/json", "content-type": "application/octet-stream" };
-  const token = credential.get();
-  if (token) headers.authorization = `Bearer ${token}`;
-  const response = await fetch(`/api/v1/skills/import${approve ? "?approve=true" : ""}`, { method: "POST", headers, body: file });
-  const text = await response.text();
-  let data = null;
-  try {
-    data = text ? JSON.parse(text) : null;
-  } catch {
-    data = null;
-  }
-  if (!response.ok) throw new ApiError(response.status, data, text);
-  return data;
 }
 
 // Why a candidate is held back, in words, from its record (skill_store.record_evaluation / approve_skill).
