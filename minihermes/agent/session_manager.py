@@ -94,33 +94,11 @@ class SessionManager(GenServer):
                 f"metadata must be at most {MAX_METADATA_BYTES} bytes of JSON", field="metadata"
             )
         session_id = f"sess-{uuid.uuid4().hex}"
-        now = self.host.now()
-        meta = {
-            "session_id": session_id,
-            "channel": channel,
-            "user_id": user_id,
-            "agent_id": agent_id,
-            "created_by": ctx.principal,
-            "created_at": now,
-            "last_active_at": now,
-            "ended_at": None,
-            "state": "active",
-            "metadata": metadata or {},
-            "title": "",
-            "message_count": 0,
-        }
-        await self.host.kv.put(_SESSION + session_id, meta)
-        await self.host.kv.put(_index_key(channel, user_id), session_id)
-        await self.host.kv.put(_user_key(user_id, session_id), now)
-        self.total_created += 1
-        self.host.incr_counter("sessions_created_total")
-        fire_audit(
-            self.host,
-            "session_started",
-            f"session_id={session_id} channel={channel} user_id={user_id}",
-            session_id=session_id,
-            data={"channel": channel, "user_id": user_id, "agent_id": agent_id},
+        meta = _new_record(
+            session_id, channel, user_id, agent_id, ctx.principal, self.host.now(), metadata=metadata or {}
         )
+        await self._start(meta)
+        await self.host.kv.put(_index_key(channel, user_id), session_id)
         return {"status": "ok", **meta}
 
     @call(access="read")
@@ -244,30 +222,24 @@ class SessionManager(GenServer):
             await self.host.kv.put(key, meta)
             return
         channel = channel_of(session_id, channel)
-        meta = {
-            "session_id": session_id,
-            "channel": channel,
-            "user_id": ctx.principal,
-            "agent_id": "agent",
-            "created_by": ctx.principal,
-            "created_at": now,
-            "last_active_at": now,
-            "ended_at": None,
-            "state": "active",
-            "metadata": {},
-            "title": session_title(title_hint, channel),
-            "message_count": 1,
-        }
-        await self.host.kv.put(key, meta)
-        await self.host.kv.put(_user_key(ctx.principal, session_id), now)
+        title = session_title(title_hint, channel)
+        await self._start(
+            _new_record(session_id, channel, ctx.principal, "agent", ctx.principal, now, title=title, turns=1)
+        )
+
+    async def _start(self, meta: dict[str, Any]) -> None:
+        """A new session: its record and its owner's index entry stored, counted and audited."""
+        session_id, channel, user_id = meta["session_id"], meta["channel"], meta["user_id"]
+        await self.host.kv.put(_SESSION + session_id, meta)
+        await self.host.kv.put(_user_key(user_id, session_id), meta["created_at"])
         self.total_created += 1
         self.host.incr_counter("sessions_created_total")
         fire_audit(
             self.host,
             "session_started",
-            f"session_id={session_id} channel={channel} user_id={ctx.principal}",
+            f"session_id={session_id} channel={channel} user_id={user_id}",
             session_id=session_id,
-            data={"channel": channel, "user_id": ctx.principal, "agent_id": "agent"},
+            data={"channel": channel, "user_id": user_id, "agent_id": meta["agent_id"]},
         )
 
     @call(access="read")
@@ -285,6 +257,36 @@ class SessionManager(GenServer):
         if not isinstance(meta, dict) or not _visible(meta, ctx):
             raise NotFound(f"no session '{session_id}'", session_id=session_id)
         return meta
+
+
+def _new_record(
+    session_id: str,
+    channel: str,
+    user_id: str,
+    agent_id: str,
+    created_by: str,
+    now: float,
+    *,
+    metadata: dict[str, Any] | None = None,
+    title: str = "",
+    turns: int = 0,
+) -> dict[str, Any]:
+    """A new, active session's record (``create_session``'s, or ``record_turn``'s for a session a turn
+    started): ``turns`` is its ``message_count`` so far."""
+    return {
+        "session_id": session_id,
+        "channel": channel,
+        "user_id": user_id,
+        "agent_id": agent_id,
+        "created_by": created_by,
+        "created_at": now,
+        "last_active_at": now,
+        "ended_at": None,
+        "state": "active",
+        "metadata": metadata or {},
+        "title": title,
+        "message_count": turns,
+    }
 
 
 def _visible(meta: dict[str, Any], ctx: RequestContext) -> bool:
