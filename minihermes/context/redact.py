@@ -92,3 +92,38 @@ def redact(value: Any, _depth: int = 0) -> Any:
 
 def contains_secret(text: str) -> bool:
     return redact_text(text) != text
+
+
+_SHAPE_KINDS = (
+    "PEM private key",
+    "LLM provider API key",
+    "JWT",
+    "MiniHermes API key",
+    "AWS access key id",
+    "GitHub token",
+    "GitLab token",
+    "Slack token",
+    "Google API key",
+    "Stripe key",
+    "Hugging Face token",
+)
+"""What each of ``_SHAPES`` is, in the same order (what ``secret_kinds`` names)."""
+
+
+def secret_kinds(text: str) -> list[str]:
+    """The kinds of secret ``redact_text`` would redact in ``text``, each once, in a fixed order: a
+    credential's shape (``"GitHub token"``), ``"bearer token"``, or ``"value of <name>"`` for a value
+    introduced as a secret (``password: ...``). Never the secret itself: for warnings that say what was
+    found and where without repeating it."""
+    if not text or not may_hold_secret(text):
+        return []
+    kinds = [kind for kind, shape in zip(_SHAPE_KINDS, _SHAPES, strict=True) if shape.search(text)]
+    rest = _SHAPE.sub(REDACTED, text)
+    if _BEARER.search(rest):
+        kinds.append("bearer token")
+    for m in _ASSIGNED.finditer(_BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", rest)):
+        name = re.split(r"[\s\"':=]", m.group("name").strip(), maxsplit=1)[0].lower()
+        kind = f"value of {name}"
+        if kind not in kinds:
+            kinds.append(kind)
+    return kinds
