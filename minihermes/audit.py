@@ -1,5 +1,6 @@
-"""What every subsystem uses to audit and to keep secrets out: ``fire_audit``, ``scrub_secrets``, and who
-sees only their own data (``is_restricted``, ``sees_own_only``).
+"""What every subsystem uses to audit and to keep secrets out: ``fire_audit``, ``scrub_secrets``, who sees
+only their own data (``is_restricted``, ``sees_own_only``), and what of an event a reader is shown
+(``shown_to``).
 
 The trail itself is the ``audit_event`` actor (``minihermes.agent.audit_event``): every event is appended to the
 ``audit`` stream of the tenant's EventLog, whose hash chain makes any later edit or deletion detectable.
@@ -95,6 +96,51 @@ def sees_own_only(ctx: RequestContext) -> bool:
     only what is shared in the tenant (and the operator views their access class grants, such as the audit
     trail and pending approvals)."""
     return not ctx.roles & {"admin", "system"}
+
+
+_SHOWN_DATA = frozenset(
+    {
+        "tool",
+        "status",
+        "error_code",
+        "duration_ms",
+        "decision",
+        "mode",
+        "state",
+        "service",
+        "provider",
+        "scope",
+        "tier",
+    }
+)
+"""The ``data`` fields of another principal's event that a caller who sees only their own data still gets: the
+kind of thing done and how it went, never what it was done with."""
+_SHOWN_NAME = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
+_UNOWNED = frozenset({"", "system"})
+"""Principals no caller owns: the runtime's events (a resumed or scheduled piece of work may have run as
+``system``) are nobody's own."""
+
+
+def shown_to(ctx: RequestContext, event: dict[str, Any]) -> dict[str, Any]:
+    """An audit event as ``ctx`` may read it. Admins (and the runtime) and the event's own principal get it
+    whole; anybody else who sees only their own data (viewers; users never get others' events at all) gets
+    its type, time, principal, session and outcome, with ``detail`` emptied, ``data`` cut to a few
+    outcome fields, no ``hash`` (an unsalted digest of the content would confirm a guessed value) and
+    ``redacted: true``: tool inputs, memory keys and free text stay with those who may read them. What is
+    stored and its hash chain are untouched."""
+    principal = event.get("principal", "")
+    if not sees_own_only(ctx) or (principal == ctx.principal and principal not in _UNOWNED):
+        return event
+    data = event.get("data")
+    kept = {k: v for k, v in data.items() if k in _SHOWN_DATA and _plain(v)} if isinstance(data, dict) else {}
+    return event | {"detail": "", "data": kept, "hash": "", "redacted": True}
+
+
+def _plain(value: Any) -> bool:
+    """A number, a flag, nothing, or a short name: nothing a person wrote."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return True
+    return isinstance(value, str) and _SHOWN_NAME.fullmatch(value) is not None
 
 
 def fire_audit(
@@ -203,4 +249,5 @@ __all__ = [
     "is_restricted",
     "scrub_secrets",
     "sees_own_only",
+    "shown_to",
 ]

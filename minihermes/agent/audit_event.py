@@ -9,7 +9,10 @@ appends the event from the sender's node and then tells this actor (``forward_ev
 subscribers get it. Clients log events of their own with the ``log_event`` cast, which the actor appends.
 
 Users (role ``user`` without ``admin``) read only the events they caused; admins and viewers read the
-tenant's whole trail.
+tenant's whole trail, but a viewer gets another principal's events redacted (``minihermes.audit.shown_to``:
+type, time, principal, session and outcome; no detail, tool input or memory key), so nobody reads through
+the trail what they could not read where it lives. Only what is shown changes: the stored events and their
+hash chain are the same for everybody.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from minihermes.audit import (
     log,
     scrub_secrets,
     sees_own_only,
+    shown_to,
 )
 from minihermes.runtime import (
     ActorNotFound,
@@ -152,7 +156,8 @@ class AuditEvent(GenEvent):
                 break
             hi = page[0].seq - 1
         found.reverse()
-        return {"status": "ok", "events": found, "count": len(found)}
+        shown = [shown_to(ctx, e) for e in found]
+        return {"status": "ok", "events": shown, "count": len(shown)}
 
     @call(access="read")
     async def poll_events(
@@ -184,7 +189,7 @@ class AuditEvent(GenEvent):
             await self.host.kv.put(key, position)
         return {
             "status": "ok",
-            "events": events,
+            "events": [shown_to(ctx, e) for e in events],
             "count": len(events),
             "cursor": position,
             "committed": position if commit else cursor,
@@ -267,4 +272,5 @@ __all__ = [
     "is_restricted",
     "scrub_secrets",
     "sees_own_only",
+    "shown_to",
 ]

@@ -33,9 +33,6 @@ ATTACKERS = ("bob", "vic", "carol")
 ADMINS = ("ada", "gus")
 """Admins are only probed (an argument no op takes), so that nothing runs: what they may call is the table."""
 COLUMNS = ("ada", "bob", "vic", "carol")
-OPERATOR_VIEWS = frozenset({"audit_event"})
-"""Actors whose reads are an operator's tenant-wide view for viewers (the audit trail records tool inputs,
-scrubbed of secrets): a viewer reading alice's data there is the model, not a leak. Users get their own."""
 ROLE_OF = {"ada": "admin", "bob": "user", "vic": "viewer", "carol": "user (other tenant)"}
 
 _VALUE_BY_TYPE: dict[str, Any] = {
@@ -132,8 +129,7 @@ async def _attack(w: World, catalog: list[dict[str, Any]]) -> dict[tuple[str, st
                     problems.append(f"server error: {where}")
                 if allowed == _role_refusal(r.status_code, body):
                     problems.append(f"permission model says {'allowed' if allowed else 'refused'}: {where}")
-                observer = who == "vic" and name in OPERATOR_VIEWS
-                if who not in ADMINS and not observer and _leaks(r.text):
+                if who not in ADMINS and _leaks(r.text):  # the audit trail included (issue 23)
                     problems.append(f"leak of {_leaks(r.text)}: {where}")
                 if who in COLUMNS:
                     results.setdefault((name, opname), {})[who] = _outcome(r.status_code, body)
