@@ -101,13 +101,37 @@ def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
+_REDACTED = "[REDACTED]"
+"""What ``minihermes/context/redact.py`` puts where a secret was: a chat message is redacted on entry, so a
+model asked to remember a password sees this, never the password."""
+_SECRETS_BELONG = (
+    "secrets are kept out of memory, chat history and logs: keep a password in a password manager; an API key "
+    "for a model or a service belongs in the credential vault (an admin registers it on the dashboard's "
+    "Providers page or with llm_gateway register_credential)"
+)
+
+
+def _refuse_secret(key: str, value: str) -> None:
+    """A value that is or holds the redaction placeholder would be stored as the placeholder: the person
+    would believe their secret was kept when nothing of it was. Refused, with why and where it belongs."""
+    if _REDACTED in value or _REDACTED in key:
+        raise ToolFailure(
+            "secret_not_stored",
+            f"not stored: the value for '{key}' was a secret, redacted to {_REDACTED} before the "
+            f"model saw it, so there is nothing true to store; {_SECRETS_BELONG}",
+            key=key,
+        )
+
+
 async def _memory_store(args: dict[str, Any], env: ToolEnv) -> Any:
+    value = _as_text(args["value"])
+    _refuse_secret(str(args["key"]), value)
     reply = await _memory(
         env,
         "store_memory",
         {
             "key": args["key"],
-            "value": _as_text(args["value"]),
+            "value": value,
             "scope": args.get("scope", "global"),
             "tier": args.get("tier", "reachable"),
             "agent_id": args.get("agent_id", ""),
