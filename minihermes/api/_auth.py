@@ -2,8 +2,11 @@
 
 JWTs (PyJWT) are verified with an HS256 secret and/or an RS256/ES256 public key; claims ``tenant``,
 ``namespace`` (optional), ``sub`` (the principal), ``roles`` (list or space-separated string) and ``exp``
-(required). API keys are looked up in the store (see ``_keys``). Only the roles ``admin``, ``user`` and
-``viewer`` are taken from a credential: nobody can claim the runtime's ``system`` role over HTTP.
+(required). ``exp``, ``nbf`` and ``iat`` must be whole seconds since 1970 no later than the year 9999: a
+string, a fraction, a flag or a far-off number is refused, not read leniently. API keys are looked up in the
+store (see ``_keys``). Only the roles ``admin``, ``user`` and ``viewer`` are taken from a credential: nobody
+can claim the runtime's ``system`` role over HTTP. One request carries one credential: both
+``Authorization`` and ``X-API-Key`` is a 400 ``ambiguous_credentials``, never a silent choice.
 
 Without an ``AuthConfig`` every request acts as the local owner (tenant ``default``, principal ``local``,
 role ``admin``), and the server only binds loopback addresses.
@@ -14,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +42,9 @@ MIN_SECRET_BYTES = 32
 _SCOPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
 _PRINCIPAL = re.compile(r"[^\x00-\x1f\x7f]{1,128}")
 _HMAC_ALGORITHMS = ("HS256",)
+MAX_NUMERIC_DATE = 253_402_300_799
+"""9999-12-31T23:59:59Z: the latest ``exp``/``nbf``/``iat`` accepted."""
+_TIME_CLAIMS = ("exp", "nbf", "iat")
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,14 +163,19 @@ class Authenticator:
                 audience=config.audience,
                 issuer=config.issuer,
                 leeway=config.leeway,
-                options={"require": ["exp", "sub", "tenant"]},
+                # the time claims are checked below, strictly typed: PyJWT reads "exp" with int()
+                options={
+                    "require": ["exp", "sub", "tenant"],
+                    "verify_exp": False,
+                    "verify_nbf": False,
+                    "verify_iat": False,
+                },
             )
-        except jwt.ExpiredSignatureError:
-            raise unauthenticated("token expired") from None
         except jwt.MissingRequiredClaimError as e:
             raise unauthenticated(f"token lacks the '{e.claim}' claim") from None
         except (jwt.PyJWTError, ValueError, TypeError):
             raise unauthenticated("invalid token") from None
+        _check_times(claims, time.time(), config.leeway)
         roles = claims.get("roles", ())
         if isinstance(roles, str):
             roles = roles.split()
@@ -178,7 +190,37 @@ class Authenticator:
         )
 
 
+def _check_times(claims: dict[str, Any], now: float, leeway: float) -> None:
+    """``exp`` (required), ``nbf`` and ``iat``: integers from 0 to :data:`MAX_NUMERIC_DATE`, then the token's
+    validity window around ``now`` (``leeway`` seconds of clock skew either way)."""
+    for name in _TIME_CLAIMS:
+        if name not in claims:
+            continue
+        value = claims[name]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise unauthenticated(
+                f"invalid token: the '{name}' claim must be an integer (seconds since 1970), "
+                f"not {type(value).__name__}"
+            )
+        if not 0 <= value <= MAX_NUMERIC_DATE:
+            raise unauthenticated(
+                f"invalid token: the '{name}' claim must be between 0 and {MAX_NUMERIC_DATE} (the year 9999)"
+            )
+    if claims["exp"] <= now - leeway:
+        raise unauthenticated("token expired")
+    if claims.get("nbf", 0) > now + leeway:
+        raise unauthenticated("invalid token: not valid yet (its 'nbf' is in the future)")
+    if claims.get("iat", 0) > now + leeway:
+        raise unauthenticated("invalid token: issued in the future (its 'iat')")
+
+
 def _credential(headers: Mapping[str, str]) -> str:
+    if "authorization" in headers and "x-api-key" in headers:
+        raise ApiError(
+            400,
+            "ambiguous_credentials",
+            "send one credential: 'Authorization: Bearer ...' or 'X-API-Key: ...', not both",
+        )
     value = headers.get("authorization")
     if value:
         scheme, _, token = value.strip().partition(" ")
