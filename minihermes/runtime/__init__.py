@@ -31,6 +31,7 @@ from ._context import (
     reset_context,
     set_context,
 )
+from ._datadir import DataDirBusy, DataDirLock, running_node
 from ._directory import RegistryEntry
 from ._errors import (
     ActorCrashed,
@@ -81,6 +82,8 @@ __all__ = [
     "ClusterModel",
     "ConfigError",
     "Conflict",
+    "DataDirBusy",
+    "DataDirLock",
     "Deferred",
     "Duration",
     "Fabric",
@@ -128,6 +131,7 @@ __all__ = [
     "register_fabric",
     "reset_context",
     "run_loop",
+    "running_node",
     "set_context",
     "state",
     "tune_gc",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ._clock import Clock
 from ._config import AppConfig
+from ._datadir import DataDirLock
 from ._fabric import open_fabric
 from ._links import ServiceLinks
 from ._node import Node
@@ -11,7 +12,8 @@ from .store import open_store
 
 
 def build_node(config: AppConfig, *, clock: Clock | None = None) -> Node:
-    """A node for this config with its store (not started: ``await node.start()``)."""
+    """A node for this config with its store (not started: ``await node.start()``); unclustered on SQLite, it
+    holds its data dir's lock while it runs (``DataDirLock``)."""
     n = config.model.node
     options = dict(n.backend_options)
     if n.backend == "sqlite":
@@ -24,4 +26,8 @@ def build_node(config: AppConfig, *, clock: Clock | None = None) -> Node:
     if cluster.enabled:
         # A fabric is a plug-in registered by name (``register_fabric``), imported only for clustered nodes.
         node.fabric = open_fabric(cluster.fabric, cluster)
+    elif n.backend == "sqlite":
+        # One node per SQLite data dir (two schedulers, two activations of one actor, and SQLite's multi-writer
+        # WAL-reset bug otherwise); cluster nodes share a dir on purpose, under the fabric's leases.
+        node.data_dir_lock = DataDirLock(options["data_dir"])
     return node

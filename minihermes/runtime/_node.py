@@ -30,6 +30,7 @@ from ._actor import Actor, Handler
 from ._cell import FENCED_OUT, Cell, CellKey, Deferred, Owner, Scope, current_cell
 from ._clock import Clock, SystemClock
 from ._context import SYSTEM_CONTEXT, RequestContext, current_context
+from ._datadir import DataDirLock
 from ._directory import Directory, RegistryEntry
 from ._errors import (
     ActorCrashed,
@@ -148,6 +149,9 @@ class Node:
         self.failed: asyncio.Event = asyncio.Event()
         self.fabric: Fabric | None = None
         """Set (before ``start``) to join a cluster; see ``minihermes.cluster``."""
+        self.data_dir_lock: DataDirLock | None = None
+        """Held from before the store opens until after it closes: one node per data dir (``build_node``
+        sets it for an unclustered SQLite node; ``None`` shares the dir, as a cluster's nodes do)."""
         self._directory = Directory(self)
         self._relations = Relations(self)
         self._scheduler = Timers(self)
@@ -166,7 +170,14 @@ class Node:
     # -- lifecycle ----------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        await self.store.open()
+        if self.data_dir_lock is not None:
+            self.data_dir_lock.acquire(node_id=self.node_id)  # DataDirBusy: another node runs there
+        try:
+            await self.store.open()
+        except BaseException:
+            if self.data_dir_lock is not None:
+                self.data_dir_lock.release()
+            raise
         released = await self.store.channels.release_receipt_prefix(f"{self.node_id}:")
         if released:
             log.info("redelivering %d channel messages left in flight by a previous run", released)
@@ -204,6 +215,8 @@ class Node:
         await self.store.locks.release_holder(self.node_id)
         await self.links.aclose()
         await self.store.close()
+        if self.data_dir_lock is not None:
+            self.data_dir_lock.release()
         log.info("node %s stopped", self.node_id)
 
     @property

@@ -55,6 +55,8 @@ async def app_node(tmp_path: Path, clock: ManualClock) -> AsyncIterator[Callable
                 spec.cls = ScriptedGateway
             spec.args.update(args.get(spec.name, {}))
         node = build_agent_node(config, clock=clock)
+        if node_id:
+            node.data_dir_lock = None  # several nodes on one store, as a cluster's share it
         await node.start()
         nodes.append(node)
         return node
