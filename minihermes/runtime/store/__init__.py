@@ -10,7 +10,8 @@
 Backends: "sqlite" (embedded; ``minihermes.runtime.store.sqlite.SqliteStore``) and "postgres" (shared by
 several nodes; ``minihermes.runtime.store.postgres.PostgresStore``, needs psycopg and pgvector). Add one with
 ``register_backend(name, factory)``; shared, dialect-independent rules live in ``_common`` and ``_chain``.
-``sqlite_v1_fixture`` writes a data dir in the oldest storage format, for migration tests.
+``store.write_batch(scope, [KVPut(...), TupleWrite(...), TextUpsert(...), ...])`` applies writes to several
+primitives in one transaction (all or none). ``sqlite_v1_fixture`` writes a data dir in the oldest storage format, for migration tests.
 """
 
 from ._errors import FencedOut, SchemaVersionError, StoreClosedError, StoreError
@@ -29,7 +30,9 @@ from .base import (
     EventLog,
     EventRecord,
     Finding,
+    KVDelete,
     KVEntry,
+    KVPut,
     KVStore,
     LockInfo,
     LockStore,
@@ -44,9 +47,14 @@ from .base import (
     SearchHit,
     Store,
     TextIndex,
+    TextRemove,
+    TextUpsert,
     TupleSpace,
+    TupleTakeAll,
+    TupleWrite,
     VectorHit,
     VectorIndex,
+    Write,
 )
 from .testing import sqlite_v1_fixture
 
@@ -66,7 +74,9 @@ __all__ = [
     "EventRecord",
     "FencedOut",
     "Finding",
+    "KVDelete",
     "KVEntry",
+    "KVPut",
     "KVStore",
     "LockInfo",
     "LockStore",
@@ -84,9 +94,14 @@ __all__ = [
     "StoreClosedError",
     "StoreError",
     "TextIndex",
+    "TextRemove",
+    "TextUpsert",
     "TupleSpace",
+    "TupleTakeAll",
+    "TupleWrite",
     "VectorHit",
     "VectorIndex",
+    "Write",
     "backend_names",
     "get_backend",
     "open_store",

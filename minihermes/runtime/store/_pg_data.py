@@ -15,7 +15,7 @@ from ._common import (
     loads_json,
 )
 from ._pg_common import Corrupt, Part, check_no_nul, insert_quarantine, prefix_clause
-from ._pg_engine import Conn
+from ._pg_engine import Conn, Op
 from .base import JSON, BlobInfo, KVEntry, QuarantinedRecord, Scope
 
 _LIVE = "(expires_at IS NULL OR expires_at > %s)"
@@ -68,15 +68,26 @@ class PgKV(Part):
             return None
 
     async def put(self, scope: Scope, key: str, value: JSON, ttl: float | None = None) -> int:
+        version: int = await self._db.run(self.put_op(scope, key, value, ttl))
+        return version
+
+    def put_op(self, scope: Scope, key: str, value: JSON, ttl: float | None = None) -> Op:
+        """``put`` checked now, as a function of a connection (for ``write_batch``)."""
         tenant, ns = check_scope(scope)
         check_name("key", key)
         text = dumps_json(f"value for key {key!r}", value)
         ttl = check_ttl(ttl)
         now = self._now()
         expires_at = None if ttl is None else now + ttl
-        row = await self._db.fetchone(_KV_PUT, (tenant, ns, key, text, expires_at, now))
-        assert row is not None
-        return int(row[0])
+        params = (tenant, ns, key, text, expires_at, now)
+
+        async def op(conn: Conn) -> int:
+            cur = await conn.execute(_KV_PUT, params)
+            row = await cur.fetchone()
+            assert row is not None
+            return int(row[0])
+
+        return op
 
     async def cas(
         self, scope: Scope, key: str, expected_version: int | None, value: JSON, ttl: float | None = None
@@ -97,10 +108,21 @@ class PgKV(Part):
         return None if row is None else int(row[0])
 
     async def delete(self, scope: Scope, key: str) -> bool:
+        deleted: bool = await self._db.run(self.delete_op(scope, key))
+        return deleted
+
+    def delete_op(self, scope: Scope, key: str) -> Op:
+        """``delete`` checked now, as a function of a connection (for ``write_batch``)."""
         tenant, ns = check_scope(scope)
         check_name("key", key)
         sql = f"DELETE FROM kv WHERE tenant = %s AND ns = %s AND key = %s AND {_LIVE}"
-        return await self._db.rowcount(sql, (tenant, ns, key, self._now())) > 0
+        params = (tenant, ns, key, self._now())
+
+        async def op(conn: Conn) -> bool:
+            cur = await conn.execute(sql, params)
+            return cur.rowcount > 0
+
+        return op
 
     async def list(self, scope: Scope, prefix: str = "", limit: int | None = None) -> list[tuple[str, JSON]]:
         tenant, ns = check_scope(scope)

@@ -26,6 +26,8 @@ from ._errors import StoreClosedError
 T = TypeVar("T")
 Conn = psycopg.AsyncConnection[TupleRow]
 Params = Sequence[Any] | Mapping[str, Any]
+Op = Callable[[Conn], Awaitable[Any]]
+"""A write checked and bound to its parameters, run on a connection (``Store.write_batch``)."""
 logger = logging.getLogger("minihermes.runtime.store.postgres")
 
 
@@ -121,6 +123,11 @@ class PgEngine:
         pool = self._check_open()
         async with pool.connection() as conn:
             yield conn
+
+    async def run(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
+        """Run fn on a pooled connection in autocommit (each statement its own transaction)."""
+        async with self.connection() as conn:
+            return await fn(conn)
 
     async def transaction(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
         """Run fn in one transaction (READ COMMITTED) on a pooled connection."""

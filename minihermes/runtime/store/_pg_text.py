@@ -20,13 +20,14 @@ from ._common import (
     check_count,
     check_documents,
     check_name,
+    check_prefix,
     check_scope,
     check_text,
     loads_json,
     search_terms,
 )
-from ._pg_common import Part, write_rows
-from ._pg_engine import logger
+from ._pg_common import Part, prefix_clause, write_rows
+from ._pg_engine import Conn, Op, logger
 from .base import JSON, Scope, SearchHit
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -81,10 +82,21 @@ class PgText(Part):
     async def upsert(
         self, scope: Scope, index: str, doc_id: str, fields: dict[str, str], meta: JSON = None
     ) -> None:
+        await self._db.run(self.upsert_op(scope, index, doc_id, fields, meta))
+
+    def upsert_op(
+        self, scope: Scope, index: str, doc_id: str, fields: dict[str, str], meta: JSON = None
+    ) -> Op:
+        """``upsert`` checked now, as a function of a connection (for ``write_batch``)."""
         tenant, ns = check_scope(scope)
         check_name("index", index)
         [doc] = check_documents([(doc_id, fields, meta)])
-        await self._db.rowcount(_UPSERT, self._params(tenant, ns, index, doc, self._now()))
+        params = self._params(tenant, ns, index, doc, self._now())
+
+        async def op(conn: Conn) -> None:
+            await conn.execute(_UPSERT, params)
+
+        return op
 
     async def upsert_many(
         self, scope: Scope, index: str, docs: Sequence[tuple[str, dict[str, str], JSON]]
@@ -112,11 +124,36 @@ class PgText(Part):
         }
 
     async def remove(self, scope: Scope, index: str, doc_id: str) -> bool:
+        removed: bool = await self._db.run(self.remove_op(scope, index, doc_id))
+        return removed
+
+    def remove_op(self, scope: Scope, index: str, doc_id: str) -> Op:
+        """``remove`` checked now, as a function of a connection (for ``write_batch``)."""
         tenant, ns = check_scope(scope)
         check_name("index", index)
         check_name("doc_id", doc_id)
         sql = "DELETE FROM text_docs WHERE tenant = %s AND ns = %s AND idx = %s AND doc_id = %s"
-        return await self._db.rowcount(sql, (tenant, ns, index, doc_id)) > 0
+        params = (tenant, ns, index, doc_id)
+
+        async def op(conn: Conn) -> bool:
+            cur = await conn.execute(sql, params)
+            return cur.rowcount > 0
+
+        return op
+
+    async def documents(self, scope: Scope, index: str, prefix: str = "") -> list[tuple[str, JSON]]:
+        tenant, ns = check_scope(scope)
+        check_name("index", index)
+        check_prefix(prefix)
+        where, bounds = prefix_clause("doc_id", prefix)
+        sql = f"SELECT doc_id, meta FROM text_docs WHERE tenant = %s AND ns = %s AND idx = %s{where} ORDER BY doc_id"
+        out: list[tuple[str, JSON]] = []
+        for doc_id, raw_meta in await self._db.fetchall(sql, (tenant, ns, index, *bounds)):
+            try:
+                out.append((doc_id, loads_json(raw_meta)))
+            except ValueError:
+                out.append((doc_id, None))  # as ``search`` does: the document, without its meta
+        return out
 
     async def search(self, scope: Scope, index: str, query: str, limit: int = 10) -> list[SearchHit]:
         tenant, ns = check_scope(scope)

@@ -21,7 +21,7 @@ from ._common import (
     encode_tuple,
 )
 from ._pg_common import Corrupt, Part, insert_quarantine, write_rows
-from ._pg_engine import Conn
+from ._pg_engine import Conn, Op
 from .base import Scalar, Scope
 
 _DELETE_EXACT = "DELETE FROM tuples WHERE id = %s AND body = %s"
@@ -57,8 +57,17 @@ class PgTuples(Part):
     """Linda-style tuple space; each tuple is taken at most once, across connections and nodes."""
 
     async def write(self, scope: Scope, tup: Sequence[Scalar]) -> None:
+        await self._db.run(self.write_op(scope, tup))
+
+    def write_op(self, scope: Scope, tup: Sequence[Scalar]) -> Op:
+        """``write`` checked now, as a function of a connection (for ``write_batch``)."""
         tenant, ns = check_scope(scope)
-        await self._db.rowcount(_INSERT, self._row(tenant, ns, check_tuple(tup)))
+        row = self._row(tenant, ns, check_tuple(tup))
+
+        async def op(conn: Conn) -> None:
+            await conn.execute(_INSERT, row)
+
+        return op
 
     async def write_many(self, scope: Scope, tuples: Sequence[Sequence[Scalar]]) -> int:
         tenant, ns = check_scope(scope)
@@ -136,6 +145,11 @@ class PgTuples(Part):
         return await self._db.transaction(op)
 
     async def take_all(self, scope: Scope, pattern: Sequence[Scalar]) -> int:
+        taken: int = await self._db.transaction(self.take_all_op(scope, pattern))
+        return taken
+
+    def take_all_op(self, scope: Scope, pattern: Sequence[Scalar]) -> Op:
+        """``take_all`` checked now, as a function of a connection in a transaction (``write_batch``)."""
         tenant, ns = check_scope(scope)
         pat = check_tuple(pattern, pattern=True)
         where, params = _where(tenant, ns, pat)
@@ -148,7 +162,7 @@ class PgTuples(Part):
                 await _record(conn, item, now)
             return (cur.rowcount or 0) - len(corrupt)
 
-        return await self._db.transaction(op)
+        return op
 
 
 async def _record(conn: Conn, item: Corrupt, at: float) -> None:

@@ -79,6 +79,12 @@ class SqliteKV(Part):
             return None
 
     async def put(self, scope: Scope, key: str, value: JSON, ttl: float | None = None) -> int:
+        return await self._db.write(self.put_op(scope, key, value, ttl))
+
+    def put_op(
+        self, scope: Scope, key: str, value: JSON, ttl: float | None = None
+    ) -> Callable[[sqlite3.Connection], int]:
+        """``put`` checked now, as a function of the write connection (for ``write_batch``)."""
         tenant, ns = check_scope(scope)
         check_name("key", key)
         text = dumps_json(f"value for key {key!r}", value)
@@ -86,8 +92,7 @@ class SqliteKV(Part):
         now = self._now()
         expires_at = None if ttl is None else now + ttl
         params = (tenant, ns, key, text, expires_at, now)
-        version: int = await self._db.write(lambda c: c.execute(_KV_PUT, params).fetchone()[0])
-        return version
+        return lambda c: int(c.execute(_KV_PUT, params).fetchone()[0])
 
     async def cas(
         self, scope: Scope, key: str, expected_version: int | None, value: JSON, ttl: float | None = None
@@ -113,12 +118,15 @@ class SqliteKV(Part):
         return await self._db.write(op)
 
     async def delete(self, scope: Scope, key: str) -> bool:
+        return await self._db.write(self.delete_op(scope, key))
+
+    def delete_op(self, scope: Scope, key: str) -> Callable[[sqlite3.Connection], bool]:
+        """``delete`` checked now, as a function of the write connection (for ``write_batch``)."""
         tenant, ns = check_scope(scope)
         check_name("key", key)
         now = self._now()
         sql = f"DELETE FROM kv WHERE tenant = ? AND ns = ? AND key = ? AND {_LIVE}"
-        count: int = await self._db.write(lambda c: c.execute(sql, (tenant, ns, key, now)).rowcount)
-        return count > 0
+        return lambda c: c.execute(sql, (tenant, ns, key, now)).rowcount > 0
 
     async def list(self, scope: Scope, prefix: str = "", limit: int | None = None) -> list[tuple[str, JSON]]:
         tenant, ns = check_scope(scope)

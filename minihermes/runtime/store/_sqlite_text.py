@@ -10,18 +10,19 @@ operators, column filters and stray quotes in the input are never parsed as synt
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ._common import (
     check_count,
     check_documents,
     check_name,
+    check_prefix,
     check_scope,
     check_text,
     loads_json,
     search_terms,
 )
-from ._sqlite_common import Part, logger
+from ._sqlite_common import Part, logger, prefix_clause
 from ._sqlite_schema import create_fts_table, fts_table
 from .base import JSON, Scope, SearchHit
 
@@ -70,11 +71,18 @@ class SqliteText(Part):
     async def upsert_many(
         self, scope: Scope, index: str, docs: Sequence[tuple[str, dict[str, str], JSON]]
     ) -> int:
+        op = self.upsert_op(scope, index, docs)
+        return 0 if op is None else await self._db.write(op)
+
+    def upsert_op(
+        self, scope: Scope, index: str, docs: Sequence[tuple[str, dict[str, str], JSON]]
+    ) -> Callable[[sqlite3.Connection], int] | None:
+        """``upsert_many`` checked now, as a function of the write connection (None: no documents)."""
         tenant, ns = check_scope(scope)
         check_name("index", index)
         rows = check_documents(docs)
         if not rows:
-            return 0
+            return None
         now = self._now()
 
         def op(conn: sqlite3.Connection) -> int:
@@ -100,9 +108,13 @@ class SqliteText(Part):
                 conn.execute(f"INSERT INTO {table} (rowid, body) VALUES (?, ?)", (doc_row, body))
             return len(rows)
 
-        return await self._db.write(op)
+        return op
 
     async def remove(self, scope: Scope, index: str, doc_id: str) -> bool:
+        return await self._db.write(self.remove_op(scope, index, doc_id))
+
+    def remove_op(self, scope: Scope, index: str, doc_id: str) -> Callable[[sqlite3.Connection], bool]:
+        """``remove`` checked now, as a function of the write connection (for ``write_batch``)."""
         tenant, ns = check_scope(scope)
         check_name("index", index)
         check_name("doc_id", doc_id)
@@ -120,7 +132,22 @@ class SqliteText(Part):
                 conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (row[0],))
             return True
 
-        return await self._db.write(op)
+        return op
+
+    async def documents(self, scope: Scope, index: str, prefix: str = "") -> list[tuple[str, JSON]]:
+        tenant, ns = check_scope(scope)
+        check_name("index", index)
+        check_prefix(prefix)
+        where, bounds = prefix_clause("doc_id", prefix)
+        sql = f"SELECT doc_id, meta FROM text_docs WHERE tenant = ? AND ns = ? AND idx = ?{where} ORDER BY doc_id"
+        rows = await self._db.read(lambda c: c.execute(sql, (tenant, ns, index, *bounds)).fetchall())
+        out: list[tuple[str, JSON]] = []
+        for doc_id, raw_meta in rows:
+            try:
+                out.append((doc_id, loads_json(raw_meta)))
+            except ValueError:
+                out.append((doc_id, None))  # as ``search`` does: the document, without its meta
+        return out
 
     async def search(self, scope: Scope, index: str, query: str, limit: int = 10) -> list[SearchHit]:
         tenant, ns = check_scope(scope)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ._common import (
     check_limit,
@@ -84,9 +84,17 @@ class SqliteTuples(Part):
     across processes (the write lock serializes them)."""
 
     async def write(self, scope: Scope, tup: Sequence[Scalar]) -> None:
+        await self._db.write(self.write_op(scope, tup))
+
+    def write_op(self, scope: Scope, tup: Sequence[Scalar]) -> Callable[[sqlite3.Connection], None]:
+        """``write`` checked now, as a function of the write connection (for ``write_batch``)."""
         tenant, ns = check_scope(scope)
         params = _row(tenant, ns, check_tuple(tup), self._now())
-        await self._db.write(lambda c: c.execute(_INSERT, params))
+
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute(_INSERT, params)
+
+        return op
 
     async def write_many(self, scope: Scope, tuples: Sequence[Sequence[Scalar]]) -> int:
         tenant, ns = check_scope(scope)
@@ -149,6 +157,10 @@ class SqliteTuples(Part):
         return await self._db.write(op)
 
     async def take_all(self, scope: Scope, pattern: Sequence[Scalar]) -> int:
+        return await self._db.write(self.take_all_op(scope, pattern))
+
+    def take_all_op(self, scope: Scope, pattern: Sequence[Scalar]) -> Callable[[sqlite3.Connection], int]:
+        """``take_all`` checked now, as a function of the write connection (for ``write_batch``)."""
         tenant, ns = check_scope(scope)
         pat = check_tuple(pattern, pattern=True)
         now = self._now()
@@ -160,4 +172,4 @@ class SqliteTuples(Part):
             execute_each(conn, "DELETE FROM tuples WHERE id = ?", [(row_id,) for row_id, _ in found])
             return len(found)
 
-        return await self._db.write(op)
+        return op

@@ -182,6 +182,61 @@ class RetentionReport:
     deleted: dict[str, int] = field(default_factory=dict)
 
 
+# ------------------------------------------------------------------------------------------- atomic batches
+
+
+@dataclass(frozen=True, slots=True)
+class KVPut:
+    """``KVStore.put`` in a batch (its result: the new version)."""
+
+    key: str
+    value: JSON
+    ttl: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KVDelete:
+    """``KVStore.delete`` in a batch (its result: whether a live entry was deleted)."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class TupleWrite:
+    """``TupleSpace.write`` in a batch (its result: None)."""
+
+    tup: Sequence[Scalar]
+
+
+@dataclass(frozen=True, slots=True)
+class TupleTakeAll:
+    """``TupleSpace.take_all`` in a batch (its result: how many were removed)."""
+
+    pattern: Sequence[Scalar]
+
+
+@dataclass(frozen=True, slots=True)
+class TextUpsert:
+    """``TextIndex.upsert`` in a batch (its result: None)."""
+
+    index: str
+    doc_id: str
+    fields: dict[str, str]
+    meta: JSON = None
+
+
+@dataclass(frozen=True, slots=True)
+class TextRemove:
+    """``TextIndex.remove`` in a batch (its result: whether the document was there)."""
+
+    index: str
+    doc_id: str
+
+
+Write = KVPut | KVDelete | TupleWrite | TupleTakeAll | TextUpsert | TextRemove
+"""One write of ``Store.write_batch``: the same operation as the primitive's method of that name."""
+
+
 # --------------------------------------------------------------------------------------------------- protocols
 
 
@@ -445,6 +500,11 @@ class TextIndex(Protocol):
         ...
 
     async def remove(self, scope: Scope, index: str, doc_id: str) -> bool: ...
+    async def documents(self, scope: Scope, index: str, prefix: str = "") -> list[tuple[str, JSON]]:
+        """``(doc_id, meta)`` of every document of the index whose id starts with prefix, ordered by id
+        (finding what an index holds without a query: cleanups, consistency checks)."""
+        ...
+
     async def search(self, scope: Scope, index: str, query: str, limit: int = 10) -> list[SearchHit]:
         """Free text query (user input: never a syntax error; punctuation is ignored); best first."""
         ...
@@ -509,6 +569,15 @@ class Store(Protocol):
 
     async def close(self) -> None:
         """Flush pending group commits, then release resources."""
+        ...
+
+    async def write_batch(self, scope: Scope, writes: Sequence[Write]) -> builtins.list[Any]:
+        """Apply ``writes`` (kv puts and deletes, tuple writes and take_alls, text upserts and removes) in
+        order, in one transaction: all of them or, if one fails, none. Returns each write's result, as its
+        primitive's method returns it. Every write is checked before any runs (a bad one raises the same
+        TypeError/ValueError as the method); an unknown kind of write is a TypeError. For a record kept in
+        several primitives at once (a record, its index entries, its tuples), so a failure between them
+        cannot leave part of it behind."""
         ...
 
     async def schema_version(self) -> int: ...

@@ -33,7 +33,7 @@ from ._pg_checkpoints import PgCheckpoints
 from ._pg_coord import PgLocks, PgReminders
 from ._pg_data import PgBlobs, PgKV, PgQuarantine
 from ._pg_doctor import inspect
-from ._pg_engine import Conn, PgEngine
+from ._pg_engine import Conn, Op, PgEngine
 from ._pg_events import PgEvents
 from ._pg_retention import apply_rules
 from ._pg_schema import LATEST_VERSION, prepare
@@ -46,15 +46,23 @@ from .base import (
     CheckpointStore,
     EventLog,
     Finding,
+    KVDelete,
+    KVPut,
     KVStore,
     LockStore,
     Quarantine,
     ReminderStore,
     RetentionReport,
     RetentionRule,
+    Scope,
     TextIndex,
+    TextRemove,
+    TextUpsert,
     TupleSpace,
+    TupleTakeAll,
+    TupleWrite,
     VectorIndex,
+    Write,
 )
 
 DEFAULT_DSN_ENV = "MINIHERMES_PG_DSN"
@@ -143,8 +151,10 @@ class PostgresStore:
         self._engine = PgEngine(dsn, kwargs, min_size=min_size, max_size=max_size, timeout=timeout)
         self._opening = asyncio.Lock()
         engine, clk = self._engine, self.clock
-        self.kv: KVStore = PgKV(engine, clk)
-        self.tuples: TupleSpace = PgTuples(engine, clk)
+        self._kv = PgKV(engine, clk)
+        self.kv: KVStore = self._kv
+        self._tuples = PgTuples(engine, clk)
+        self.tuples: TupleSpace = self._tuples
         self.blobs: BlobStore = PgBlobs(engine, clk)
         self._events = PgEvents(engine, clk)
         self.events: EventLog = self._events
@@ -153,7 +163,8 @@ class PostgresStore:
         self._checkpoints = PgCheckpoints(engine, clk)
         self.checkpoints: CheckpointStore = self._checkpoints
         self.reminders: ReminderStore = PgReminders(engine, clk)
-        self.text: TextIndex = PgText(engine, clk)
+        self._text = PgText(engine, clk)
+        self.text: TextIndex = self._text
         self.vectors: VectorIndex = PgVectors(engine, clk)
         self.quarantine: Quarantine = PgQuarantine(engine, clk)
 
@@ -203,6 +214,32 @@ class PostgresStore:
             self._engine.set_password(password)
             secrets.append(password)
         return await inspect(self._engine.connect, self.schema, self._where, secrets)
+
+    async def write_batch(self, scope: Scope, writes: Sequence[Write]) -> list[Any]:
+        """Every write in one transaction on one pooled connection, in order."""
+        ops = [self._op(scope, w) for w in writes]  # every write checked before any runs
+        if not ops:
+            return []
+
+        async def run(conn: Conn) -> list[Any]:
+            return [await op(conn) for op in ops]
+
+        return await self._engine.transaction(run)
+
+    def _op(self, scope: Scope, write: Write) -> Op:
+        if isinstance(write, KVPut):
+            return self._kv.put_op(scope, write.key, write.value, write.ttl)
+        if isinstance(write, KVDelete):
+            return self._kv.delete_op(scope, write.key)
+        if isinstance(write, TupleWrite):
+            return self._tuples.write_op(scope, write.tup)
+        if isinstance(write, TupleTakeAll):
+            return self._tuples.take_all_op(scope, write.pattern)
+        if isinstance(write, TextUpsert):
+            return self._text.upsert_op(scope, write.index, write.doc_id, write.fields, write.meta)
+        if isinstance(write, TextRemove):
+            return self._text.remove_op(scope, write.index, write.doc_id)
+        raise TypeError(f"write_batch: not a write: {type(write).__name__}")
 
     async def apply_retention(self, rules: Sequence[RetentionRule], now: float) -> RetentionReport:
         """Apply every rule across all scopes in one transaction and purge expired KV rows. The report

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Sequence
+import sqlite3
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from .._clock import Clock, SystemClock
 from ._common import check_number, parse_rules
@@ -37,15 +39,23 @@ from .base import (
     CheckpointStore,
     EventLog,
     Finding,
+    KVDelete,
+    KVPut,
     KVStore,
     LockStore,
     Quarantine,
     ReminderStore,
     RetentionReport,
     RetentionRule,
+    Scope,
     TextIndex,
+    TextRemove,
+    TextUpsert,
     TupleSpace,
+    TupleTakeAll,
+    TupleWrite,
     VectorIndex,
+    Write,
 )
 
 _SYNCHRONOUS = ("normal", "full")
@@ -95,8 +105,10 @@ class SqliteStore:
         )
         self._opening = asyncio.Lock()
         engine, clk = self._engine, self.clock
-        self.kv: KVStore = SqliteKV(engine, clk)
-        self.tuples: TupleSpace = SqliteTuples(engine, clk)
+        self._kv = SqliteKV(engine, clk)
+        self.kv: KVStore = self._kv
+        self._tuples = SqliteTuples(engine, clk)
+        self.tuples: TupleSpace = self._tuples
         self.blobs: BlobStore = SqliteBlobs(engine, clk)
         self.events: EventLog = SqliteEvents(engine, clk)
         self.channels: ChannelStore = SqliteChannels(engine, clk)
@@ -104,7 +116,8 @@ class SqliteStore:
         self._checkpoints = SqliteCheckpoints(engine, clk)
         self.checkpoints: CheckpointStore = self._checkpoints
         self.reminders: ReminderStore = SqliteReminders(engine, clk)
-        self.text: TextIndex = SqliteText(engine, clk)
+        self._text = SqliteText(engine, clk)
+        self.text: TextIndex = self._text
         self.vectors: VectorIndex = SqliteVectors(engine, clk)
         self.quarantine: Quarantine = SqliteQuarantine(engine, clk)
 
@@ -143,6 +156,30 @@ class SqliteStore:
         and FTS5 work there, and the file's schema version is one this MiniHermes opens (read only)."""
         return await asyncio.to_thread(inspect, self.path, make_dir=self._data_dir is not None)
 
+    async def write_batch(self, scope: Scope, writes: Sequence[Write]) -> list[Any]:
+        """Every write as one op of the writer: it commits with its group, and when it fails the engine
+        undoes all of it (its savepoint), never part."""
+        ops = [self._op(scope, w) for w in writes]  # every write checked before any runs
+        if not ops:
+            return []
+        return await self._engine.write(lambda conn: [None if op is None else op(conn) for op in ops])
+
+    def _op(self, scope: Scope, write: Write) -> Callable[[sqlite3.Connection], Any] | None:
+        if isinstance(write, KVPut):
+            return self._kv.put_op(scope, write.key, write.value, write.ttl)
+        if isinstance(write, KVDelete):
+            return self._kv.delete_op(scope, write.key)
+        if isinstance(write, TupleWrite):
+            return self._tuples.write_op(scope, write.tup)
+        if isinstance(write, TupleTakeAll):
+            return self._tuples.take_all_op(scope, write.pattern)
+        if isinstance(write, TextUpsert):
+            op = self._text.upsert_op(scope, write.index, [(write.doc_id, write.fields, write.meta)])
+            return None if op is None else _none(op)
+        if isinstance(write, TextRemove):
+            return self._text.remove_op(scope, write.index, write.doc_id)
+        raise TypeError(f"write_batch: not a write: {type(write).__name__}")
+
     async def apply_retention(self, rules: Sequence[RetentionRule], now: float) -> RetentionReport:
         """Apply every rule across all scopes in one transaction and purge expired KV rows, then return free
         pages to the file system (incremental_vacuum). The report counts deleted rows per rule kind, plus
@@ -152,3 +189,10 @@ class SqliteStore:
         counts = await self._engine.write(lambda conn: apply_rules(conn, parsed, now))
         await self._engine.write(incremental_vacuum, transactional=False)
         return RetentionReport(counts)
+
+
+def _none(op: Callable[[sqlite3.Connection], Any]) -> Callable[[sqlite3.Connection], None]:
+    def run(conn: sqlite3.Connection) -> None:
+        op(conn)
+
+    return run

@@ -2,22 +2,34 @@
 
 ``create_v1_database`` writes a database file in the frozen v1 schema with a little of everything in it, so
 migration tests (here and in the runtime) start from what an old release really left on disk.
+
+``failing_writes`` makes the database itself refuse some writes (a trigger), so a test sees what a real
+failure in the middle of a transaction leaves behind, on SQLite and on PostgreSQL alike.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
+import re
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from ._chain import ZERO_HASH, chain_hash
 from ._common import encode_element, encode_tuple
 from ._sqlite_schema import DB_FILENAME, create_baseline
-from .base import JSON, Scope
+from .base import JSON, Scope, Store
+
+INJECTED = "injected write failure"
+"""The message of the error ``failing_writes`` raises inside the database."""
+_TABLES = ("kv", "tuples", "text_docs", "vectors", "blobs", "events", "channel_messages", "checkpoints")
+_EVENTS = ("INSERT", "UPDATE", "DELETE")
+_triggers = itertools.count(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,3 +178,62 @@ def _json(value: object, *, canonical: bool = False) -> str:
     if canonical:
         return json.dumps(value, sort_keys=True, separators=(",", ":"))
     return json.dumps(value, separators=(",", ":"))
+
+
+@asynccontextmanager
+async def failing_writes(
+    store: Store, table: str, when: str = "TRUE", events: Sequence[str] = ("INSERT",)
+) -> AsyncIterator[None]:
+    """While open, the database refuses every row write to ``table`` (one of the store's tables: "kv",
+    "tuples", "text_docs", ...) for which the SQL condition ``when`` holds (``NEW.key LIKE 'mem:%'``; use
+    ``OLD`` for deletes), with an error inside the transaction (a trigger raising ``INJECTED``). For tests
+    only: ``when`` is SQL, put in the trigger as given. An open SQLite or PostgreSQL store."""
+    if table not in _TABLES:
+        raise ValueError(f"failing_writes: unknown table {table!r}; known: {', '.join(_TABLES)}")
+    if not events or any(e not in _EVENTS for e in events):
+        raise ValueError(f"failing_writes: events must be some of {_EVENTS}")
+    name = f"minihermes_injected_{next(_triggers)}"
+    if store.backend == "sqlite":
+        path = Path(getattr(store, "path"))  # noqa: B009 - SqliteStore's file; Store does not name it
+        names = [f"{name}_{e.lower()}" for e in events]
+        sql = [
+            f"CREATE TRIGGER {n} BEFORE {e} ON {table} FOR EACH ROW WHEN ({when})"
+            f" BEGIN SELECT RAISE(ABORT, '{INJECTED}'); END"
+            for n, e in zip(names, events, strict=True)
+        ]
+        await asyncio.to_thread(_sqlite_run, path, sql)
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(_sqlite_run, path, [f"DROP TRIGGER IF EXISTS {n}" for n in names])
+        return
+    if store.backend != "postgres":
+        raise ValueError(f"failing_writes: no injection for the {store.backend!r} backend")
+    schema = str(getattr(store, "schema"))  # noqa: B009 - PostgresStore's schema
+    if not re.fullmatch(r"[a-z_][a-z0-9_]*", schema):
+        raise ValueError(f"failing_writes: odd schema name {schema!r}")
+    engine = getattr(store, "_engine")  # noqa: B009 - the store's own connection factory
+    fn = f'"{schema}".minihermes_injected_failure'
+    async with await engine.connect() as conn:
+        await conn.execute(
+            f"CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql"
+            f" AS $$ BEGIN RAISE EXCEPTION '{INJECTED}'; END $$"
+        )
+        await conn.execute(
+            f'CREATE TRIGGER {name} BEFORE {" OR ".join(events)} ON "{schema}".{table}'
+            f" FOR EACH ROW WHEN ({when}) EXECUTE FUNCTION {fn}()"
+        )
+    try:
+        yield
+    finally:
+        async with await engine.connect() as conn:
+            await conn.execute(f'DROP TRIGGER IF EXISTS {name} ON "{schema}".{table}')
+
+
+def _sqlite_run(path: Path, statements: list[str]) -> None:
+    conn = sqlite3.connect(path, isolation_level=None, timeout=10)
+    try:
+        for statement in statements:
+            conn.execute(statement)
+    finally:
+        conn.close()
