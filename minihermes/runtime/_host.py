@@ -32,6 +32,7 @@ from .store import (
     SearchHit,
     Store,
     VectorHit,
+    Write,
 )
 
 if TYPE_CHECKING:
@@ -250,6 +251,10 @@ class HostText(_Scoped):
     async def remove(self, index: str, doc_id: str) -> bool:
         return await self._store.text.remove(_scope(), index, doc_id)
 
+    async def documents(self, index: str, prefix: str = "") -> list[tuple[str, JSON]]:
+        """``(doc_id, meta)`` of the index's documents whose id starts with prefix, by id."""
+        return await self._store.text.documents(_scope(), index, prefix)
+
     async def search(self, index: str, query: str, limit: int = 10) -> list[SearchHit]:
         return await self._store.text.search(_scope(), index, query, limit)
 
@@ -289,6 +294,13 @@ class Host:
         self.text = HostText(store)
         self.vectors = HostVectors(store)
         self.log = logging.getLogger(f"minihermes.actor.{cell.spec.name}")
+
+    async def write_batch(self, writes: Sequence[Write]) -> list[Any]:
+        """Several writes to kv, tuples and text indexes of this scope in one transaction: all of them, or
+        none if one fails (``KVPut``, ``KVDelete``, ``TupleWrite``, ``TupleTakeAll``, ``TextUpsert``,
+        ``TextRemove`` from ``minihermes.runtime.store``). Returns each write's result, as its method does.
+        For a record kept in several primitives: a crash or a failed write cannot leave part of it."""
+        return await self._node.store.write_batch(_scope(), writes)
 
     # -- identity and time --------------------------------------------------------------------------------
 
