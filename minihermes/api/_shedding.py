@@ -11,7 +11,10 @@ Every request under ``/api/`` passes the gate (``/healthz``, ``/readyz``, ``/met
   does not make a quiet one wait behind its backlog;
 - the queue is full (``max_queue``) or the wait ran out: 503 ``overloaded`` with ``Retry-After``;
 - the caller's tenant already holds (running + waiting) ``tenant_max_share`` of ``max_concurrent +
-  max_queue``: 429 ``tenant_over_share`` with ``Retry-After``, so another tenant always finds room.
+  max_queue`` while another tenant holds requests too: 429 ``tenant_over_share`` with ``Retry-After``. A lone
+  tenant may use the whole gate; when another tenant arrives and the queue is full, the newest waiter of a
+  tenant over its share makes room for it (that waiter gets the 429), so another tenant finds room as soon
+  as a request of its can wait.
 
 A request's slot is held until its response starts (a Server-Sent Events stream holds it while it starts,
 not while it streams). The request's timeout (``?timeout=``, else the endpoint's default) counts from its
@@ -76,7 +79,8 @@ class SheddingConfig:
     - ``max_concurrent``: requests running at once (default: 32 per usable CPU).
     - ``max_queue``: requests waiting for a slot (default: 4 x ``max_concurrent``; 0: none wait).
     - ``queue_timeout``: the longest a request waits for a slot, in seconds (its own timeout if shorter).
-    - ``tenant_max_share``: the share of ``max_concurrent + max_queue`` one tenant may hold.
+    - ``tenant_max_share``: the share of ``max_concurrent + max_queue`` one tenant may hold while another
+      tenant holds requests too (a lone tenant may use the whole gate).
     """
 
     enabled: bool = True
@@ -120,11 +124,13 @@ class Shed(Exception):
 class _Waiter:
     tenant: str
     seq: int
-    granted: asyncio.Future[None]
+    granted: asyncio.Future[Shed | None]
+    """None: a slot is the waiter's; a ``Shed``: it was evicted (``ShedGate._evict``) and is refused with it."""
 
 
 def _granted(waiter: _Waiter) -> bool:
-    return waiter.granted.done() and not waiter.granted.cancelled()
+    future = waiter.granted
+    return future.done() and not future.cancelled() and future.result() is None
 
 
 class ShedGate:
@@ -135,8 +141,8 @@ class ShedGate:
         self.max_concurrent, self.max_queue = config.limits()
         capacity = self.max_concurrent + self.max_queue
         self.tenant_cap = max(1, int(config.tenant_max_share * capacity))
-        """Requests one tenant may hold (running + waiting); at the whole capacity, no tenant is refused for
-        its share (a full gate answers 503)."""
+        """Requests one tenant may hold (running + waiting) while another tenant holds any; at the whole
+        capacity, no tenant is refused for its share (a full gate answers 503)."""
         self._shares = self.tenant_cap < capacity
         self.running = 0
         self.waiting = 0
@@ -160,18 +166,14 @@ class ShedGate:
     async def acquire(self, tenant: str, wait: float) -> float:
         """Take a slot for ``tenant`` within ``wait`` seconds, else raise :class:`Shed`. Returns the seconds
         waited. The caller must ``release(tenant, ...)`` exactly once after a successful acquire."""
-        if self._shares and self.held(tenant) >= self.tenant_cap:
-            raise Shed(
-                429,
-                "tenant_over_share",
-                f"your tenant has {self.held(tenant)} requests running or waiting, its share of this "
-                "server; retry later",
-                self.retry_after(),
-            )
+        if self._shares and self.held(tenant) >= self.tenant_cap and self.others_hold(tenant):
+            raise self._over_share(tenant)
         if self.running < self.max_concurrent and not self.waiting:
             self._start(tenant)
             return 0.0
-        if self.waiting >= self.max_queue or wait <= 0:
+        full = self.waiting >= self.max_queue
+        victim = self._over_share_waiter(tenant) if full else None
+        if wait <= 0 or (full and victim is None):
             raise Shed(
                 503,
                 "overloaded",
@@ -185,15 +187,18 @@ class ShedGate:
                 f"the server is at capacity: this request would not start within {wait:g}s; retry later",
                 self.retry_after(),
             )
+        if victim is not None:
+            self._evict(victim)
         waiter = _Waiter(tenant, next(self._seq), asyncio.get_running_loop().create_future())
         self._queues.setdefault(tenant, collections.deque()).append(waiter)
         self.waiting += 1
         self._held_by[tenant] = self.held(tenant) + 1
         self._notify()
         started = time.monotonic()
+        evicted: Shed | None = None
         try:
             async with asyncio.timeout(wait):
-                await waiter.granted
+                evicted = await waiter.granted
         except TimeoutError:
             if not _granted(waiter):
                 self._forget(waiter)
@@ -209,7 +214,39 @@ class ShedGate:
             else:
                 self._forget(waiter)
             raise
+        if evicted is not None:
+            raise evicted
         return time.monotonic() - started
+
+    def others_hold(self, tenant: str) -> bool:
+        """Whether a tenant other than ``tenant`` has requests running or waiting."""
+        return len(self._held_by) > (1 if tenant in self._held_by else 0)
+
+    def _over_share(self, tenant: str) -> Shed:
+        return Shed(
+            429,
+            "tenant_over_share",
+            f"your tenant has {self.held(tenant)} requests running or waiting, its share of this server while "
+            "other tenants wait; retry later",
+            self.retry_after(),
+        )
+
+    def _over_share_waiter(self, tenant: str) -> _Waiter | None:
+        """The newest waiter of the tenant most over its share, when ``tenant`` (asking for a place in a full
+        queue) is under its own: a lone tenant's backlog gives way to a newcomer."""
+        if not self._shares or self.held(tenant) >= self.tenant_cap:
+            return None
+        over = [t for t, q in self._queues.items() if t != tenant and q and self.held(t) > self.tenant_cap]
+        if not over:
+            return None
+        return self._queues[max(over, key=self.held)][-1]
+
+    def _evict(self, waiter: _Waiter) -> None:
+        """Take ``waiter`` out of the queue and answer it 429 ``tenant_over_share`` (its ``acquire`` raises)."""
+        shed = self._over_share(waiter.tenant)
+        self._forget(waiter)
+        if not waiter.granted.done():  # else its task is already cancelled: nothing to tell
+            waiter.granted.set_result(shed)
 
     def release(self, tenant: str, held_for: float) -> None:
         self.running -= 1

@@ -116,8 +116,9 @@ async def test_a_tenant_over_its_share_gets_429_while_another_tenant_passes(node
     c, gate = serve(node, max_concurrent=4, max_queue=0, tenant_max_share=0.5)
     assert gate.tenant_cap == 2
     async with c:
+        other = hold(c, "g0", GLOBEX)  # the share applies while another tenant has requests in
         held = [hold(c, "a1"), hold(c, "a2")]
-        await gate.wait_until(lambda g: g.held("acme") == 2)
+        await gate.wait_until(lambda g: g.held("acme") == 2 and g.held("globex") == 1)
 
         r = await c.post(PING, json={"session_id": "a3"}, headers=ACME)
         assert r.status_code == 429
@@ -128,11 +129,64 @@ async def test_a_tenant_over_its_share_gets_429_while_another_tenant_passes(node
         assert r.status_code == 200 and r.json() == {"pong": "g1"}
         assert (await c.get("/healthz")).status_code == 200
 
-        for key in ("a1", "a2"):
+        for key in ("a1", "a2", "g0"):
             _event(key).set()
-        assert [r.status_code for r in await asyncio.gather(*held)] == [200, 200]
+        assert [r.status_code for r in await asyncio.gather(*held, other)] == [200, 200, 200]
         r = await c.post(PING, json={"session_id": "a3"}, headers=ACME)
         assert r.status_code == 200
+
+
+async def test_a_lone_tenant_uses_the_whole_gate_until_another_tenant_comes(node: Node) -> None:
+    # issue 23: with the share enforced for a lone tenant, it never got more than half the node
+    c, gate = serve(node, max_concurrent=4, max_queue=0, tenant_max_share=0.5)
+    assert gate.tenant_cap == 2
+    async with c:
+        held = [hold(c, f"a{i}") for i in range(4)]
+        await gate.wait_until(lambda g: g.running == 4)  # all four slots, twice its share: nobody else waits
+        assert gate.held("acme") == 4
+        r = await c.post(PING, json={"session_id": "a5"}, headers=ACME)
+        assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded"  # full, not over share
+
+        _event("a0").set()
+        assert (await held[0]).status_code == 200
+        other = hold(c, "g1", GLOBEX)
+        await gate.wait_until(lambda g: g.held("globex") == 1)
+        r = await c.post(PING, json={"session_id": "a6"}, headers=ACME)  # now two tenants: the share holds
+        assert r.status_code == 429 and r.json()["error"]["code"] == "tenant_over_share"
+        assert node.metrics.counter("http_shed_total", code="tenant_over_share", tenant="acme") == 1
+
+        for key in ("a1", "a2", "a3", "g1"):
+            _event(key).set()
+        assert [r.status_code for r in await asyncio.gather(*held[1:], other)] == [200] * 4
+        assert (gate.running, gate.waiting) == (0, 0)
+
+
+async def test_a_newcomer_finds_room_in_a_queue_a_lone_tenant_filled(node: Node) -> None:
+    c, gate = serve(node, max_concurrent=2, max_queue=2, tenant_max_share=0.5)
+    assert gate.tenant_cap == 2
+    async with c:
+        running = [hold(c, "a1"), hold(c, "a2")]
+        await gate.wait_until(lambda g: g.running == 2)
+        queued = [hold(c, "a3")]
+        await gate.wait_until(lambda g: g.waiting == 1)
+        queued.append(hold(c, "a4"))
+        await gate.wait_until(lambda g: g.waiting == 2)  # the whole gate, queue included
+
+        newcomer = hold(c, "g1", GLOBEX)  # the queue is full: acme's newest waiter makes room
+        evicted = await queued[1]
+        assert evicted.status_code == 429 and evicted.json()["error"]["code"] == "tenant_over_share"
+        assert "retry-after" in evicted.headers
+        await gate.wait_until(lambda g: g.held("globex") == 1 and g.waiting == 2)
+
+        _event("a1").set()  # globex runs nothing: its request starts before acme's older a3
+        await gate.wait_until(lambda g: g.waiting == 1)
+        assert gate.held("globex") == 1 and not queued[0].done()
+        for key in ("a2", "a3", "g1"):
+            _event(key).set()
+        for task in (*running, queued[0], newcomer):
+            assert (await task).status_code == 200
+        assert ENTERED == ["a1", "a2", "g1", "a3"]
+        assert (gate.running, gate.waiting) == (0, 0)
 
 
 async def test_a_freed_slot_goes_to_the_waiting_tenant_with_fewest_running(node: Node) -> None:
@@ -255,3 +309,55 @@ async def test_a_quiet_tenant_is_not_refused_for_a_busy_tenants_backlog() -> Non
     for task in backlog:
         task.cancel()
     await asyncio.gather(*backlog, return_exceptions=True)
+
+
+async def test_the_share_binds_a_tenant_only_while_another_holds_requests() -> None:
+    gate = ShedGate(SheddingConfig(max_concurrent=4, max_queue=4, tenant_max_share=0.25))
+    assert gate.tenant_cap == 2
+    for _ in range(4):
+        await gate.acquire("acme", 1.0)  # a lone tenant: every slot, twice over its share
+    backlog = [asyncio.ensure_future(gate.acquire("acme", 30.0)) for _ in range(3)]
+    await gate.wait_until(lambda g: g.waiting == 3)
+    assert gate.held("acme") == 7 and not gate.others_hold("acme")
+
+    quiet = asyncio.ensure_future(gate.acquire("globex", 30.0))  # room left in the queue: it waits
+    await gate.wait_until(lambda g: g.held("globex") == 1)
+    assert gate.others_hold("acme") and gate.others_hold("globex")
+    with pytest.raises(Shed) as over:
+        await gate.acquire("acme", 1.0)
+    assert (over.value.status, over.value.code) == (429, "tenant_over_share")
+
+    second = asyncio.ensure_future(gate.acquire("globex", 30.0))  # a full queue: acme's newest gives way
+    with pytest.raises(Shed) as evicted:
+        await backlog[2]
+    assert (evicted.value.status, evicted.value.code) == (429, "tenant_over_share")
+    await gate.wait_until(lambda g: g.held("globex") == 2)
+    with pytest.raises(Shed) as at_share:  # globex at its own share now: refused like acme
+        await gate.acquire("globex", 1.0)
+    assert at_share.value.code == "tenant_over_share"
+
+    gate.release("acme", 0.0)
+    await quiet  # the freed slot goes to the tenant running nothing
+    assert (gate.running, gate.waiting, gate.held("acme"), gate.held("globex")) == (4, 3, 5, 2)
+    for task in (*backlog[:2], second):
+        task.cancel()
+    await asyncio.gather(*backlog[:2], second, return_exceptions=True)
+    assert (gate.waiting, gate.held("acme"), gate.held("globex")) == (0, 3, 1)
+
+
+async def test_a_lone_tenant_is_not_refused_for_its_share_at_full_load() -> None:
+    gate = ShedGate(SheddingConfig(max_concurrent=2, max_queue=0, tenant_max_share=0.5))
+    assert gate.tenant_cap == 1
+    await gate.acquire("acme", 1.0)
+    await gate.acquire("acme", 1.0)  # past its share: alone, it may
+    with pytest.raises(Shed) as full:
+        await gate.acquire("acme", 1.0)
+    assert (full.value.status, full.value.code) == (503, "overloaded")
+    with pytest.raises(Shed) as newcomer:  # no queue to make room in: the gate is simply full
+        await gate.acquire("globex", 1.0)
+    assert newcomer.value.code == "overloaded"
+    gate.release("acme", 0.0)
+    await gate.acquire("globex", 1.0)
+    with pytest.raises(Shed) as over:
+        await gate.acquire("acme", 1.0)
+    assert (over.value.status, over.value.code) == (429, "tenant_over_share")
