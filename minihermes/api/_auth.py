@@ -30,7 +30,7 @@ from minihermes.runtime import DEFAULT_NAMESPACE, DEFAULT_TENANT, InvalidArgumen
 from minihermes.runtime.store import Store
 
 from ._errors import ApiError, unauthenticated
-from ._keys import KEY_PREFIX, ApiKeyError, verify_api_key
+from ._keys import KEY_PREFIX, RESERVED_PRINCIPALS, ApiKeyError, verify_api_key
 from .permissions import effective_roles
 
 log = logging.getLogger("minihermes.api")
@@ -240,6 +240,9 @@ def _context(tenant: Any, namespace: Any, principal: Any, roles: Any, request_id
         raise unauthenticated("the credential names no valid namespace")
     if not isinstance(principal, str) or not _PRINCIPAL.fullmatch(principal):
         raise unauthenticated("the credential names no valid principal")
+    if principal in RESERVED_PRINCIPALS:
+        # what the runtime does (or did, resuming work) is owned by "system": no credential may claim it
+        raise unauthenticated(f"the principal {principal!r} is reserved for the runtime")
     try:
         return RequestContext(
             tenant=tenant,

@@ -30,6 +30,8 @@ _KEY = re.compile(r"mh_([0-9a-f]{12})_([A-Za-z0-9_\-]{43})")
 _KEY_ID = re.compile(r"[0-9a-f]{12}")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
 _PRINCIPAL = re.compile(r"[^\x00-\x1f\x7f]{1,128}")
+RESERVED_PRINCIPALS = frozenset({"system"})
+"""Principals no credential may name: the runtime acts (and owns what it wrote) as ``system``."""
 
 
 class ApiKeyError(Exception):
@@ -97,6 +99,8 @@ async def create_api_key(
             raise ValueError(f"{label} must be 1-64 characters of letters, digits, '_', '.', '-'")
     if not _PRINCIPAL.fullmatch(principal):
         raise ValueError("principal must be 1-128 printable characters")
+    if principal in RESERVED_PRINCIPALS:
+        raise ValueError(f"principal {principal!r} is reserved for the runtime")
     unknown = sorted(set(roles) - set(ROLES))
     if unknown or not roles:
         raise ValueError(f"roles must be a non-empty subset of {list(ROLES)} (got {list(roles)})")

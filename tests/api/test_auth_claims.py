@@ -88,3 +88,19 @@ async def test_two_credentials_in_one_request_are_400(client, node):
     for headers in (bearer(jwt_token), {"X-API-Key": new.key}, bearer(new.key)):
         r = await c.post(WHO, json={}, headers=headers)
         assert r.status_code == 200, (headers, r.text)
+
+
+async def test_no_credential_names_the_runtimes_principal(client, node):
+    # What the runtime wrote (audit events, work it resumed) is owned by "system": a token or a key naming
+    # it would read those as its own.
+    c = client(AuthConfig(jwt_secret=SECRET, api_keys=True))
+    r = await c.post(WHO, json={}, headers=bearer(token(sub="system", roles=["viewer"])))
+    assert r.status_code == 401 and "reserved" in r.json()["error"]["message"]
+    with pytest.raises(ValueError, match="reserved"):
+        await create_api_key(node.store, tenant="acme", principal="system", roles=["viewer"])
+    r = await c.post(
+        "/api/v1/api-keys",
+        json={"name": "x", "principal": "system", "roles": ["viewer"]},
+        headers=bearer(token()),
+    )
+    assert 400 <= r.status_code < 500 and "reserved" in r.text, r.text
