@@ -542,3 +542,8 @@ class Host:
     ) -> dict[str, Any]:
         """Call a configured service link. Credentials are attached by the runtime and never returned."""
         return await self._node.links.fetch(link, method, path, json=json, params=params, headers=headers)
+
+    def check_link(self, link: str, method: str, path: str) -> None:
+        """Raise ``NotFound`` / ``InvalidArgument`` unless ``http_fetch(link, method, path)`` could be sent:
+        the link is configured, allows the method, and the path stays on it. Sends nothing."""
+        self._node.links.check(link, method, path)

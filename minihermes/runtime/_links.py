@@ -67,6 +67,11 @@ class ServiceLinks:
     def secrets(self) -> list[str]:
         return [link.secret for link in self._links.values() if link.secret]
 
+    def check(self, link_name: str, method: str, path: str) -> None:
+        """Raise what ``fetch`` would for this target (an unknown link, a method it does not allow, a path
+        that is not relative to it), without sending anything: for targets stored to be called later."""
+        self._resolve(link_name, method, path)
+
     def _resolve(self, link_name: str, method: str, path: str) -> tuple[ServiceLink, str]:
         link = self._links.get(link_name)
         if link is None:
