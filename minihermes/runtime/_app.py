@@ -26,8 +26,9 @@ def build_node(config: AppConfig, *, clock: Clock | None = None) -> Node:
     if cluster.enabled:
         # A fabric is a plug-in registered by name (``register_fabric``), imported only for clustered nodes.
         node.fabric = open_fabric(cluster.fabric, cluster)
-    elif n.backend == "sqlite":
+    elif n.backend == "sqlite" and not n.shared_data_dir:
         # One node per SQLite data dir (two schedulers, two activations of one actor, and SQLite's multi-writer
-        # WAL-reset bug otherwise); cluster nodes share a dir on purpose, under the fabric's leases.
+        # WAL-reset bug otherwise). Cluster nodes share a dir on purpose, under the fabric's leases, and so do
+        # nodes configured with ``shared_data_dir`` (the work actors' KV compare-and-set keeps runs single).
         node.data_dir_lock = DataDirLock(options["data_dir"])
     return node

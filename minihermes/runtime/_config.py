@@ -101,6 +101,8 @@ class NodeModel(_Model):
     ask_timeout_seconds: float = Field(default=30.0, gt=0)
     shutdown_deadline_seconds: float = Field(default=10.0, ge=0)
     inline_calls: bool = True
+    shared_data_dir: bool = False
+    """Several node processes on this SQLite data dir on purpose (each its own ``id``): no data-dir lock."""
 
 
 class RuleModel(_Model):

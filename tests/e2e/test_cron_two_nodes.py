@@ -29,7 +29,8 @@ class ConfiguredServer(Server):
     def __init__(self, data_dir: Path, port: int, node_id: str) -> None:
         super().__init__(data_dir, port)
         self.config = data_dir.parent / f"{node_id}.toml"
-        self.config.write_text(AGENT_CONFIG.replace('id = "node-1"', f'id = "{node_id}"', 1))
+        shared = f'id = "{node_id}"\nshared_data_dir = true'  # two nodes on one data dir on purpose
+        self.config.write_text(AGENT_CONFIG.replace('id = "node-1"', shared, 1))
 
     async def start(self) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MINIHERMES_")}

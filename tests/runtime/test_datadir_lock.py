@@ -62,10 +62,17 @@ async def test_an_unclustered_sqlite_node_holds_its_data_dir_while_it_runs(tmp_p
     await second.start()  # the store was never opened by the refused start: it starts cleanly now
     await second.stop()
 
-    shared = build_node(cfg)
-    shared.data_dir_lock = None  # nodes sharing a dir on purpose (a cluster's) take no lock
+    holder = build_node(cfg)
+    await holder.start()
+    # Nodes sharing a dir on purpose (a cluster's, or configured so) take no lock.
+    shared_cfg = AppConfig.from_dict(
+        {"node": {"data_dir": str(tmp_path / "data"), "id": "n2", "shared_data_dir": True}}
+    )
+    shared = build_node(shared_cfg)
+    assert shared.data_dir_lock is None
     await shared.start()
     await shared.stop()
+    await holder.stop()
 
 
 async def test_the_lock_goes_with_a_sigkilled_holder(tmp_path):
