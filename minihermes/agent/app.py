@@ -204,7 +204,7 @@ facets = [
 name = "health_monitor"
 role = "minihermes.health_monitor"
 
-# Work that outlives a turn (minihermes/work): cron, task queue, orchestrator, kanban, goals.
+# Work that outlives a turn (minihermes/work): cron, task queue, orchestrator, kanban, goals, notifications.
 [[supervisor.children]]
 name = "cron_scheduler"
 role = "minihermes.cron_scheduler"
@@ -228,6 +228,11 @@ facets = [{ type = "tenancy", config = { per_tenant = true } }]
 [[supervisor.children]]
 name = "goals"
 role = "minihermes.goals"
+facets = [{ type = "tenancy", config = { per_tenant = true } }]
+
+[[supervisor.children]]
+name = "notifications"
+role = "minihermes.notifications"
 facets = [{ type = "tenancy", config = { per_tenant = true } }]
 
 [[supervisor.children]]

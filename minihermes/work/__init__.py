@@ -1,4 +1,5 @@
-"""Work that outlives a turn: cron, the task queue, the orchestrator, the kanban board, goals, delegation.
+"""Work that outlives a turn: cron, the task queue, the orchestrator, the kanban board, goals, delegation, and
+the notifications that tell people what it did.
 
 One module per actor; ``WORK_ROLES`` maps their roles for the agent app's tree (``minihermes/agent/app.py``).
 ``WORK_TOOLSETS`` are their LLM tools (``kanban``: ``kanban_*``; ``delegation``: ``delegate_task``; ``schedule``:
@@ -12,6 +13,7 @@ from .goals import Goals
 from .kanban import Kanban
 from .kanban_tools import KANBAN_TOOLSET
 from .kanban_worker import KanbanWorker
+from .notifications import Notifications
 from .orchestrator import Orchestrator
 from .plan import SubTask, plan_deterministic
 from .schedule import Schedule, parse_schedule
@@ -28,6 +30,7 @@ WORK_ROLES = {
     "minihermes.kanban": Kanban,
     "minihermes.kanban_worker": KanbanWorker,
     "minihermes.goals": Goals,
+    "minihermes.notifications": Notifications,
 }
 
 WORK_TOOLSETS = (KANBAN_TOOLSET, DELEGATION_TOOLSET, SCHEDULE_TOOLSET, GOALS_TOOLSET)
@@ -44,6 +47,7 @@ __all__ = [
     "Goals",
     "Kanban",
     "KanbanWorker",
+    "Notifications",
     "Orchestrator",
     "Schedule",
     "SubTask",

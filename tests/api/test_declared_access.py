@@ -140,6 +140,10 @@ BEFORE: dict[tuple[str, str], str] = {
     ("goals", "set_goal"): "write",
     ("goals", "complete_goal"): "write",
     ("goals", "clear_goal"): "write",
+    # issue 24: each person's inbox (the actor narrows everyone to their own); delivering is the runtime's
+    ("notifications", "list_notifications"): "read",
+    ("notifications", "mark_read"): "write",
+    ("notifications", "notify"): "admin",
 }
 """``minihermes.permissions.DEFAULT_TABLE`` before change 5 (every op not in it was admin-only)."""
 
