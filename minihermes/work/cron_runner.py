@@ -1,4 +1,5 @@
-"""The cron runner (one per tenant): consumes ``cron:pending`` and runs each due prompt through the agent.
+"""The cron runner (one per tenant): consumes ``cron:pending`` and runs each due job: a reminder (``action:
+notify``) delivers its text to its owner; any other job runs its prompt through the agent.
 
 Each run executes in the job's own cron session (``cron:<session_id>``), never in a user's live
 conversation, as the job's owner with the roles the owner had. The message is acked only after the run's
@@ -10,7 +11,12 @@ job, its schedule, that no one is there to answer or approve in real time) goes 
 
 A failed run is recorded with its error and scheduled again (``cron:retry:``) with exponential backoff up to
 the job's ``max_retries``; then it is ``failed`` and audited. A response starting with ``[SILENT]`` is
-stored but not delivered; other responses go to the job's ``deliver`` service link, if it has one.
+stored but not delivered; other responses, and a run's final failure in words, are delivered to the job's
+owner: a notification in their inbox (``notifications.notify``, as the runtime's own hop, with the run id as
+dedupe key), and the job's ``deliver`` service link too, if it has one. Delivery comes before the run's
+record is final and the message acked, so a crash in between runs the delivery again, which the dedupe key
+(and the link's ``Idempotency-Key``) makes the same delivery: once per run, whatever crashes. A reminder
+run makes no model call at all, so it never costs a turn or a token.
 Runs of one cron session go one at a time (a session has one turn at a time); different sessions run
 concurrently up to ``max_concurrent``.
 """
@@ -34,10 +40,13 @@ from ._cronstore import (
     run_key,
     update_run,
 )
+from ._owner import system_context
 from ._turns import run_turn_once
 
 SILENT = "[SILENT]"
 MAX_RESULT_CHARS = 20_000
+MAX_NOTICE_CHARS = 4_000
+"""A run's answer in its owner's inbox at most (the whole answer is on the run record)."""
 
 
 def run_instructions(job: dict[str, Any], run_id: str) -> str:
@@ -50,8 +59,9 @@ def run_instructions(job: dict[str, Any], run_id: str) -> str:
         "- No one is present: nobody reads questions or answers them in real time, so do not ask for "
         "clarification; do what the prompt asks with what you have, or say plainly that you cannot, and why.\n"
         "- A tool call that needs a person's approval waits until someone decides it; prefer what needs none.\n"
-        "- Your answer is stored as the run's result (and delivered, if the job has a delivery link); "
-        f"start it with {SILENT} when there is nothing worth delivering."
+        "- Your answer is stored as the run's result and delivered to the owner as a notification (and to "
+        f"the job's delivery link, if it has one); start it with {SILENT} when there is nothing worth "
+        "delivering."
     )
 
 
@@ -123,8 +133,16 @@ class CronRunner(GenServer):
             self, CHANNEL, int(args.get("max_concurrent", 8)), float(args.get("poll", 0.5))
         )
         self._session_locks: dict[str, asyncio.Lock] = {}
-        self._stats = {"completed": 0, "failed": 0, "retried": 0, "skipped_duplicates": 0, "delivered": 0}
+        self._stats = {
+            "completed": 0,
+            "failed": 0,
+            "retried": 0,
+            "skipped_duplicates": 0,
+            "delivered": 0,
+            "notified": 0,
+        }
         self._audit = self.host.has_actor("audit_event")
+        self._inbox = self.host.has_actor("notifications")
         self._scope = current_context().scope
         self.host.spawn(self._loop.run(self._handle))
 
@@ -160,6 +178,9 @@ class CronRunner(GenServer):
         if not isinstance(job, dict):
             await update_run(self.host, run_id, status="cancelled", error={"code": "job_deleted"})
             return "cancelled"
+        if job.get("action") == "notify":
+            await self._remind(job, run_id, attempt)
+            return "completed"
         session = str(job["cron_session"])
         lock = self._session_locks.setdefault(session, asyncio.Lock())
         async with lock:
@@ -189,12 +210,80 @@ class CronRunner(GenServer):
                 await self._completed(job, run_id, reply)
         return "completed"
 
+    async def _remind(self, job: dict[str, Any], run_id: str, attempt: int) -> None:
+        """A reminder's run: its text goes to the owner (and the job's link), no model call."""
+        now = self.host.now()
+        text = str(job["prompt"])
+        await update_run(
+            self.host, run_id, status="running", action="notify", attempt=attempt, started_at=now
+        )
+        delivery = await self._deliver(job, run_id, text, text)
+        await update_run(
+            self.host,
+            run_id,
+            status="completed",
+            outcome="notified",
+            result=text[:MAX_RESULT_CHARS],
+            silent=False,
+            finished_at=self.host.now(),
+            error=None,
+            **delivery,
+        )
+        self._count_completed(job, run_id)
+
     async def _completed(self, job: dict[str, Any], run_id: str, reply: dict[str, Any]) -> None:
         text = str(reply.get("response") or "")
         silent = text.lstrip().startswith(SILENT)
-        delivered, delivery_error = False, None
+        delivery: dict[str, Any] = {"delivered": False, "link_delivered": False, "delivery_error": None}
+        if not silent:
+            notice = text.strip() or _no_answer(job, reply)
+            delivery = await self._deliver(job, run_id, notice, text)
+        await update_run(
+            self.host,
+            run_id,
+            status="completed",
+            action="run",
+            outcome=reply.get("status"),
+            result=text[:MAX_RESULT_CHARS],
+            silent=silent,
+            finished_at=self.host.now(),
+            error=None,
+            **delivery,
+        )
+        self._count_completed(job, run_id)
+
+    def _count_completed(self, job: dict[str, Any], run_id: str) -> None:
+        self._stats["completed"] += 1
+        self.host.incr_counter("cron_runs_completed_total")
+        if self._audit:
+            fire_audit(self.host, "cron_executed", f"job_id={job['job_id']} run_id={run_id}")
+
+    async def _deliver(
+        self, job: dict[str, Any], run_id: str, notice: str, text: str | None
+    ) -> dict[str, Any]:
+        """The run's outcome to its owner's inbox (``notice``) and, unless ``text`` is None, to the job's
+        link: the run record's ``delivered``, ``notification_id``, ``link_delivered`` and
+        ``delivery_error``. Both are idempotent per run id, so a redelivered run that delivers again changes
+        nothing. A failure to reach the inbox raises: the run is not final, and its redelivery tries again."""
+        out: dict[str, Any] = {"delivered": False, "link_delivered": False, "delivery_error": None}
+        owner = str(job.get("owner") or "")
+        if self._inbox and owner:
+            ctx = system_context(run_context(job, self._scope), "cron")
+            with acting_as(ctx):  # the runtime's own hop: a user cannot write into an inbox
+                got = await self.host.ask(
+                    "notifications",
+                    "notify",
+                    {
+                        "user_id": owner,
+                        "text": _clip(notice),
+                        "source": f"cron:{job['job_id']}",
+                        "dedupe_key": f"cron:{run_id}",
+                    },
+                )
+            out.update(delivered=True, notification_id=got.get("id"))
+            self._stats["notified"] += int(bool(got.get("created")))
         target = job.get("deliver")
-        if target and not silent:
+        if target and text is not None:
             try:
                 await self.host.http_fetch(
                     str(target["link"]),
@@ -203,26 +292,11 @@ class CronRunner(GenServer):
                     json={"job_id": job["job_id"], "run_id": run_id, "response": text},
                     headers={"Idempotency-Key": run_id},
                 )
-                delivered = True
+                out["link_delivered"] = True
                 self._stats["delivered"] += 1
             except Exception as e:  # a delivery failure is recorded on the run, never lost silently
-                delivery_error = f"{type(e).__name__}: {e}"
-        await update_run(
-            self.host,
-            run_id,
-            status="completed",
-            outcome=reply.get("status"),
-            result=text[:MAX_RESULT_CHARS],
-            silent=silent,
-            delivered=delivered,
-            delivery_error=delivery_error,
-            finished_at=self.host.now(),
-            error=None,
-        )
-        self._stats["completed"] += 1
-        self.host.incr_counter("cron_runs_completed_total")
-        if self._audit:
-            fire_audit(self.host, "cron_executed", f"job_id={job['job_id']} run_id={run_id}")
+                out["delivery_error"] = f"{type(e).__name__}: {e}"
+        return out
 
     async def _failed(self, job: dict[str, Any], run_id: str, attempt: int, error: dict[str, Any]) -> None:
         now = self.host.now()
@@ -235,7 +309,10 @@ class CronRunner(GenServer):
             await self.host.kv.put(retry_key(at, run_id), value)
             self._stats["retried"] += 1
             return
-        await update_run(self.host, run_id, status="failed", error=error, finished_at=now)
+        message = str(error.get("message") or error.get("code") or "an error")
+        notice = f"Your scheduled job {job['job_id']} failed after {attempt + 1} attempt(s): {message}"
+        delivery = await self._deliver(job, run_id, notice, None)  # the link gets answers only
+        await update_run(self.host, run_id, status="failed", error=error, finished_at=now, **delivery)
         self._stats["failed"] += 1
         self.host.incr_counter("cron_runs_failed_total")
         if self._audit:
@@ -245,3 +322,17 @@ class CronRunner(GenServer):
                 f"job_id={job['job_id']} run_id={run_id} error={error.get('code')}",
                 data={"error": error},
             )
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_NOTICE_CHARS else text[: MAX_NOTICE_CHARS - 1] + "…"
+
+
+def _no_answer(job: dict[str, Any], reply: dict[str, Any]) -> str:
+    """What the owner is told when a run ended without an answer to pass on."""
+    if reply.get("status") == "paused":
+        return (
+            f"Your scheduled job {job['job_id']} is waiting for a person to approve a tool call "
+            "(see Approvals)."
+        )
+    return f"Your scheduled job {job['job_id']} ran and gave no answer."

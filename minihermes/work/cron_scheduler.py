@@ -14,8 +14,12 @@ Failed runs come back through ``cron:retry:`` entries with exponential backoff u
 A job belongs to the principal that created it (``owner``, from the request context) and runs as that owner
 with the roles it had then, never more (``_cronstore.run_context``). Users create, see, pause, resume, run and
 delete only their own jobs (the ops are ``write``; another user's job is ``not_found`` to them); admins and the
-system see and change every job. Only an admin sets a ``deliver`` link. The prompt is stored with
-recognisable secrets redacted.
+system see and change every job. Only an admin sets a ``deliver`` link, and it is checked when the job is made
+(``_cronstore.check_deliver``). The prompt is stored with recognisable secrets redacted.
+
+A job's ``action`` says what a run does: ``run`` (the default) runs the prompt as an agent turn and delivers
+its answer to the owner; ``notify`` (a reminder) delivers the prompt's text itself, with no model call.
+Delivered means a notification in the owner's inbox (``notifications.py``), once per run.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from minihermes.runtime import (
 from ._cronstore import (
     CHANNEL,
     acting_as,
+    check_deliver,
     check_job_id,
     due_at,
     due_key,
@@ -59,6 +64,7 @@ from ._owner import is_admin, scrub
 from .schedule import MAX_YEARS_BETWEEN_FIRES, parse_schedule
 
 Misfire = Literal["run_once", "skip"]
+Action = Literal["notify", "run"]
 MAX_PROMPT_CHARS = 20_000
 DEFAULT_TICK = 1.0
 BATCH = 200
@@ -66,6 +72,7 @@ MAX_RUNS_KEPT = 200
 DUE_SLACK = 0.005
 """A fire time this close ahead of the clock is due now (timer and float rounding, not lateness)."""
 _WRITERS = frozenset({"admin", "system", "user"})
+_RUN_ROLES = frozenset({"admin", "user"})
 
 
 def _require_writer(op: str) -> None:
@@ -150,10 +157,13 @@ class CronScheduler(GenServer):
         retry_backoff: float = 30.0,
         deliver: dict[str, str] | None = None,
         replace: bool = False,
+        action: Action = "run",
     ) -> dict[str, Any]:
-        """Create (or with ``replace`` redefine) a job. The agent runs ``prompt`` in the cron session
-        ``cron:<session_id or job_id>``. ``deliver``: ``{link, path, method}`` of a service link that gets
-        each non-silent result."""
+        """Create (or with ``replace`` redefine) a job. ``action``: ``run`` (the agent runs ``prompt`` in
+        the cron session ``cron:<session_id or job_id>`` and its answer goes to the owner's notifications)
+        or ``notify`` (a reminder: ``prompt`` is the text delivered to the owner, no model call).
+        ``deliver``: ``{link, path, method}`` of a service link that also gets each non-silent result,
+        checked here (the link exists, allows the method, and the path is relative to it)."""
         op = "create_job"
         _require_writer(op)
         check_job_id(job_id, op)
@@ -164,11 +174,10 @@ class CronScheduler(GenServer):
             raise InvalidArgument(f"{op}: max_retries must be 0..20", op=op, field="max_retries")
         if not 0 < retry_backoff <= 86400:
             raise InvalidArgument(f"{op}: retry_backoff must be in (0, 86400]", op=op, field="retry_backoff")
-        if deliver is not None and not deliver.get("link"):
-            raise InvalidArgument(f"{op}: deliver needs a 'link' (a service link name)", field="deliver")
         if deliver is not None and not is_admin():
             # A delivery is a call through a service link with no person's review: an admin's to set up.
             raise PermissionDenied(f"{op}: only an admin sets a job's delivery link", op=op, field="deliver")
+        target = check_deliver(self.host, deliver, op) if deliver is not None else None
         sched = parse_schedule(schedule, tz)
         now = self.host.now()
         first = sched.first_fire(now)
@@ -205,9 +214,11 @@ class CronScheduler(GenServer):
             "misfire": misfire,
             "max_retries": max_retries,
             "retry_backoff": retry_backoff,
-            "deliver": dict(deliver) if deliver else None,
+            "action": action,
+            "deliver": target,
             "owner": ctx.principal,
-            "roles": sorted(ctx.roles & _WRITERS) or ["user"],
+            # The roles its runs act with: the creator's, never the runtime's own (``system``).
+            "roles": sorted(ctx.roles & _RUN_ROLES) or ["user"],
             "created_at": now,
             "next_run_at": first,
             "last_fired_at": None,
@@ -222,7 +233,13 @@ class CronScheduler(GenServer):
         if first is not None:
             await self.host.kv.put(due_key(first, job_id), {"job_id": job_id})
         self._audit_event("cron_job_created", f"job_id={job_id} schedule={sched.spec}")
-        return {"status": "ok", "job_id": job_id, "schedule": sched.spec, "next_run_at": first}
+        return {
+            "status": "ok",
+            "job_id": job_id,
+            "action": action,
+            "schedule": sched.spec,
+            "next_run_at": first,
+        }
 
     @call(access="read")
     async def list_jobs(self, status: str = "", limit: int = 100) -> dict[str, Any]:

@@ -7,8 +7,10 @@ every Monday at 9am to water the plants" becomes a job of the user that runs as 
 
 ``cron_schedule`` takes a 5-field cron expression only (what a model is taught to write). The job id is made
 from the name (or the prompt) and a digest of who asked what, so a turn that repeats the call (a resumed turn,
-a model that says it twice) finds the job it already made instead of making a second one. Its runs are agent
-turns in the job's own session of the user (``cron:<job_id>``, see ``cron_runner.py``).
+a model that says it twice) finds the job it already made instead of making a second one. With ``action:
+"notify"`` (a reminder: "remind me ...") each run delivers the prompt's text to the user's notifications, with
+no model call; with ``action: "run"`` (the default) each run is an agent turn in the job's own session of the
+user (``cron:<job_id>``, see ``cron_runner.py``) whose answer is delivered to the user the same way.
 
 Goals belong to the session that sets them: ``goal_set`` and ``goal_list`` work on the calling session's
 goals (``goal_list`` with ``all_sessions``: every goal the caller may see); ``goal_complete`` and
@@ -42,6 +44,7 @@ _CRON_HELP = (
 )
 _JOB_FIELDS = (
     "job_id",
+    "action",
     "prompt",
     "schedule",
     "tz",
@@ -86,10 +89,11 @@ def _slug(text: str) -> str:
     return "-".join(words)[:40].strip("-") or "job"
 
 
-def job_id_for(principal: str, name: str, prompt: str, schedule: str, tz: str) -> str:
+def job_id_for(principal: str, name: str, prompt: str, schedule: str, tz: str, action: str = "run") -> str:
     """The id of the job ``principal`` asks for: readable (from ``name`` or the prompt) and the same for the
     same request, different for different principals (ids are the tenant's)."""
-    digest = hashlib.sha256("\x00".join((principal, name, prompt, schedule, tz)).encode()).hexdigest()[:8]
+    parts = (principal, name, prompt, schedule, tz) + ((action,) if action != "run" else ())
+    digest = hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:8]
     return f"{_slug(name or prompt)}-{digest}"
 
 
@@ -111,8 +115,10 @@ async def _cron_schedule(args: dict[str, Any], env: ToolEnv) -> Any:
         field = "timezone" if e.details.get("field") == "tz" else "schedule"
         hint = "" if field == "timezone" else f"; give {_CRON_HELP}"
         raise ToolFailure("invalid_input", f"{e.message}{hint}", field=field) from None
-    job_id = job_id_for(current_context().principal, str(args.get("name") or ""), prompt, schedule, tz)
-    payload = {"job_id": job_id, "prompt": prompt, "schedule": schedule, "tz": tz}
+    action = str(args.get("action") or "run")
+    name = str(args.get("name") or "")
+    job_id = job_id_for(current_context().principal, name, prompt, schedule, tz, action)
+    payload = {"job_id": job_id, "prompt": prompt, "schedule": schedule, "tz": tz, "action": action}
     try:
         made = await env.host.ask("cron_scheduler", "create_job", payload, timeout=_ASK_TIMEOUT)
     except ActorError as e:
@@ -143,9 +149,12 @@ SCHEDULE_TOOLSET = Toolset(
     [
         Tool(
             "cron_schedule",
-            "Schedule a recurring agent prompt for the user (a reminder or a routine): at each time the cron "
-            "expression matches, the prompt runs as a new turn of the user. Example: 'remind me every Monday "
-            "at 9am to water the plants' -> schedule '0 9 * * 1', prompt 'Remind me to water the plants'.",
+            "Schedule something recurring for the user. A reminder ('remind me ...'): action 'notify', and "
+            "prompt is the reminder's text, delivered to the user's notifications at each time the cron "
+            "expression matches (no agent run). Example: 'remind me every Monday at 9am to water the "
+            "plants' -> schedule '0 9 * * 1', action 'notify', prompt 'Water the plants'. A routine that "
+            "needs work done ('every morning summarize my tasks'): action 'run' (the default), and the "
+            "prompt runs as a new turn of the user whose answer is delivered to their notifications.",
             _obj(
                 {
                     "schedule": {
@@ -158,7 +167,13 @@ SCHEDULE_TOOLSET = Toolset(
                         "type": "string",
                         "minLength": 1,
                         "maxLength": 20000,
-                        "description": "What the agent does (or says) at each run",
+                        "description": "notify: the reminder's text; run: what the agent does at each run",
+                    },
+                    "action": {
+                        "type": "string",
+                        "enum": ["notify", "run"],
+                        "description": "'notify' for a reminder (the text is delivered, no agent run); "
+                        "'run' (default) to run the prompt as an agent turn",
                     },
                     "name": {"type": "string", "maxLength": 60, "description": "A short name for the job"},
                     "timezone": {

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
-from minihermes.runtime import ActorError, Node
+from minihermes.runtime import ActorError, Node, ServiceLink, ServiceLinks
 
 from . import doubles
 from .conftest import ACME, ACME_VIEWER, GLOBEX, until
@@ -180,8 +181,15 @@ async def test_a_retry_that_succeeds_completes_the_run(app_node, clock):
 
 async def test_silent_responses_are_stored_not_delivered_and_delivery_errors_are_recorded(app_node, clock):
     node = await app_node(scripted=True)
+
+    def unreachable(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    # The link exists (a job's target is checked when it is made), but nothing answers behind it.
+    hook = ServiceLink("hook", "http://hooks.test/")
+    node.links = ServiceLinks({"hook": hook}, transport=httpx.MockTransport(unreachable))
     doubles.SCRIPT.answer = lambda s, m: "[SILENT] nothing new" if s == "cron:quiet" else "news!"
-    deliver = {"link": "no_such_link", "path": "/hook"}
+    deliver = {"link": "hook", "path": "/hook"}
     await cron(node, "create_job", job_id="quiet", prompt="p", schedule="every 30s", deliver=deliver)
     await cron(node, "create_job", job_id="loud", prompt="p", schedule="every 30s", deliver=deliver)
     await ticks(clock, 30)
@@ -189,7 +197,11 @@ async def test_silent_responses_are_stored_not_delivered_and_delivery_errors_are
     loud = (await until(finished(node, "loud", 1)))[0]
     assert quiet["silent"] and not quiet["delivered"] and quiet["delivery_error"] is None
     assert quiet["result"] == "[SILENT] nothing new"
-    assert not loud["silent"] and not loud["delivered"] and "no_such_link" in loud["delivery_error"]
+    # The owner got the answer; the link did not, and the run says why.
+    assert not loud["silent"] and loud["delivered"] and not loud["link_delivered"]
+    assert "hook" in loud["delivery_error"]
+    inbox = await node.ask("notifications", "list_notifications", {}, ctx=ACME)
+    assert [n["text"] for n in inbox["notifications"]] == ["news!"]
 
 
 async def test_run_now_and_one_shot_jobs(app_node, clock):

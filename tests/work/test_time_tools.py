@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from minihermes.agent.app import TOOLSETS
-from minihermes.runtime import ActorError, Node, RequestContext
+from minihermes.runtime import ActorError, Node, RequestContext, ServiceLink, ServiceLinks
 
 from . import doubles
 from .conftest import ACME_VIEWER, until
@@ -218,6 +218,7 @@ async def test_in_a_chat_turn_the_tools_act_as_the_turns_user(app_node):
 async def test_only_an_admin_sets_a_jobs_delivery_link(app_node):
     """A delivery is a service-link call nobody reviews: a user's job has none (an admin's may)."""
     node = await app_node(scripted=True)
+    node.links = ServiceLinks({"hook": ServiceLink("hook", "http://hooks.test/")})
     job = {"job_id": "d1", "prompt": "p", "schedule": MONDAY_9, "deliver": {"link": "hook"}}
     with pytest.raises(ActorError) as e:
         await node.ask("cron_scheduler", "create_job", job, ctx=BOB)
