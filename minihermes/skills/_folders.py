@@ -24,6 +24,8 @@ from typing import Any
 
 import yaml  # type: ignore[import-untyped]
 
+from minihermes.context.redact import may_hold_secret, secret_kinds
+
 from ._model import MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS, MAX_TRIGGER_CHARS, MAX_TRIGGERS
 
 SKILL_MD = "SKILL.md"
@@ -416,6 +418,29 @@ def check_files(parsed: ParsedSkill, limits: Limits) -> None:
             total += len(data)
     parsed.files = kept
     parsed.executable &= set(kept)
+
+
+MAX_SECRET_FINDINGS = 50
+"""Secret-shaped findings reported per imported skill (enough to send the admin looking; more are not listed)."""
+
+
+def find_secrets(parsed: ParsedSkill) -> list[dict[str, Any]]:
+    """Where an imported skill carries something shaped like a secret (the detectors that redact chat,
+    ``minihermes.context.redact``): ``[{path, line, kind}]`` over its SKILL.md and its text files, at most
+    ``MAX_SECRET_FINDINGS``. Names the file, the line and the kind of secret, never the secret: the approving
+    admin is told to look, the content is kept byte for byte (an import is lossless)."""
+    texts = [(SKILL_MD, parsed.head + parsed.body)]
+    texts += [(path, data.decode("utf-8")) for path, data in sorted(parsed.files.items()) if is_text(data)]
+    found: list[dict[str, Any]] = []
+    for path, text in texts:
+        if not may_hold_secret(text):
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            for kind in secret_kinds(line):
+                if len(found) == MAX_SECRET_FINDINGS:
+                    return found
+                found.append({"path": path, "line": number, "kind": kind})
+    return found
 
 
 def content_hash(head: str, body: str, files: list[dict[str, Any]]) -> str:

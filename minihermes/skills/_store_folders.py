@@ -8,7 +8,14 @@ procedure blob, verbatim. A rollback copies an old version's list, so the files 
 
 Trust: a skill imported by anybody is outside text until an admin approves it (``approve_skill``, or an
 admin's import with ``approve``); until then ``view_skill`` says ``trusted: false`` and the agent's
-``skill_view`` tool hands its body and files to the model as data, like any outside content.
+``skill_view`` tool hands its body and files to the model as data, like any outside content. An import that
+carries something shaped like a secret says so (``secret_warnings`` on the reply and on the record: file,
+line and kind, never the secret) so that the approving admin looks before approving.
+
+Host paths: no request names a file or folder of the server (``refuse_host_path``), whoever sends it and
+through whichever door: skills come in as archives or SKILL.md texts and go out as documents (with their
+files in base64); folders on disk are the operator's, read and written by ``minihermes skills import/export``
+on their own machine (``cli/skills_io.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ import asyncio
 import base64
 from typing import Any
 
-from minihermes.runtime import InvalidArgument, NotFound, call, current_context
+from minihermes.runtime import InvalidArgument, NotFound, PermissionDenied, call, current_context
 
 from . import _access as access
 from . import _archive as archive
@@ -31,6 +38,28 @@ MAX_VIEW_CHARS = 100_000
 INLINE_BODY_CHARS = 2_000
 """An imported skill with files, or a body longer than this, is loaded on demand: the prompt carries its
 name and description and points at ``skill_view``."""
+
+
+_HOST_PATH_HELP = {
+    "import_skills": "send the skill folders as an archive instead (archive: base64 of a .zip / .skill / "
+    "tarball, or its bytes to POST /api/v1/skills/import), or run 'minihermes skills import PATH' on the "
+    "machine that has them",
+    "export_skills": "download the skills instead (GET /api/v1/skills/export gives a zip; with_files gives "
+    "every file in base64), or run 'minihermes skills export DIR' on the machine that should have them",
+}
+
+
+def refuse_host_path(op: str, path: object) -> None:
+    """``path`` (kept in the ops' signatures: it is public contract) would name a folder on the server's
+    disk, which holds the data dir (the database, ``credential.key``, every tenant's workspaces). No request
+    may: the request's context, not the door it came through, decides, and no context is the operator's."""
+    if path:
+        raise PermissionDenied(
+            f"{op}: path names a folder on the server, and no request may read or write the server's files "
+            f"(folders are the operator's); {_HOST_PATH_HELP[op]}",
+            op=op,
+            field="path",
+        )
 
 
 def trusted(record: dict[str, Any]) -> bool:
@@ -185,9 +214,10 @@ class SkillFolderOps(SkillStoreCore):
     # -- import -----------------------------------------------------------------------------------------
 
     async def _collect(
-        self, op: str, path: str, documents: list[str], archive_b64: str
+        self, op: str, documents: list[str], archive_b64: str
     ) -> tuple[list[folders.SkillFolder], list[dict[str, str]], list[dict[str, str]]]:
-        """The skill folders to import, refusals and warnings, from every source given."""
+        """The skill folders to import, refusals and warnings, from the archive and the documents (both in
+        the request: nothing is read from the server's disk)."""
         found: list[folders.SkillFolder] = []
         refused: list[dict[str, str]] = []
         warnings: list[dict[str, str]] = []
@@ -198,10 +228,6 @@ class SkillFolderOps(SkillStoreCore):
             found.extend(skills)
             warnings.extend({"skill": "", "message": w} for w in stray)
 
-        if path:
-            access.require_admin(op)
-            read = await asyncio.to_thread(archive.read_folder, op, path, self.limits)
-            take(read, lone_name=path.rstrip("/").rsplit("/", 1)[-1])
         if archive_b64:
             try:
                 data = base64.b64decode(archive_b64, validate=True)
@@ -225,12 +251,13 @@ class SkillFolderOps(SkillStoreCore):
         scope: Scope,
         approve: bool,
     ) -> dict[str, Any]:
+        refuse_host_path(op, path)
         access.require_writer(op)
         if approve:
             access.require_admin(op)  # users import candidates; only admins approve
         if not access.is_admin():
             scope = "user"
-        found, refused, warnings = await self._collect(op, path, documents, archive_b64)
+        found, refused, warnings = await self._collect(op, documents, archive_b64)
         imported = []
         for item in found:
             label = item.folder or "(document)"
@@ -242,7 +269,9 @@ class SkillFolderOps(SkillStoreCore):
             folders.check_files(parsed, self.limits)
             refused.extend({"skill": parsed.name, **r} for r in parsed.refused)
             warnings.extend({"skill": parsed.name, "message": w} for w in parsed.warnings)
-            imported.append(await self._import_parsed(parsed, scope, approve, warnings))
+            secrets = await asyncio.to_thread(folders.find_secrets, parsed)
+            warnings.extend({"skill": parsed.name, "message": _secret_warning(s)} for s in secrets)
+            imported.append(await self._import_parsed(parsed, scope, approve, warnings, secrets))
         if not imported and refused:
             first = refused[0]
             raise InvalidArgument(f"{op}: {first['skill']}: {first['path']}: {first['reason']}", op=op)
@@ -296,7 +325,12 @@ class SkillFolderOps(SkillStoreCore):
         return "" if await io.versions(self.host, hint) else hint
 
     async def _import_parsed(
-        self, p: folders.ParsedSkill, scope: Scope, approve: bool, warnings: list[dict[str, str]]
+        self,
+        p: folders.ParsedSkill,
+        scope: Scope,
+        approve: bool,
+        warnings: list[dict[str, str]],
+        secrets: list[dict[str, Any]],
     ) -> dict[str, Any]:
         principal = current_context().principal
         head_sha = await io.put_content(self.host, p.head.encode("utf-8"), "text/markdown") if p.head else ""
@@ -328,7 +362,7 @@ class SkillFolderOps(SkillStoreCore):
             if await self._content_hash(same) == folders.content_hash(p.head, p.body, manifest):
                 if approve and not record.get("approved_by") and record.get("origin") == "import":
                     await self._approve_import(record)
-                return self._import_reply(record, unchanged=True)
+                return self._import_reply(record, unchanged=True, secrets=secrets)
             record.update(
                 description=p.description,
                 triggers=p.triggers,
@@ -338,6 +372,7 @@ class SkillFolderOps(SkillStoreCore):
             )
             previous = record["status"]
             await self._write_version(record, p.body, "imported", folder=folder)
+            _flag_secrets(record, secrets)
             if approve:
                 record.update(approved_by=principal, approved_tools=list(record["tools"]), status="active")
             else:  # new outside content: a candidate again until an admin approves it
@@ -346,8 +381,8 @@ class SkillFolderOps(SkillStoreCore):
                 record.update(approved_by="", approved_tools=[], status="candidate")
             record["status_changed_at"] = self.host.now()
             await self._save(record, previous_status=previous)
-            self._event("skill_imported", record, f"name={record['name']} version={record['version']}")
-            return self._import_reply(record)
+            self._event("skill_imported", record, _imported_detail(record, secrets))
+            return self._import_reply(record, secrets=secrets)
         fields = {
             "name": p.name,
             "description": p.description,
@@ -367,10 +402,11 @@ class SkillFolderOps(SkillStoreCore):
         await self._write_version(record, p.body, "imported", first=True, folder=folder)
         if approve:
             record["approved_tools"] = list(record["tools"])
+        _flag_secrets(record, secrets)
         await self._save(record, previous_status=None)
-        self._event("skill_imported", record, f"name={record['name']} approved={approve}")
+        self._event("skill_imported", record, f"{_imported_detail(record, secrets)} approved={approve}")
         self.host.incr_counter("skills_imported_total")
-        return self._import_reply(record)
+        return self._import_reply(record, secrets=secrets)
 
     async def _approve_import(self, record: dict[str, Any]) -> None:
         record["approved_by"] = current_context().principal
@@ -382,8 +418,10 @@ class SkillFolderOps(SkillStoreCore):
         await self._save(record, previous_status=previous, reindex=previous != record["status"])
         self._event("skill_approved", record, f"by={record['approved_by']} (import)")
 
-    def _import_reply(self, record: dict[str, Any], *, unchanged: bool = False) -> dict[str, Any]:
-        return {
+    def _import_reply(
+        self, record: dict[str, Any], *, unchanged: bool = False, secrets: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        out = {
             "skill_id": record["skill_id"],
             "name": record["name"],
             "version": record["version"],
@@ -392,6 +430,9 @@ class SkillFolderOps(SkillStoreCore):
             "scope": record["scope"],
             "unchanged": unchanged,
         }
+        if secrets:
+            out["secret_warnings"] = secrets
+        return out
 
     async def _content_hash(self, record: dict[str, Any]) -> str:
         """``content_hash`` of the record's current version (SKILL.md as kept, files and their modes)."""
@@ -441,3 +482,24 @@ class SkillFolderOps(SkillStoreCore):
                     )
             docs.append(doc)
         return docs
+
+
+def _secret_warning(finding: dict[str, Any]) -> str:
+    return (
+        f"{finding['path']} line {finding['line']}: something shaped like a secret ({finding['kind']}); "
+        "it is kept as written: check it before approving the skill, and rotate it if it is real"
+    )
+
+
+def _flag_secrets(record: dict[str, Any], secrets: list[dict[str, Any]]) -> None:
+    """What the approving admin sees on the candidate (``get_skill``, the dashboard): the findings of the
+    version just imported, or nothing when it has none."""
+    if secrets:
+        record["secret_warnings"] = [{**s, "version": record["version"]} for s in secrets]
+    else:
+        record.pop("secret_warnings", None)
+
+
+def _imported_detail(record: dict[str, Any], secrets: list[dict[str, Any]]) -> str:
+    detail = f"name={record['name']} version={record['version']}"
+    return f"{detail} secret_warnings={len(secrets)}" if secrets else detail

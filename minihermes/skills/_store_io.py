@@ -1,16 +1,12 @@
-"""The skill store's reads and writes of host primitives, and SKILL.md folders on disk."""
+"""The skill store's reads and writes of host primitives (never the server's disk: see ``_archive.py`` for
+the folders the CLI reads and writes on its own machine)."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-from pathlib import Path
 from typing import Any
 
-from minihermes.runtime import Host, InvalidArgument, NotFound
-
-from ._folders import safe_relpath
-from ._text import slug
+from minihermes.runtime import Host, NotFound
 
 TEXT_INDEX = "skills"
 MAX_IMPORT = 10_000
@@ -150,45 +146,3 @@ async def forget_author(host: Host, skill_id: str, user_id: str) -> None:
     for key, meta in await host.kv.list(f"skill_v:{skill_id}:"):
         if isinstance(meta, dict) and meta.get("author") == user_id:
             await host.kv.put(key, {**meta, "author": "(forgotten)"})
-
-
-async def write_skill_docs(op: str, path: str, docs: list[dict[str, Any]]) -> int:
-    return await asyncio.to_thread(_write_folder, op, path, docs)
-
-
-def _folder_name(doc: dict[str, Any]) -> str:
-    wanted = str(doc.get("folder") or "")
-    clean = safe_relpath(wanted) if wanted else None
-    return clean.rsplit("/", 1)[-1] if clean else slug(doc["name"])
-
-
-def write_folder(op: str, path: str, docs: list[dict[str, Any]]) -> int:
-    """Write each doc as ``<path>/<folder>/SKILL.md`` plus its ``file_bytes`` (paths checked again: a doc
-    from elsewhere never writes outside its folder); a file its ``files`` entry marks ``executable`` gets
-    mode 0755, the others 0644, so a script's bit survives the round trip."""
-    return _write_folder(op, path, docs)
-
-
-def _write_folder(op: str, path: str, docs: list[dict[str, Any]]) -> int:
-    root = Path(path)
-    if not root.is_absolute():
-        raise InvalidArgument(f"{op}: path must be absolute", op=op, field="path")
-    root.mkdir(parents=True, exist_ok=True)
-    used: set[str] = set()
-    for doc in docs:
-        base = _folder_name(doc)
-        folder, n = base, 2
-        while folder in used:
-            folder, n = f"{base}-{n}", n + 1
-        used.add(folder)
-        (root / folder).mkdir(exist_ok=True)
-        (root / folder / "SKILL.md").write_bytes(doc["skill_md"].encode("utf-8"))
-        runnable = {str(f.get("path")) for f in doc.get("files") or [] if f.get("executable")}
-        for rel, data in (doc.get("file_bytes") or {}).items():
-            if safe_relpath(rel) != rel or rel == "SKILL.md":
-                continue
-            target = root / folder / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-            target.chmod(0o755 if rel in runnable else 0o644)
-    return len(docs)

@@ -41,7 +41,7 @@ from ._model import (
     procedure_tools,
 )
 from ._store_core import DUPLICATE_SIMILARITY, Scope, check_id, check_reason, view
-from ._store_folders import SkillFolderOps, trusted
+from ._store_folders import SkillFolderOps, refuse_host_path, trusted
 
 _LEARNED_CACHE = 4096
 """Learned-request markers kept in memory (the rest are read from KV when a request repeats)."""
@@ -637,12 +637,15 @@ class SkillStore(SkillFolderOps):
         archive: str = "",
         approve: bool = False,
     ) -> dict[str, Any]:
-        """Skill folders (``SKILL.md`` with its files): under ``path`` (admin; this node's disk), in
-        ``archive`` (base64 of a .zip / .skill archive or a tarball) and/or as SKILL.md texts. Lenient and
-        lossless (see ``_folders.py``): ``warnings`` for what is odd, ``refused: [{skill, path, reason}]``
-        only for what is unsafe. Imported skills are candidates until an admin approves them (``approve``:
-        an admin's import approves at once); a user's import is their own (``scope: user``). A name that
-        exists gets a new version (none when nothing changed: ``unchanged``)."""
+        """Skill folders (``SKILL.md`` with its files) in ``archive`` (base64 of a .zip / .skill archive or a
+        tarball) and/or as SKILL.md texts. ``path`` (a folder on the server) is always refused with
+        ``permission_denied``: the server's disk is the operator's (``minihermes skills import`` reads a
+        folder on its own machine and sends archives). Lenient and lossless (see ``_folders.py``):
+        ``warnings`` for what is odd, ``refused: [{skill, path, reason}]`` only for what is unsafe, and
+        ``secret_warnings: [{path, line, kind}]`` on a skill carrying something shaped like a secret. Imported
+        skills are candidates until an admin approves them (``approve``: an admin's import approves at
+        once); a user's import is their own (``scope: user``). A name that exists gets a new version (none
+        when nothing changed: ``unchanged``)."""
         return await self._import_folders("import_skills", path, documents or [], archive, scope, approve)
 
     @call
@@ -650,16 +653,14 @@ class SkillStore(SkillFolderOps):
         self, path: str = "", status: StatusFilter = "", with_files: bool = False
     ) -> dict[str, Any]:
         """Skills as their SKILL.md, byte for byte as imported plus one line of our keys (``documents:
-        [{name, folder, skill_md, files?}]``; ``with_files``: each file as ``{path, size, sha256, data}``,
-        data in base64); with ``path`` (admin) also written as ``<path>/<folder>/`` with every file."""
+        [{name, folder, skill_md, files?}]``; ``with_files``: each file as ``{path, size, sha256, executable,
+        data}``, data in base64). ``path`` (a folder on the server) is always refused with
+        ``permission_denied``: ``GET /api/v1/skills/export`` downloads a zip, and ``minihermes skills export
+        DIR`` writes folders on the operator's machine. ``written`` is always 0 (kept for old clients)."""
         op = "export_skills"
-        if path:
-            access.require_admin(op)
+        refuse_host_path(op, path)
         listed = self.list_skills(status=status)["skills"]
-        docs = await self._export_docs(listed, with_files or bool(path))
-        written = await io.write_skill_docs(op, path, docs) if path else 0
+        docs = await self._export_docs(listed, with_files)
         for doc in docs:
             doc.pop("file_bytes", None)
-            if not with_files:
-                doc.pop("files", None)
-        return {"status": "ok", "documents": docs, "count": len(docs), "written": written}
+        return {"status": "ok", "documents": docs, "count": len(docs), "written": 0}

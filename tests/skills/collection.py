@@ -5,6 +5,7 @@ descriptions, long bodies, scripts, references, binary assets, a license, unknow
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 LONG_DESCRIPTION = (
     "Comprehensive PDF manipulation toolkit for extracting text and tables, creating new PDFs, merging and "
@@ -106,3 +107,33 @@ def write_collection(root: Path) -> dict[str, dict[str, bytes]]:
 
 def read_tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def folder_archive(root: Path) -> str:
+    """A folder as ``minihermes skills import`` sends it: read on this machine (links out refused), zipped
+    with the executable bits, base64; a lone skill folder goes under its own name. The skill store reads
+    no folder itself."""
+    import base64
+
+    from minihermes.skills import bundles
+
+    entries, _refused, executable = bundles.read_folder("test", str(root.resolve()), bundles.Limits())
+    if "SKILL.md" in entries:
+        entries = {f"{root.name}/{rel}": data for rel, data in entries.items()}
+        executable = {f"{root.name}/{rel}" for rel in executable}
+    return base64.b64encode(bundles.write_zip(entries, executable)).decode()
+
+
+async def export_folder(node: Any, folder: Path, ctx: Any, **args: Any) -> dict[str, Any]:
+    """What ``minihermes skills export DIR`` does: the node's documents with every file, written here."""
+    import asyncio
+    import base64
+
+    from minihermes.skills import bundles
+
+    out = await node.ask("skill_store", "export_skills", {**args, "with_files": True}, ctx=ctx)
+    docs = out["documents"]
+    for doc in docs:
+        doc["file_bytes"] = {f["path"]: base64.b64decode(f["data"]) for f in doc.get("files") or []}
+    written = await asyncio.to_thread(bundles.write_folder, "export", str(folder), docs)  # tmp_path: absolute
+    return {**out, "written": written}

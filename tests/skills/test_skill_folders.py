@@ -17,13 +17,13 @@ import pytest
 
 from minihermes.agent.tool_executor import ToolExecutor
 from minihermes.runtime import ActorError, ActorSpec
-from minihermes.skills import SKILLS_TOOLSET
+from minihermes.skills import SKILLS_TOOLSET, bundles
 from minihermes.skills._archive import write_zip
 from minihermes.tools import CORE_TOOLSETS
 from minihermes.tools.contract import UNTRUSTED_NOTE
 from minihermes.tools.workspace import workspace_path
 
-from .collection import FONT, LONG_DESCRIPTION, PNG, WEBAPP_BODY, read_tree, write_collection
+from .collection import FONT, LONG_DESCRIPTION, PNG, WEBAPP_BODY, folder_archive, read_tree, write_collection
 from .conftest import ACME, ACME_USER, skills_tree
 
 
@@ -51,10 +51,11 @@ async def run(node, name: str, input: Any, ctx=ACME, session_id: str = "s1") -> 
 
 
 async def import_collection(node, tmp_path: Path, *, approve: bool = True, ctx=ACME) -> dict[str, Any]:
-    """An admin imports from the node's disk (``path``); anybody may upload an archive."""
+    """An admin imports the folder as the CLI sends it (zipped, executable bits kept); a user uploads a zip.
+    Nobody names a folder on the node (``path`` is refused: tests/security/test_host_paths.py)."""
     write_collection(tmp_path / "collection")
     if ctx is ACME:
-        args: dict[str, Any] = {"path": str(tmp_path / "collection")}
+        args: dict[str, Any] = {"archive": folder_archive(tmp_path / "collection")}
     else:
         data = write_zip(read_tree(tmp_path / "collection"))
         args = {"archive": base64.b64encode(data).decode()}
@@ -194,7 +195,9 @@ async def test_a_rollback_restores_the_files_of_that_version(make_node, tmp_path
     (folder / "reference.md").write_text("# PDF reference, second edition\n")
     (folder / "forms.md").unlink()
     (folder / "scripts" / "new_tool.py").write_text("print('new')\n")
-    again = await node.ask("skill_store", "import_skills", {"path": str(folder), "approve": True}, ctx=ACME)
+    again = await node.ask(
+        "skill_store", "import_skills", {"archive": folder_archive(folder), "approve": True}, ctx=ACME
+    )
     assert again["imported"][0]["version"] == 2 and again["imported"][0]["skill_id"] == pdf["skill_id"]
 
     async def files(version: int = 0) -> dict[str, str]:
@@ -237,9 +240,13 @@ async def test_unsafe_files_are_refused_with_a_reason_each(make_node, tmp_path):
     secret.write_text("server secret")
     (root / "pdf" / "leak.txt").symlink_to(secret)
     (root / "pdf" / "inside.md").symlink_to(root / "pdf" / "forms.md")
-    out = await node.ask("skill_store", "import_skills", {"path": str(root), "approve": True}, ctx=ACME)
+    # The folder is read where it is (the CLI's machine): a link out is refused there, with its reason.
+    _, refused, _ = bundles.read_folder("import", str(root), bundles.Limits())
+    assert {"path": "pdf/leak.txt", "reason": "a link out of the folder"} in refused
+    out = await node.ask(
+        "skill_store", "import_skills", {"archive": folder_archive(root), "approve": True}, ctx=ACME
+    )
     reasons = {(r["skill"], r["path"]): r["reason"] for r in out["refused"]}
-    assert reasons[("pdf", "leak.txt")] == "a link out of the folder"
     assert reasons[("brand-guidelines", "assets/font.ttf")].startswith("oversized")
     assert reasons[("", "webapp-testing/SKILL.md")].startswith("oversized")
     assert len(by_name(out)) == 3  # the other skills are imported, without those files

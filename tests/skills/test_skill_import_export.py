@@ -19,7 +19,7 @@ from minihermes.runtime import ActorError
 from minihermes.skills._archive import write_zip
 from minihermes.skills._folders import strip_ours
 
-from .collection import read_tree, write_collection
+from .collection import export_folder, folder_archive, read_tree, write_collection
 from .conftest import ACME, ACME_USER, skills_tree
 
 CALC = (
@@ -32,7 +32,8 @@ def b64(data: bytes) -> str:
 
 
 async def export_to(node, folder: Path) -> dict[str, bytes]:
-    out = await node.ask("skill_store", "export_skills", {"path": str(folder)}, ctx=ACME)
+    """The export as ``minihermes skills export`` writes it (the node writes no folder itself)."""
+    out = await export_folder(node, folder, ACME)
     assert out["written"] == out["count"]
     return read_tree(folder)
 
@@ -41,7 +42,10 @@ async def test_export_import_export_is_byte_identical(make_node, tmp_path):
     node = await make_node(skills_tree())
     original = write_collection(tmp_path / "in")
     first = await node.ask(
-        "skill_store", "import_skills", {"path": str(tmp_path / "in"), "approve": True}, ctx=ACME
+        "skill_store",
+        "import_skills",
+        {"archive": folder_archive(tmp_path / "in"), "approve": True},
+        ctx=ACME,
     )
     assert first["refused"] == [] and first["count"] == 4
     exported = await export_to(node, tmp_path / "out1")
@@ -62,7 +66,10 @@ async def test_export_import_export_is_byte_identical(make_node, tmp_path):
     assert set(exported) == {f"{f}/{r}" for f, files in original.items() for r in files}
 
     again = await node.ask(
-        "skill_store", "import_skills", {"path": str(tmp_path / "out1"), "approve": True}, ctx=ACME
+        "skill_store",
+        "import_skills",
+        {"archive": folder_archive(tmp_path / "out1"), "approve": True},
+        ctx=ACME,
     )
     assert [s["unchanged"] for s in again["imported"]] == [True] * 4
     assert {s["skill_id"] for s in again["imported"]} == {s["skill_id"] for s in first["imported"]}
@@ -71,7 +78,10 @@ async def test_export_import_export_is_byte_identical(make_node, tmp_path):
     # Into another tenant's fresh store the export imports to the same content (versions start over).
     other = await make_node(skills_tree())
     await other.ask(
-        "skill_store", "import_skills", {"path": str(tmp_path / "out1"), "approve": True}, ctx=ACME
+        "skill_store",
+        "import_skills",
+        {"archive": folder_archive(tmp_path / "out1"), "approve": True},
+        ctx=ACME,
     )
     third = await export_to(other, tmp_path / "out3")
     assert third == exported
@@ -90,7 +100,9 @@ async def test_learned_skills_export_in_the_same_format(make_node, tmp_path):
     text = exported["calc-and-remember/SKILL.md"].decode()
     assert text.startswith("---\nname: calc-and-remember\ndescription: Calculate and keep the result.\n")
     assert "  minihermes: {" in text and text.endswith(CALC + "\n")
-    back = await node.ask("skill_store", "import_skills", {"path": str(tmp_path / "out")}, ctx=ACME)
+    back = await node.ask(
+        "skill_store", "import_skills", {"archive": folder_archive(tmp_path / "out")}, ctx=ACME
+    )
     assert back["refused"] == [] and back["imported"][0]["name"] == "calc-and-remember"
     assert back["imported"][0]["unchanged"] is True
     assert await export_to(node, tmp_path / "out2") == exported
@@ -223,7 +235,9 @@ async def test_a_learned_skill_round_trips_unchanged(make_node, tmp_path):
     text = exported["calculator-steps/SKILL.md"].decode()
     assert f'"id": "{sid}"' in text and '"owner": "bob"' in text and '"scope": "user"' in text
     # The admin's import (tenant scope by default) recognises the skill by our keys: nothing changes.
-    back = await node.ask("skill_store", "import_skills", {"path": str(tmp_path / "out1")}, ctx=ACME)
+    back = await node.ask(
+        "skill_store", "import_skills", {"archive": folder_archive(tmp_path / "out1")}, ctx=ACME
+    )
     assert back["imported"] == [
         {
             "skill_id": sid,
@@ -258,7 +272,9 @@ async def test_a_changed_export_is_a_new_version_of_the_same_skill(make_node, tm
     exported = await export_to(node, tmp_path / "out")
     changed = exported["calculator-steps/SKILL.md"].replace(b"keep the result", b"keep the result twice")
     (tmp_path / "out" / "calculator-steps" / "SKILL.md").write_bytes(changed)
-    back = await node.ask("skill_store", "import_skills", {"path": str(tmp_path / "out")}, ctx=ACME)
+    back = await node.ask(
+        "skill_store", "import_skills", {"archive": folder_archive(tmp_path / "out")}, ctx=ACME
+    )
     assert back["imported"][0]["skill_id"] == sid and back["imported"][0]["version"] == 2
     assert back["imported"][0]["unchanged"] is False
     got = (await node.ask("skill_store", "get_skill", {"skill_id": sid}, ctx=ACME))["skill"]
@@ -316,7 +332,7 @@ async def test_the_executable_bit_survives_the_round_trip(make_node, tmp_path, s
     (skill / "notes.txt").chmod(0o644)
     files = read_tree(tmp_path / "in")
     if source == "folder":
-        args: dict[str, Any] = {"path": str(tmp_path / "in")}
+        args: dict[str, Any] = {"archive": folder_archive(tmp_path / "in")}  # as the CLI sends it
     elif source == "zip":
         args = {"archive": b64(write_zip(files, {"hello/scripts/hello.py"}))}
     else:
@@ -404,9 +420,10 @@ def _cli_round_trip(tmp_path: Path, where: list[str]) -> None:
         assert refused.exit_code == 1 and "permission_denied" in refused.stderr
 
 
-def test_cli_keeps_a_scripts_executable_bit(tmp_path):
+def test_cli_keeps_a_scripts_executable_bit(tmp_path, monkeypatch):
     from tests.cli._served import cli, ok_json
 
+    monkeypatch.setenv("MINIHERMES_SKILLS_IO_ROOT", str(tmp_path))
     skill = tmp_path / "in" / "hello"
     (skill / "scripts").mkdir(parents=True)
     (skill / "SKILL.md").write_text("---\nname: hello\ndescription: Say hello.\n---\nRun scripts/hello.py\n")
@@ -420,13 +437,15 @@ def test_cli_keeps_a_scripts_executable_bit(tmp_path):
     assert again["imported"][0]["unchanged"] is True
 
 
-def test_cli_import_and_export_on_the_local_data_dir(tmp_path):
+def test_cli_import_and_export_on_the_local_data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINIHERMES_SKILLS_IO_ROOT", str(tmp_path))
     _cli_round_trip(tmp_path, ["--data-dir", str(tmp_path / "data")])
 
 
 @pytest.mark.slow
-def test_cli_import_and_export_against_a_served_node(tmp_path, tmp_path_factory):
+def test_cli_import_and_export_against_a_served_node(tmp_path, tmp_path_factory, monkeypatch):
     from tests.cli._served import as_, served
 
+    monkeypatch.setenv("MINIHERMES_SKILLS_IO_ROOT", str(tmp_path))
     with served(tmp_path_factory, "skills-io") as url:
         _cli_round_trip(tmp_path, as_(url))

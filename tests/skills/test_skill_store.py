@@ -10,6 +10,7 @@ import pytest
 from minihermes.runtime import ActorError, ActorSpec
 from minihermes.skills import SkillStore
 
+from .collection import export_folder, folder_archive
 from .conftest import ACME, ACME_USER, ACME_VIEWER, GLOBEX, skills_tree
 
 CALC = "1. calculator: evaluate each arithmetic expression from the request"
@@ -263,13 +264,16 @@ async def test_skill_md_import_and_export_round_trip(make_node, tmp_path):
         "metadata:\n  triggers: [calculate, remember]\n---\n\n" + CALC_STORE + "\n"
     )
     out = await node.ask(
-        "skill_store", "import_skills", {"path": str(tmp_path / "in"), "approve": True}, ctx=ACME
+        "skill_store",
+        "import_skills",
+        {"archive": folder_archive(tmp_path / "in"), "approve": True},
+        ctx=ACME,
     )
     assert out["count"] == 1
     # An admin's approved import serves the whole tenant at once.
     [hit] = await _match(node, "calculate 3*4 and remember it", ctx=ACME_CAROL)
     assert hit["name"] == "calc-and-remember" and hit["procedure"] == CALC_STORE
-    exported = await node.ask("skill_store", "export_skills", {"path": str(tmp_path / "out")}, ctx=ACME)
+    exported = await export_folder(node, tmp_path / "out", ACME)
     text = (tmp_path / "out" / "calc-and-remember" / "SKILL.md").read_text()
     assert exported["written"] == 1 and text.startswith("---\nname: calc-and-remember\n")
     again = await node.ask("skill_store", "import_skills", {"documents": [text]}, ctx=ACME)

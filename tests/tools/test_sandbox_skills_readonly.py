@@ -32,7 +32,7 @@ from minihermes.tools.sandbox import (
     run_sandboxed,
 )
 from minihermes.tools.workspace import workspace_path
-from tests.skills.collection import write_collection
+from tests.skills.collection import folder_archive, write_collection
 from tests.skills.conftest import ACME, ACME_USER, clock, make_node, skills_tree
 
 from .conftest import python_for, require
@@ -265,7 +265,10 @@ async def test_a_script_in_a_session_cannot_change_the_skill_files_skill_view_pu
     node = await make_node(skills_tree(executor))
     write_collection(tmp_path / "collection")
     await node.ask(
-        "skill_store", "import_skills", {"path": str(tmp_path / "collection"), "approve": True}, ctx=ACME
+        "skill_store",
+        "import_skills",
+        {"archive": folder_archive(tmp_path / "collection"), "approve": True},
+        ctx=ACME,
     )
     viewed = await call(node, "skill_view", {"name": "pdf"})
     assert viewed["result"]["workspace_folder"] == "skills/pdf", viewed
