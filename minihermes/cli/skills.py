@@ -1,9 +1,11 @@
 """``minihermes skills ...``: list, show, search, approve, reject, pin, unpin, archive, recover, roll back,
 import, export.
 
-Imports and exports move SKILL.md files between this machine and the node (embedded or remote), one skill
-at a time with a progress bar: ``import DIR`` reads ``DIR/<name>/SKILL.md`` (or ``DIR/*.md``) here and sends
-their texts; ``export DIR`` writes ``DIR/<name>/SKILL.md`` here from the node's documents.
+Imports and exports move skill folders between this machine and the node (embedded or remote), one skill
+at a time with a progress bar (``skills_io.py``): ``import PATH`` reads a folder or an archive here and sends
+archives; ``export DIR`` writes ``DIR/<name>/`` here from the node's documents. Both stay inside the skills
+folder root (``MINIHERMES_SKILLS_IO_ROOT``, default the current folder) and out of the data dir; the node
+never reads or writes a folder for a request.
 """
 
 from __future__ import annotations

@@ -7,6 +7,12 @@ reason each) and sent one skill at a time as a zip, with a progress bar; an arch
 checks everything again. Imported skills are candidates until an admin approves them (``--approve``, an
 admin's import, approves at once). ``export`` writes ``DIR/<folder>/SKILL.md`` and every file, byte for
 byte as imported (plus one line of our keys in the front matter).
+
+Folders and archives on disk are the operator's, so both commands are confined (``confine``): the path must
+be inside the skills folder root (``MINIHERMES_SKILLS_IO_ROOT``; unset: the folder the command runs in) and
+never in the node's data dir (``--data-dir``: the database, ``credential.key``, every tenant's workspaces),
+links resolved. A folder being read leaves the data dir out; an export writes through no link. The node
+itself never reads or writes a folder for a request (``skill_store.import_skills`` takes archives only).
 """
 
 from __future__ import annotations
@@ -24,16 +30,60 @@ from minihermes.runtime import ActorError
 from minihermes.skills import bundles
 
 from ._backend import Backend, CommandError, Remote, reply_body
+from ._connection import connection
 from .commands import pick_op, run_command
 from .skills import _progress, import_files, skill_files, skills_app
 
 _LIMITS = bundles.Limits()
+IO_ROOT_ENV = "MINIHERMES_SKILLS_IO_ROOT"
+"""The folder under which ``skills import`` reads and ``skills export`` writes (default: the working folder)."""
 
 
-def _local_skills(path: Path) -> tuple[list[bundles.SkillFolder], list[dict[str, str]], list[dict[str, str]]]:
-    """The skill folders under ``path`` as this machine sees them, with local refusals and warnings."""
+def io_root() -> Path:
+    """The skills folder root: ``MINIHERMES_SKILLS_IO_ROOT``, or the folder the command runs in."""
+    configured = os.environ.get(IO_ROOT_ENV, "").strip()
+    return Path(os.path.realpath(os.path.expanduser(configured) if configured else os.getcwd()))
+
+
+def confine(op: str, path: Path, *, root: Path | None = None, protect: list[Path] | None = None) -> Path:
+    """``path`` resolved (links followed), when it is inside ``root`` (``io_root()``) and not in a
+    ``protect`` folder (the connection's data dir); else ``CommandError`` ``permission_denied`` naming
+    the setting."""
+    root = Path(os.path.realpath(root if root is not None else io_root()))
+    real = Path(os.path.realpath(os.path.expanduser(str(path))))
+    if os.path.commonpath([real, root]) != str(root):
+        raise CommandError(
+            "permission_denied",
+            f"{op}: {path} is outside the skills folder root {root}; skill folders and archives are read and "
+            f"written only below it (set {IO_ROOT_ENV} to choose another root)",
+            "path",
+        )
     try:
-        entries, bad, runnable = bundles.read_folder("import", str(path.resolve()), _LIMITS)
+        bundles.check_unprotected(op, str(real), [str(p) for p in _protected(protect)])
+    except ActorError as e:
+        raise CommandError(e.code, e.message, "path") from None
+    return real
+
+
+def _protected(protect: list[Path] | None) -> list[Path]:
+    return protect if protect is not None else [connection().data_dir]
+
+
+def _in_any(path: Path, guarded: list[str]) -> bool:
+    try:
+        bundles.check_unprotected("import", str(path), guarded)
+    except ActorError:
+        return True
+    return False
+
+
+def _local_skills(
+    path: Path, protect: list[Path] | None = None
+) -> tuple[list[bundles.SkillFolder], list[dict[str, str]], list[dict[str, str]]]:
+    """The skill folders under ``path`` as this machine sees them, with local refusals and warnings."""
+    guarded = [str(p) for p in _protected(protect)]
+    try:
+        entries, bad, runnable = bundles.read_folder("import", str(path.resolve()), _LIMITS, protect=guarded)
     except ActorError as e:
         raise CommandError(e.code, e.message, "path") from None
     refused: list[dict[str, str]] = []
@@ -69,8 +119,18 @@ def _read(path: Path) -> bytes | None:
     return path.read_bytes()
 
 
-async def import_path(backend: Backend, console: Console, path: Path, approve: bool) -> dict[str, Any]:
-    """Import ``path`` (folder or archive); one call per skill for a folder, with a progress bar."""
+async def import_path(
+    backend: Backend,
+    console: Console,
+    path: Path,
+    approve: bool,
+    *,
+    root: Path | None = None,
+    protect: list[Path] | None = None,
+) -> dict[str, Any]:
+    """Import ``path`` (folder or archive, ``confine``d to ``root`` and out of ``protect``); one call per
+    skill for a folder, with a progress bar."""
+    path = confine("import", path, root=root, protect=protect)
     op = await pick_op(backend, "skill_store", ("import_skills",))
     imported: list[dict[str, Any]] = []
     refused: list[dict[str, str]] = []
@@ -97,9 +157,11 @@ async def import_path(backend: Backend, console: Console, path: Path, approve: b
     if data is not None:
         await send(path.name, data)
     else:
-        found, refused, warnings = await asyncio.to_thread(_local_skills, path)
+        found, refused, warnings = await asyncio.to_thread(_local_skills, path, protect)
         if not found:  # a folder of plain .md files (the older layout): sent as texts
-            return await import_files(backend, console, skill_files(path))
+            guarded = [str(g) for g in _protected(protect)]
+            texts = [f for f in skill_files(path) if not _in_any(f, guarded)]
+            return await import_files(backend, console, texts)
         with _progress(console) as progress:
             task = progress.add_task("importing skills", total=len(found))
             for skill in found:
@@ -121,12 +183,23 @@ async def import_path(backend: Backend, console: Console, path: Path, approve: b
     }
 
 
-def _write(folder: Path, docs: list[dict[str, Any]]) -> int:
-    return bundles.write_folder("export", os.path.abspath(folder), docs)
+def _write(folder: Path, docs: list[dict[str, Any]], protect: list[Path]) -> int:
+    return bundles.write_folder("export", str(folder), docs, protect=[str(p) for p in protect])
 
 
-async def export_path(backend: Backend, console: Console, folder: Path, status: str) -> dict[str, Any]:
-    """Write every skill the node exports as ``folder/<name>/`` (SKILL.md and files), with a progress bar."""
+async def export_path(
+    backend: Backend,
+    console: Console,
+    folder: Path,
+    status: str,
+    *,
+    root: Path | None = None,
+    protect: list[Path] | None = None,
+) -> dict[str, Any]:
+    """Write every skill the node exports as ``folder/<name>/`` (SKILL.md and files), with a progress bar;
+    ``folder`` is ``confine``d to ``root`` and out of ``protect`` (no skill folder lands in the data dir)."""
+    shown = folder
+    folder = confine("export", folder, root=root, protect=protect)
     op = await pick_op(backend, "skill_store", ("export_skills",))
     reply = await backend.ask("skill_store", op, {"status": status, "with_files": True})
     docs = reply.get("documents", [])
@@ -136,10 +209,10 @@ async def export_path(backend: Backend, console: Console, folder: Path, status: 
             doc["file_bytes"] = {f["path"]: base64.b64decode(f["data"]) for f in doc.get("files") or []}
             progress.advance(task)
     try:
-        written = await asyncio.to_thread(_write, folder, docs)
+        written = await asyncio.to_thread(_write, folder, docs, _protected(protect))
     except ActorError as e:
         raise CommandError(e.code, e.message, "path") from None
-    return {"status": "ok", "written": written, "count": len(docs), "folder": str(folder)}
+    return {"status": "ok", "written": written, "count": len(docs), "folder": str(shown)}
 
 
 @skills_app.command("import")
@@ -152,7 +225,8 @@ def skills_import(
     ],
     approve: Annotated[bool, typer.Option(help="Approve at once (admin): active, trusted.")] = False,
 ) -> None:
-    """Import skill folders from this machine (candidates until an admin approves them)."""
+    """Import skill folders from this machine (candidates until an admin approves them). PATH must be
+    inside MINIHERMES_SKILLS_IO_ROOT (default: the current folder) and not in the data dir."""
 
     async def body(backend: Backend, console: Console) -> Any:
         return await import_path(backend, Console(stderr=True), path, approve)
@@ -165,7 +239,8 @@ def skills_export(
     folder: Annotated[Path, typer.Argument(help="Where to write <name>/ skill folders.")],
     status: Annotated[str, typer.Option(help="Only skills with this status.")] = "",
 ) -> None:
-    """Export skills as skill folders (SKILL.md and every file) on this machine."""
+    """Export skills as skill folders (SKILL.md and every file) on this machine. FOLDER must be inside
+    MINIHERMES_SKILLS_IO_ROOT (default: the current folder) and not in the data dir."""
 
     async def body(backend: Backend, console: Console) -> Any:
         return await export_path(backend, Console(stderr=True), folder, status)
