@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from ._plan import Intent, Item, Note, Outcome, ParseContext, Ref, Step
-from ._text import as_text, strip_quotes
+from ._text import REDACTED, SECRETS_BELONG, as_text, strip_quotes
 
 _PATH = r"(?P<path>['\"`][^'\"`]+['\"`]|(?:[\w.~-]*/)*[\w~-][\w.~-]*\.[A-Za-z][A-Za-z0-9]{0,9}|(?:\.{1,2}/|/)?(?:[\w.~-]+/)+[\w.~-]*)"
 _PATH_PARAMS = ("path", "file", "filename", "file_path", "filepath")
@@ -92,6 +92,15 @@ class WriteFile(Intent):
         tool = ctx.toolbox.find("write_file")
         if tool is None:
             return [Note(f"I can't write to {path}: no file-writing tool is available here.", cannot=True)]
+        if REDACTED in content:
+            return [
+                Note(
+                    f"I can't write that to {path}: it holds a secret, which was removed from your message "
+                    f"before I saw it, so nothing was written. {SECRETS_BELONG}",
+                    cannot=True,
+                    standalone=True,
+                )
+            ]
         value: str | Ref = content
         source = ctx.last_result() if _PRONOUN.match(content) else None
         if source is not None:

@@ -21,7 +21,7 @@ from ._arith import (
     pretty,
 )
 from ._files import ListFiles, ReadFile, WriteFile, quote_block
-from ._memory import Recall, RecallThe, Remember, Search
+from ._memory import Forget, Recall, RecallKey, RecallThe, Remember, Search
 from ._plan import Intent, Item, Note, Outcome, ParseContext, Ref, Step
 from ._text import Toolbox, strip_quotes
 from ._work import Courtesy, Goals, Kanban, Reminders
@@ -169,6 +169,7 @@ ROLE_INTENTS = {
     "memory_store": Remember.name,
     "memory_recall": Recall.name,
     "memory_search": Search.name,
+    "memory_delete": Forget.name,
     "read_file": ReadFile.name,
     "write_file": WriteFile.name,
     "list_files": ListFiles.name,
@@ -190,9 +191,11 @@ DEFAULT_INTENTS: tuple[Intent, ...] = (
     Reminders(),
     Goals(),
     Search(),
+    Forget(),
     Remember(),
     Recall(),
     Calculate(),
     UseTool(),
     RecallThe(),
+    RecallKey(),
 )

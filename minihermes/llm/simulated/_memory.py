@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from .._types import ToolSpec
 from ._plan import Intent, Item, Note, Outcome, ParseContext, Ref, Step
-from ._text import as_text, memory_key, second_person, strip_quotes
+from ._text import REDACTED, SECRETS_BELONG, as_text, memory_key, second_person, strip_quotes
 
 _KEY_PARAMS = ("key", "name", "id", "topic")
 _VALUE_PARAMS = ("value", "content", "text", "fact", "memory")
@@ -29,7 +30,64 @@ _RESULT_WORDS = re.compile(
     re.I,
 )
 _COPULA = re.compile(r"^(?P<key>.*?\S)\s+(?P<verb>is|are|was|were|=|equals)\s+(?!\s)(?P<value>.+)$", re.I)
+_CALLED = re.compile(r"^(?P<key>.*?\S)\s+(?!\s)is\s+(?!\s)(?:called|named)\s+(?!\s)(?P<value>.+)$", re.I)
+""""my dog is called Biscuit" is the dog's name: stored as "dog's name", as "my dog's name is Biscuit" is."""
 _COLON = re.compile(r"^(?P<key>[^:]{1,60}):\s*(?!\s)(?P<value>.+)$")
+_NEXT_FACT = re.compile(r"(?<!\s)\s+(?!\s)and\s+(?!\s)|(?<!\s)\s*,\s*(?:and\s+(?!\s))?", re.I)
+_OWNED = re.compile(r"^(?:my|our)\s", re.I)
+
+
+def secret_note(what: str) -> Note:
+    """The honest answer to "remember the wifi password is hunter2": the message reached the model as
+    "... is [REDACTED]", so nothing true can be stored."""
+    return Note(
+        f"I can't remember {what}: it looks like a secret, so it was removed from your message before I saw "
+        f"it, and nothing was stored. {SECRETS_BELONG}",
+        cannot=True,
+        standalone=True,
+    )
+
+
+_BARE_AFTER = re.compile(
+    r"^(?:(?:remember|memori[sz]e|note|save|store|keep)\s+(?:that|this|it)(?:\s+for\s+me)?"
+    r"|(?:keep|bear)\s+(?:that|this|it)\s+in\s+mind|(?:don't|do\s+not)\s+forget\s+(?:that|this|it))$",
+    re.I,
+)
+_BARE_BEFORE = re.compile(r"^(?:remember|memori[sz]e|note)(?:\s+(?:this|the\s+following))?$", re.I)
+_STATEMENT = re.compile(r"^(?:my|our|the)\s", re.I)
+
+
+def join_statements(clauses: list[str], parses: Callable[[str], bool]) -> list[str]:
+    """A statement and a bare "remember that" beside it are one request: "My dog's name is Biscuit, please
+    remember that" -> "remember that My dog's name is Biscuit" (also "Remember this. My ..."). A statement is
+    a clause no intent understands that starts with my/our/the and states something ("X is Y")."""
+
+    def statement(clause: str) -> bool:
+        return (
+            bool(_STATEMENT.match(clause))
+            and "\n" not in clause
+            and not parses(clause)
+            and (_CALLED.match(clause) is not None or _COPULA.match(clause) is not None)
+        )
+
+    joined: list[str] = []
+    index = 0
+    while index < len(clauses):
+        clause = " ".join(clauses[index].split())
+        after = index + 1 < len(clauses)
+        if _BARE_AFTER.match(clause) and joined and statement(joined[-1]):
+            joined[-1] = f"remember that {joined[-1]}"
+        elif _BARE_BEFORE.match(clause) and after and statement(clauses[index + 1]):
+            joined.append(f"remember that {clauses[index + 1]}")
+            index += 1
+        else:
+            joined.append(clauses[index])
+        index += 1
+    return joined
+
+
+def _cli_arg(key: str) -> str:
+    return key if re.fullmatch(r"[\w.-]+", key) else f'"{key}"'
 
 
 class Remember(Intent):
@@ -41,7 +99,9 @@ class Remember(Intent):
         match = _REMEMBER.match(clause)
         if match is None:
             return None
-        rest = re.sub(r"^(?:this|the following)\s*:\s*", "", match.group("rest").strip(), flags=re.I)
+        rest = re.sub(
+            r"^(?:this|the\s+following)\s*[:.,;-]\s*", "", match.group("rest").strip(), count=1, flags=re.I
+        )
         tool = ctx.toolbox.find("memory_store")
         ref = _RESULT_WORDS.match(rest)
         if ref is not None:
@@ -51,18 +111,13 @@ class Remember(Intent):
             key = strip_quotes(ref.group("key") or RESULT_KEY)
             value: str | Ref = Ref(source.key) if isinstance(source, Step) else source.value
             return [self._step(ctx, tool, key, value, owner="", form="result")]
-        # Neither pattern matches across a line break; without one, a failed match is not retried at
-        # each "is" of the first line, to its end each time.
-        fact = None if "\n" in rest else (_COPULA.match(rest) or _COLON.match(rest))
-        if fact is not None:
-            owner, subject = memory_key(fact.group("key"))
-            if subject:
-                value_text = strip_quotes(fact.group("value").strip())
-                plural = (fact.groupdict().get("verb") or "").lower() in ("are", "were")
-                form = "fact-plural" if plural else "fact"
-                return [self._step(ctx, tool, subject, value_text, owner=owner, form=form)]
+        facts = self._facts(rest, ctx, tool)
+        if facts is not None:
+            return facts
         if not rest:
             return [Note("I can't tell what you would like me to remember.", cannot=True)]
+        if REDACTED in rest:
+            return [secret_note("that")]
         if match.group("verb").lower() in ("store", "save"):
             return None  # "save my work", "store the file": not a fact to remember
         if re.match(r"to\s", rest, re.I):
@@ -74,6 +129,39 @@ class Remember(Intent):
             ]
         _, key = memory_key(rest)
         return [self._step(ctx, tool, key, strip_quotes(rest), owner="", form="note")]
+
+    def _facts(self, rest: str, ctx: ParseContext, tool: ToolSpec | None) -> list[Item] | None:
+        """ "my X is Y" (also "my dog is called Biscuit", "X: Y"), or several joined by "and" or commas ("my
+        dog's name is Rex and my cat's name is Tom": two facts, never one fact holding the other)."""
+        # Neither pattern matches across a line break; without one, a failed match is not retried at
+        # each "is" of the first line, to its end each time.
+        if "\n" in rest:
+            return None
+        pieces = _split_facts(rest)
+        if len(pieces) > 1:
+            items: list[Item] = []
+            for piece in pieces:
+                found = self._facts(piece.strip(), ctx, tool)
+                if found is None:
+                    return None
+                items.extend(found)
+            return items
+        fact = _CALLED.match(rest)
+        called = fact is not None
+        fact = fact or _COPULA.match(rest) or _COLON.match(rest)
+        if fact is None:
+            return None
+        owner, subject = memory_key(fact.group("key"))
+        if not subject:
+            return None
+        if called:
+            subject = possessive(subject, "name")
+        value_text = strip_quotes(fact.group("value").strip())
+        if REDACTED in value_text or REDACTED in subject:
+            return [secret_note(f"{owner} {subject}".strip())]
+        plural = (fact.groupdict().get("verb") or "").lower() in ("are", "were")
+        form = "fact-plural" if plural else "fact"
+        return [self._step(ctx, tool, subject, value_text, owner=owner, form=form)]
 
     def _step(
         self, ctx: ParseContext, tool: ToolSpec | None, key: str, value: str | Ref, *, owner: str, form: str
@@ -88,6 +176,15 @@ class Remember(Intent):
             args = {value_param: f"{key}: {value}" if isinstance(value, str) else value}
         return Step(ctx.key(), self.name, tool.name, args, subject=key, owner=owner, form=form)
 
+    def explain(self, step: Step, outcome: Outcome) -> str | None:
+        if outcome.code != "secret_not_stored":
+            return None
+        # The value came from a tool result that held a redacted secret ("read creds.txt and remember it").
+        return (
+            f"I can't remember {_phrase(step.owner, step.subject)}: the value held a secret, which was removed "
+            f"before I saw it, so nothing was stored. {SECRETS_BELONG}"
+        )
+
     def describe(self, step: Step, outcome: Outcome) -> str:
         stored = _stored_value(step, outcome)
         if step.form == "result":
@@ -96,6 +193,26 @@ class Remember(Intent):
             verb = "are" if step.form == "fact-plural" else "is"
             return f"Got it. I'll remember that {step.owner} {step.subject} {verb} {stored}."
         return f"Got it. I'll remember that {second_person(stored)}."
+
+
+def _split_facts(rest: str) -> list[str]:
+    """``rest`` cut before each "and my X is Y" / ", my X is Y"; other separators stay inside a value ("red and
+    blue"), with the text as written."""
+    separators = list(_NEXT_FACT.finditer(rest))
+    pieces, start = [], 0
+    for index, separator in enumerate(separators):
+        end = separators[index + 1].start() if index + 1 < len(separators) else len(rest)
+        part = rest[separator.end() : end]
+        if _OWNED.match(part) and _COPULA.match(part):
+            pieces.append(rest[start : separator.start()])
+            start = separator.end()
+    pieces.append(rest[start:])
+    return pieces
+
+
+def possessive(owner_noun: str, thing: str) -> str:
+    """ "dog", "name" -> "dog's name" (the key "my dog's name is Rex" stores)."""
+    return f"{owner_noun}'s {thing}"
 
 
 def _stored_value(step: Step, outcome: Outcome) -> str:
@@ -108,9 +225,12 @@ def _stored_value(step: Step, outcome: Outcome) -> str:
 _RECALL = re.compile(
     r"^(?:(?:what|who)(?:'s|\s+is|\s+are|\s+was|\s+were)|tell\s+me(?:\s+what)?|remind\s+me(?:\s+of|\s+what)?"
     r"|do\s+you\s+(?:remember|know|recall)|recall|what\s+did\s+i\s+(?:say|tell\s+you)(?:\s+about)?)"
-    r"\s+(?!\s)(?P<phrase>(?:my|our)\s+(?!\s).*?\S)(?:\s+(?:is|are|was|were))?$",
+    r"\s+(?!\s)(?P<phrase>(?:the\s+(?!\s)[\w'-]+(?:\s+(?!\s)[\w'-]+)?\s+of\s+)?(?:my|our)\s+(?!\s).*?\S)"
+    r"(?:\s+(?:is|are|was|were))?$",
     re.I,
 )
+_CALLED_Q = re.compile(r"^(?P<who>.*?\S)\s+(?:called|named)$", re.I)
+""""what's my dog called": the key "my dog is called Rex" and "my dog's name is Rex" store ("dog's name")."""
 _LAST_RESULT = re.compile(
     r"^what(?:'s|\s+is|\s+was)\s+(?:the\s+|my\s+)?(?:last|previous|stored)\s+(?:result|answer|calculation)$",
     re.I,
@@ -135,7 +255,11 @@ class Recall(Intent):
                 return [Note("I don't have an earlier result in this conversation.")]
             return [Note(f"The last result was {value}.", value=value)]
         if (match := _RECALL.match(clause)) and not _ARITHMETIC.search(match.group("phrase")):
-            owner, subject = memory_key(match.group("phrase"))
+            phrase = match.group("phrase")
+            called = _CALLED_Q.match(phrase)
+            owner, subject = memory_key(called.group("who") if called else phrase)
+            if called:
+                subject = possessive(subject, "name")
         else:
             return None
         recall, search = ctx.toolbox.find("memory_recall"), ctx.toolbox.find("memory_search")
@@ -203,6 +327,45 @@ class RecallThe(Recall):
         return f"I can't answer that: nothing is stored as '{step.subject}' in your memory."
 
 
+_RECALL_KEY = re.compile(
+    r"^(?:(?:what|who)(?:'s|\s+is|\s+was)|recall|look\s+up"
+    r"|what(?:'s|\s+is|\s+did\s+(?:i|you)\s+(?:store|save|keep))(?:\s+(?:stored|saved|kept))?\s+(?:as|under))"
+    r"\s+(?!\s)(?P<key>[A-Za-z][\w-]{0,79}|'[^'\n]{1,80}'|\"[^\"\n]{1,80}\"|`[^`\n]{1,80}`)$",
+    re.I,
+)
+_NOT_A_NAME = frozenset(
+    {"it", "that", "this", "up", "new", "there", "he", "she", "they", "you", "i", "me", "happening", "going"}
+)
+
+
+class RecallKey(RecallThe):
+    """'what is weekly_hours', 'recall budget', "what is stored under 'office code'": a key by its exact
+    name, as 'remember the result as weekly_hours' stored it. Like 'what is the X', the whole request only,
+    tried last; a miss is an honest "I can't answer"."""
+
+    name = "recall-key"
+
+    def parse(self, clause: str, ctx: ParseContext) -> list[Item] | None:
+        match = _RECALL_KEY.match(clause)
+        if match is None:
+            return None
+        raw = match.group("key")
+        key = strip_quotes(raw).strip()
+        if raw == key and (key.lower() in _NOT_A_NAME or _NOT_A_KEY.search(key)):
+            return None
+        tool = ctx.toolbox.find("memory_recall")
+        if not key or tool is None:
+            return None
+        args = {ctx.toolbox.param(tool, _KEY_PARAMS): key}
+        return [Step(ctx.key(), self.name, tool.name, args, subject=key, owner="", produces=True, alone=True)]
+
+    def describe(self, step: Step, outcome: Outcome) -> str:
+        value = _recalled(step.subject, outcome)
+        if value:
+            return f"{step.subject} is {value}."
+        return f"I can't answer that: nothing is stored as '{step.subject}' in your memory."
+
+
 def _phrase(owner: str, subject: str) -> str:
     return f"{owner} {subject}".strip()
 
@@ -237,6 +400,56 @@ def _entries(data: Any) -> list[tuple[str, str]]:
         else:
             pairs.append(("", as_text(item)))
     return pairs
+
+
+_FORGET = re.compile(
+    r"^(?:(?:please\s+)?forget(?:\s+about)?|(?:delete|remove|erase|wipe)(?=.*\bfrom\s+(?:your\s+|my\s+|the\s+)?memory$))"
+    r"\s+(?!\s)(?P<phrase>(?:my|our|the)\s+(?!\s).*?\S|'[^'\n]{1,80}'|\"[^\"\n]{1,80}\"|[A-Za-z][\w-]{0,79})"
+    r"(?:\s+from\s+(?:your\s+|my\s+|the\s+)?memory)?$",
+    re.I,
+)
+
+
+class Forget(Intent):
+    """'forget my dog's name', "delete 'budget' from memory": a memory deleted by its key, with a tool that
+    deletes memories (``memory_delete``); without one, an honest "I can't" that says how to do it."""
+
+    name = "forget"
+
+    def parse(self, clause: str, ctx: ParseContext) -> list[Item] | None:
+        match = _FORGET.match(" ".join(clause.split()))
+        if match is None:
+            return None
+        phrase = match.group("phrase")
+        if phrase.lower() in _NOT_A_NAME:
+            return None  # "forget it": nothing named
+        quoted = strip_quotes(phrase)
+        if quoted != phrase or " " not in phrase:
+            owner, subject = "", quoted
+        else:
+            owner, subject = memory_key(phrase)
+        if not subject:
+            return None
+        tool = ctx.toolbox.find("memory_delete")
+        if tool is None:
+            return [
+                Note(
+                    f"I can't forget {_phrase(owner, subject)} from here: no tool for deleting memories is "
+                    f"offered in this chat. You can delete it yourself: `/memory forget {_cli_arg(subject)}` in "
+                    "`minihermes chat`, or Delete on the dashboard's Memory page.",
+                    cannot=True,
+                    standalone=True,
+                )
+            ]
+        args = {ctx.toolbox.param(tool, _KEY_PARAMS): subject}
+        return [Step(ctx.key(), self.name, tool.name, args, subject=subject, owner=owner)]
+
+    def describe(self, step: Step, outcome: Outcome) -> str:
+        data = outcome.data if isinstance(outcome.data, dict) else {}
+        phrase = _phrase(step.owner, step.subject)
+        if data.get("deleted") is False or data.get("found") is False:
+            return f"Nothing was stored as {phrase}, so there was nothing to forget."
+        return f"Done: I forgot {phrase}."
 
 
 _SEARCH = [

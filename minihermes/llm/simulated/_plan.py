@@ -70,6 +70,8 @@ class Note:
     value: str = ""
     cannot: bool = False
     """The request (or this part of it) cannot be done here: the turn does nothing and says so."""
+    standalone: bool = False
+    """A "cannot" that says why and what to do instead: no list of what the model understands follows it."""
 
 
 Item = Step | Note
@@ -116,8 +118,19 @@ class Outcome:
             data = data["untrusted_content"]
             if isinstance(data, str):
                 data = _json_or_text(data) if data.lstrip().startswith(("{", "[")) else data
-        error = (content if not untrusted else as_text(data)) if is_error else _error_in(data)
+        error = _error_in(data)
+        if is_error and not error:
+            # A failed call's words, not its JSON: {"error": {"code", "message"}} is said as its message.
+            error = content if not untrusted else as_text(data)
         return cls(call, content, error=error or None, data=data, untrusted=untrusted)
+
+    @property
+    def code(self) -> str:
+        """The error code of a failed call (``{"error": {"code": ...}}``), or ""."""
+        data = self.data
+        error = data.get("error") if isinstance(data, dict) else None
+        code = error.get("code") if isinstance(error, dict) else None
+        return code if isinstance(code, str) else ""
 
     @property
     def text(self) -> str:
@@ -202,3 +215,8 @@ class Intent(ABC):
     @abstractmethod
     def describe(self, step: Step, outcome: Outcome) -> str:
         """A sentence of the final answer for a step whose (successful) result is ``outcome``."""
+
+    def explain(self, step: Step, outcome: Outcome) -> str | None:
+        """The answer for a step whose call failed, when this intent knows better words for the failure
+        than the tool's error (it must say that it could not: "I can't ..."); None: the generic answer."""
+        return None

@@ -21,6 +21,7 @@ from ._arith import ArithmeticError_, evaluate
 from ._directives import Directive, verdicts
 from ._directives import split as split_directive
 from ._directives import whole as whole_directive
+from ._memory import join_statements
 from ._plan import Intent, Item, Note, Outcome, ParseContext, Plan, Ref, Step
 from ._text import ROLE_NAMES, Toolbox, as_text, clean_clause, count_pieces, split_clauses
 
@@ -113,6 +114,7 @@ class Planner:
         unknown = []
         directives: list[Directive] = []
         clauses = split_clauses(user_text, lambda piece: self._parses(piece, toolbox))
+        clauses = join_statements(clauses, lambda clause: self._parses(clause, toolbox))
         for clause in clauses:
             if (directive := whole_directive(clause, toolbox)) is not None:
                 directives.append(directive)
@@ -230,16 +232,18 @@ class Planner:
             outcome = done.get(item.key)
             if outcome is None:
                 continue
+            intent = self._by_name.get(item.intent)
             if outcome.error:
                 done_so_far = " ".join(parts)
+                explained = intent.explain(item, outcome) if intent else None
                 parts = [
-                    f"I couldn't finish: the {item.tool} tool returned an error: {outcome.error.rstrip('.')}. "
+                    explained
+                    or f"I couldn't finish: the {item.tool} tool returned an error: {outcome.error.rstrip('.')}. "
                     "I stopped there instead of retrying; please check the request and try again."
                 ]
                 if done_so_far:
                     parts.append(f"Before that: {done_so_far}")
                 break
-            intent = self._by_name.get(item.intent)
             parts.append(
                 intent.describe(item, outcome) if intent else f"{item.tool} returned {outcome.value}."
             )
@@ -339,6 +343,7 @@ _CAPABILITIES = (
     (("calculator",), "arithmetic"),
     (("memory_store",), "remembering facts"),
     (("memory_recall", "memory_search"), "recalling them"),
+    (("memory_delete",), "forgetting them"),
     (("write_file",), "writing files"),
     (("read_file",), "reading files"),
     (("list_files",), "listing files"),
@@ -440,7 +445,8 @@ def _refusal(plan: Plan, cannot: list[Note], toolbox: Toolbox) -> str:
     doable = [item for item in plan.items if not (isinstance(item, Note) and item.cannot)]
     if doable:
         parts.append("So I haven't done any of the request (I do a request whole or not at all).")
-    abilities = _abilities(toolbox)
-    parts.append(f"{abilities[:1].upper()}{abilities[1:]}. {_pointer()}")
+    if plan.unknown or not all(note.standalone for note in cannot):
+        abilities = _abilities(toolbox)
+        parts.append(f"{abilities[:1].upper()}{abilities[1:]}. {_pointer()}")
     text = " ".join(parts)
     return text if text.startswith("I can't") else f"I can't do that. {text}"

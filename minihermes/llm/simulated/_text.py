@@ -29,6 +29,15 @@ _SWAP = {
     "i'm": "you're", "we": "you", "our": "your", "us": "you", "i've": "you've", "i'd": "you'd",
 }  # fmt: skip
 
+REDACTED = "[REDACTED]"
+"""What ``minihermes/context/redact.py`` leaves of a secret in a chat message or a tool result (the model never
+sees the secret: a value holding this is a secret that was removed, never one to store or write)."""
+SECRETS_BELONG = (
+    "Secrets are kept out of memory, chat history and logs on purpose: keep a password in a password manager; "
+    "an API key for a model or a service belongs in the credential vault (an admin registers it on the "
+    "dashboard's Providers page)."
+)
+
 # Names a tool for each role may go by. The first offered match wins.
 ROLE_NAMES: dict[str, tuple[str, ...]] = {
     "calculator": ("calculator", "calc", "calculate", "math", "evaluate"),
@@ -42,6 +51,7 @@ ROLE_NAMES: dict[str, tuple[str, ...]] = {
     ),
     "memory_recall": ("memory_recall", "recall_memory", "recall", "memory_get", "memory_read"),
     "memory_search": ("memory_search", "search_memory", "search_memories", "memory_query"),
+    "memory_delete": ("memory_delete", "memory_forget", "forget_memory", "delete_memory"),
     "read_file": ("read_file", "file_read", "read", "cat"),
     "write_file": ("write_file", "file_write", "write"),
     "list_files": ("list_files", "list_dir", "list_directory", "ls", "file_list"),
@@ -135,6 +145,12 @@ def memory_key(phrase: str) -> tuple[str, str]:
     stored and recalled, so both directions must normalize the same way.
     """
     words = re.sub(r"[^\w\s'-]", " ", strip_quotes(phrase).lower()).split()
+    if "of" in words:
+        # "the name of my dog" is "my dog's name": one key however the person says it.
+        at = words.index("of")
+        head, tail = [w for w in words[:at] if w not in ("the", "a", "an")], words[at + 1 :]
+        if 1 <= len(head) <= 2 and len(tail) >= 2 and tail[0] in ("my", "our") and "of" not in tail:
+            words = [*tail[:-1], f"{tail[-1]}'s", *head]
     owner = "the"
     if words and words[0] in _OWNERS:
         owner = _OWNERS[words.pop(0)]
