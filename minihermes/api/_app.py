@@ -38,6 +38,7 @@ from ._dashboard import add_dashboard_routes
 from ._errors import ApiError, invalid
 from ._key_routes import add_api_key_routes, api_key_openapi
 from ._metrics import add_metrics_routes
+from ._notifications import add_notification_routes, notifications_openapi
 from ._schemas import fixed_responses
 from ._sessions import add_session_routes
 from ._shedding import SheddingConfig, install_shedding
@@ -142,6 +143,7 @@ def create_app(
     add_skill_upload_routes(app, state)
     add_api_key_routes(app, state)
     add_metrics_routes(app, state)
+    add_notification_routes(app, state)
     if dashboard:
         add_dashboard_routes(app)
 
@@ -173,7 +175,12 @@ def _openapi(app: FastAPI, state: ApiState) -> dict[str, Any]:
     public = {"/healthz", "/readyz", "/", "/static/{path}"} | (
         {"/metrics"} if state.public_metrics else set()
     )
-    documented = {**fixed_responses(), **api_key_openapi(), **skill_upload_openapi()}
+    documented = {
+        **fixed_responses(),
+        **api_key_openapi(),
+        **skill_upload_openapi(),
+        **notifications_openapi(),
+    }
     for (path, method), responses in documented.items():
         operation = schema["paths"].get(path, {}).get(method)
         if operation is None:
