@@ -32,10 +32,17 @@ value: stop words out, possessives dropped, Porter stems, so "sister" finds "my 
 finds "run"; records indexed before that analysis, marked by no ``analysis`` in their index meta, are
 matched with the light stemmer they were indexed with) and the
 tuple space holds ``["memory", scope, owner, key, tier]`` (shared) or ``[..., tier, holder]`` (private) for
-listing by pattern (None is a wildcard). Two users' facts under the same key are two
-records. Writes go to kv first; a reader that finds an index entry without its kv record skips it, so a crash
-between the writes can hide a fact from a listing or a search until it is stored again, never show a deleted
-one.
+listing by pattern (None is a wildcard); with the semantic extra, kv also holds its embedding. Two users'
+facts under the same key are two records. A fact's record, index entry, tuple and embedding are written (and
+deleted) in one transaction (``host.write_batch``), so a failed write leaves none of them. Parts that an
+older release could leave behind alone (an index entry, a tuple or an embedding without its record, or a
+record without its tuple) are never shown: readers skip index hits whose record is missing; ``forget``,
+``delete_memory`` and ``clear_memories`` find them under every primitive and remove them, and storing the
+fact again rewrites all of them.
+
+A fact named with a session (``session_id``, ``source_session``) is tied to it (forgetting the session takes
+it along), so a user may name only their own sessions (admins any): one whose recorded owner (the session
+owner index, or the session manager's record) is another principal is refused.
 """
 
 from __future__ import annotations
@@ -44,10 +51,10 @@ import asyncio
 import hashlib
 import json
 import re
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from minihermes.agent.audit_event import fire_audit, is_restricted
 from minihermes.context import forget as forgetting
@@ -74,6 +81,17 @@ from minihermes.runtime import (
     current_context,
     state,
 )
+from minihermes.runtime.store import (
+    KVDelete,
+    KVPut,
+    TextRemove,
+    TextUpsert,
+    TupleTakeAll,
+    TupleWrite,
+    Write,
+)
+
+from .session_manager import session_user
 
 SCOPES = ("global", "agent", "session")
 TIERS = ("core", "reachable", "deep")
@@ -159,6 +177,32 @@ def _record_key(scope: str, owner: str, key: str, holder: str = "") -> str:
 
 def _rkey(record: Mapping[str, Any]) -> str:
     return _record_key(record["scope"], record["owner"], record["key"], str(record.get("holder") or ""))
+
+
+def _parse_rkey(rkey: str) -> tuple[str, str, str, str] | None:
+    """``(scope, owner, key, holder)`` of a record key (``_record_key``'s inverse); None for another key."""
+    parts = rkey.split(":")
+    if parts[0] == "mem" and len(parts) == 4:
+        scope, owner, key, holder = parts[1], parts[2], parts[3], ""
+    elif parts[0] == "memp" and len(parts) == 5 and parts[1]:
+        holder, scope, owner, key = parts[1], parts[2], parts[3], parts[4]
+    else:
+        return None
+    if scope not in SCOPES:
+        return None
+    return scope, unquote(owner), unquote(key), unquote(holder)
+
+
+def _removal(scope: str, owner: str, key: str, holder: str) -> list[Write]:
+    """The writes that remove every part of one fact: record, index entry, embedding and tuple (the
+    record's result first: whether it was there)."""
+    rkey = _record_key(scope, owner, key, holder)
+    return [
+        KVDelete(rkey),
+        TextRemove(INDEX, rkey),
+        KVDelete(_VEC + rkey),
+        TupleTakeAll(_tuple(scope, owner, key, None, holder)),
+    ]
 
 
 def _tuple(scope: str, owner: str, key: str, tier: str | None, holder: str) -> list[Any]:
@@ -278,6 +322,48 @@ def _order(record: dict[str, Any]) -> tuple[int, str, str, str]:
     return (SCOPES.index(record["scope"]), record["owner"], record["key"], str(record.get("holder") or ""))
 
 
+def _is_record(value: Mapping[str, Any], ids: tuple[str, str, str, str]) -> bool:
+    """``value`` is a fact's record stored under the key of ``ids``."""
+    try:
+        return (value["scope"], value["owner"], value["key"], str(value.get("holder") or "")) == ids
+    except KeyError:
+        return False
+
+
+@dataclass(slots=True)
+class _Part:
+    """What is stored of one fact (``Memory._parts``): its record, else the index meta naming it."""
+
+    ids: tuple[str, str, str, str]
+    record: dict[str, Any] | None = None
+    meta: dict[str, Any] | None = None
+
+    @property
+    def scope(self) -> str:
+        return self.ids[0]
+
+    @property
+    def owner(self) -> str:
+        return self.ids[1]
+
+    @property
+    def probe(self) -> Mapping[str, Any]:
+        """The record, or what its key and index meta tell of a fact whose record is gone (who held it and
+        wrote it), for the same ownership checks."""
+        if self.record is not None:
+            return self.record
+        scope, owner, key, holder = self.ids
+        meta = self.meta or {}
+        return {
+            "scope": scope,
+            "owner": owner,
+            "key": key,
+            "holder": holder,
+            "user_id": meta.get("user_id") or holder,
+            "source_session": meta.get("source_session", ""),
+        }
+
+
 class Memory(GenServer):
     """Per-tenant memory store (see the module docstring).
 
@@ -340,6 +426,50 @@ class Memory(GenServer):
         _check_ids(
             op, agent_id=agent_id, session_id=session_id, user_id=user_id, source_session=source_session
         )
+        await self._check_sessions(op, session_id=session_id, source_session=source_session)
+        return await self._store(
+            key, value, scope, tier, agent_id, session_id, user_id, kind, pinned, private, source_session
+        )
+
+    async def _check_sessions(self, op: str, **sessions: str) -> None:
+        """A user names only their own sessions (admins and the runtime any): refused when the session's
+        recorded owner (the session owner index, else the session manager's record) is someone else. A
+        session nobody recorded yet (about to start) is accepted: its first turn records the caller."""
+        ctx = current_context()
+        named = {field: sid for field, sid in sessions.items() if sid}
+        if _privileged(ctx) or not named:
+            return
+        sids = sorted(set(named.values()))
+        owners = await asyncio.gather(
+            *(forgetting.session_owner(self.host, sid) for sid in sids),
+            *(session_user(self.host, sid) for sid in sids),
+        )
+        for field, sid in named.items():
+            i = sids.index(sid)
+            recorded = owners[i] if owners[i] is not None else owners[len(sids) + i]
+            if recorded is not None and recorded != ctx.principal:
+                raise PermissionDenied(
+                    f"{op}: session '{sid}' is not yours (a memory names only its writer's sessions)",
+                    op=op,
+                    field=field,
+                )
+
+    async def _store(
+        self,
+        key: str,
+        value: Any,
+        scope: Scope,
+        tier: Tier,
+        agent_id: str,
+        session_id: str,
+        user_id: str,
+        kind: Kind,
+        pinned: bool,
+        private: bool | None,
+        source_session: str,
+    ) -> dict[str, Any]:
+        """``store_memory`` once its sessions are checked (a turn's episode names the turn's own)."""
+        op = "store_memory"
         ctx = current_context()
         if _privileged(ctx):
             holder = (user_id or ctx.principal) if private else ""
@@ -404,29 +534,37 @@ class Memory(GenServer):
             "pinned": pinned,
             "private": bool(holder),
             "user_id": record["user_id"],
+            "source_session": record["source_session"],
             "updated_at": now,
             "analysis": ANALYSIS,
             # Distinct words for query coverage (bounded: deep values can be long).
             "terms": " ".join(list(dict.fromkeys(analysed.split()))[:400]),
         }
-        writes: list[Awaitable[Any]] = [
-            self.host.kv.put(rkey, record),
-            self.host.text.upsert(INDEX, rkey, {"terms": analysed or key.lower()}, meta),
-        ]
-        if previous is None or previous.get("tier") != tier:
-            writes.append(self._file_tier(scope, owner, key, tier, holder))
-        await asyncio.gather(*writes)  # one group commit where the store allows
+        vector: list[float] | None = None
         if self._embedder is not None:
             # The model runs in a thread: tens of milliseconds of CPU must not stall the event loop.
-            vectors = await asyncio.to_thread(self._embedder.embed, [f"{key}: {text[:2000]}"])
-            await self.host.kv.put(_VEC + rkey, vectors[0])
-            if self._vectors is not None:
-                self._vectors[rkey] = vectors[0]
-                self._matrix = None
+            vector = (await asyncio.to_thread(self._embedder.embed, [f"{key}: {text[:2000]}"]))[0]
+        # Every part of the fact in one transaction: a failure leaves none of them. The tuple is rewritten
+        # even when the tier is unchanged (one statement more in the same commit): a record an older release
+        # left without its tuple is listed again.
+        writes: list[Write] = [
+            KVPut(rkey, record),
+            TextUpsert(INDEX, rkey, {"terms": analysed or key.lower()}, meta),
+            TupleTakeAll(_tuple(scope, owner, key, None, holder)),
+            TupleWrite(_tuple(scope, owner, key, tier, holder)),
+        ]
+        if vector is not None:
+            writes.append(KVPut(_VEC + rkey, vector))
+        if replaced is not None:  # the holder's record from before ownership goes in the same commit
+            writes += _removal(scope, owner, key, "")
+        await self.host.write_batch(writes)
+        if vector is not None and self._vectors is not None:
+            self._vectors[rkey] = vector
+            self._matrix = None
         if previous is None:
             self.memory_count += 1
         if replaced is not None:
-            await self._forget(replaced, audit=False, counted=False)
+            self._dropped(replaced, counted=False)
         if tier == "core" or (previous and previous.get("tier") == "core"):
             self._core = None
         self._stats["stores"] += 1
@@ -467,6 +605,13 @@ class Memory(GenServer):
                     raise PermissionDenied(
                         f"{op}: tenant-shared memories are changed by admins", op=op, field="key"
                     )
+            else:
+                # No record the caller may delete: what an interrupted write left under the keys they may
+                # delete (their own; an admin's, the shared one too) goes.
+                ids = ([(scope, owner, key, who)] if who else []) + (
+                    [(scope, owner, key, "")] if admin else []
+                )
+                deleted = await self._purge(ids) > 0
         return {"status": "ok", "key": key, "scope": scope, "deleted": deleted}
 
     @call(access="write")
@@ -482,35 +627,57 @@ class Memory(GenServer):
             raise PermissionDenied(f"{op}: clearing global memories needs the admin role", op=op)
         owner = _owner(op, scope, agent_id, session_id)
         deleted = 0
-        for t in await self._rows(["memory", scope, owner, None, None]):
-            record = await self.host.kv.get(_record_key(*t))
-            if not isinstance(record, dict):
-                await self.host.tuples.take_all(_tuple(t[0], t[1], t[2], None, t[3]))  # a lone index entry
-            elif (admin or _owns(record, ctx.principal)) and await self._forget(record, audit=False):
+        fragments: list[tuple[str, str, str, str]] = []
+        for part in await self._parts():
+            if part.scope != scope or part.owner != owner or not (admin or _owns(part.probe, ctx.principal)):
+                continue
+            if part.record is None:
+                fragments.append(part.ids)
+            elif await self._forget(part.record, audit=False):
                 deleted += 1
+        await self._purge(fragments)
         self._audit("memories_cleared", f"scope={scope} deleted={deleted}", session_id, None)
         return {"status": "ok", "scope": scope, "deleted": deleted}
 
-    async def _forget(self, record: dict[str, Any], *, audit: bool = True, counted: bool = True) -> bool:
+    async def _forget(self, record: dict[str, Any], *, audit: bool = True) -> bool:
+        """Remove every part of ``record`` in one transaction; False if the record was gone already (its
+        other parts are removed all the same)."""
         scope, owner, key = record["scope"], record["owner"], record["key"]
         holder = str(record.get("holder") or "")
-        rkey = _rkey(record)
-        if not await self.host.kv.delete(rkey):
+        results = await self.host.write_batch(_removal(scope, owner, key, holder))
+        if not results[0]:
+            self._drop_vector(_rkey(record))
             return False
-        await self.host.text.remove(INDEX, rkey)
-        await self.host.kv.delete(_VEC + rkey)
-        if self._vectors is not None and self._vectors.pop(rkey, None) is not None:
-            self._matrix = None
-        await self.host.tuples.take_all(_tuple(scope, owner, key, None, holder))
+        self._dropped(record)
+        if audit:
+            session = owner if scope == "session" else ""
+            self._audit("memory_deleted", f"scope={scope} key={key}", session, record)
+        return True
+
+    def _dropped(self, record: Mapping[str, Any], *, counted: bool = True) -> None:
+        """Bookkeeping after ``record``'s parts were removed."""
+        self._drop_vector(_rkey(record))
         self.memory_count = max(0, self.memory_count - 1)
         if record.get("tier") == "core":
             self._core = None
         if counted:
             self._stats["deletes"] += 1
-        if audit:
-            session = owner if scope == "session" else ""
-            self._audit("memory_deleted", f"scope={scope} key={key}", session, record)
-        return True
+
+    def _drop_vector(self, rkey: str) -> None:
+        if self._vectors is not None and self._vectors.pop(rkey, None) is not None:
+            self._matrix = None
+
+    async def _purge(self, ids: Iterable[tuple[str, str, str, str]]) -> int:
+        """Remove the parts stored under facts that have no record (what an interrupted write of an older
+        release left: an index entry, a tuple, an embedding), in one transaction; how many had any."""
+        ids = [i for i in ids if len(_record_key(*i)) <= MAX_RECORD_KEY]  # a longer one: never stored
+        if not ids:
+            return 0
+        writes = [w for i in ids for w in _removal(*i)]
+        results = await self.host.write_batch(writes)
+        for i in ids:
+            self._drop_vector(_record_key(*i))
+        return sum(any(results[n : n + 4]) for n in range(0, len(results), 4))
 
     # -- reads --------------------------------------------------------------------------------------------
 
@@ -802,18 +969,25 @@ class Memory(GenServer):
         else:
             raise InvalidArgument(f"{op}: give key, session_id, user_id or everything", op=op, field="key")
         deleted = 0
-        for record in await self._all_records():
+        fragments: list[tuple[str, str, str, str]] = []
+        for part in await self._parts():
+            probe = part.probe
             if mode == "session":
-                hit = (record["scope"] == "session" and record["owner"] == session_id) or record.get(
+                hit = (part.scope == "session" and part.owner == session_id) or probe.get(
                     "source_session"
                 ) == session_id
-                hit = hit and (admin or owner == ctx.principal or _owns(record, ctx.principal))
+                hit = hit and (admin or owner == ctx.principal or _owns(probe, ctx.principal))
             elif mode == "user":
-                hit = _owns(record, user_id) or (admin and record.get("user_id") == user_id)
+                hit = _owns(probe, user_id) or (admin and probe.get("user_id") == user_id)
             else:
                 hit = True
-            if hit and await self._forget(record, audit=False):
+            if not hit:
+                continue
+            if part.record is None:
+                fragments.append(part.ids)
+            elif await self._forget(part.record, audit=False):
                 deleted += 1
+        partial = await self._purge(fragments)
         if session_id:
             await self.host.kv.delete(_LAST_EPISODE + quote(session_id, safe=""))
         elsewhere = await forgetting.forget_elsewhere(
@@ -821,7 +995,7 @@ class Memory(GenServer):
         )
         self._stats["forgets"] += 1
         self._audit("memories_forgotten", f"mode={mode} deleted={deleted}", session_id, None)
-        return {"status": "ok", "mode": mode, "memories": deleted, **elsewhere}
+        return {"status": "ok", "mode": mode, "memories": deleted, "partial_memories": partial, **elsewhere}
 
     @cast
     async def session_ended(self, session_id: str) -> None:
@@ -833,7 +1007,7 @@ class Memory(GenServer):
             if isinstance(record, dict):
                 await self._forget(record, audit=False)
             else:
-                await self.host.tuples.take_all(_tuple(t[0], t[1], t[2], None, t[3]))
+                await self._purge([t])  # a tuple whose record is gone: with whatever else it left
         await self.host.kv.delete(_LAST_EPISODE + quote(session_id, safe=""))
 
     @call(access="read")
@@ -877,12 +1051,20 @@ class Memory(GenServer):
         # Keyed by what happened: the same task done the same way again refreshes one episode instead of
         # piling up copies that crowd everything else out of recall.
         digest = hashlib.sha256(f"{user_id}\x1f{value}".encode()).hexdigest()[:20]
-        await self.store_memory(
+        # The turn's own session (no ownership check: the record comes from the agent, or an admin).
+        _require_writer("store_memory")
+        _check_ids("store_memory", user_id=user_id, source_session=session_id)
+        await self._store(
             key=f"episode:{digest}",
             value=value,
-            kind="episodic",
-            private=True,
+            scope="global",
+            tier="reachable",
+            agent_id="",
+            session_id="",
             user_id=user_id,
+            kind="episodic",
+            pinned=False,
+            private=True,
             source_session=session_id,
         )
         if turn_id and session_id:
@@ -960,20 +1142,43 @@ class Memory(GenServer):
         top = np.argsort(-sims)[:n]
         return [(keys[i], float(sims[i])) for i in top]
 
-    async def _all_records(self) -> list[dict[str, Any]]:
-        return await self._records(await self._rows(["memory", None, None, None, None]))
+    async def _parts(self) -> list[_Part]:
+        """Every fact this tenant holds any part of (record, tuple, index entry, embedding), by record key:
+        the whole-tenant scan of forgetting, which must also find what an interrupted write left behind."""
+        shared, private, rows, docs, vectors = await asyncio.gather(
+            self.host.kv.list("mem:"),
+            self.host.kv.list("memp:"),
+            self._rows(["memory", None, None, None, None]),
+            self.host.text.documents(INDEX),
+            self.host.kv.list(_VEC),
+        )
+        parts: dict[str, _Part] = {}
+
+        def part(rkey: str) -> _Part | None:
+            if rkey not in parts:
+                ids = _parse_rkey(rkey)
+                if ids is None:
+                    return None
+                parts[rkey] = _Part(ids)
+            return parts[rkey]
+
+        for rkey, record in [*shared, *private]:
+            if isinstance(record, dict) and (p := part(rkey)) is not None and _is_record(record, p.ids):
+                p.record = record
+        for ids in rows:
+            part(_record_key(*ids))
+        for rkey, meta in docs:
+            if (p := part(rkey)) is not None and isinstance(meta, dict):
+                p.meta = meta
+        for vkey, _vector in vectors:
+            part(vkey[len(_VEC) :])
+        return list(parts.values())
 
     async def _core_records(self) -> list[dict[str, Any]]:
         if self._core is None:
             records = await self._records(await self._rows(["memory", None, None, None, "core"]))
             self._core = sorted((r for r in records if r.get("tier") == "core"), key=_order)
         return self._core
-
-    async def _file_tier(self, scope: str, owner: str, key: str, tier: str, holder: str) -> None:
-        """The (scope, owner, key[, holder]) -> tier tuple, replaced: the take before the write (a concurrent
-        pair could land in either order on a store with several connections)."""
-        await self.host.tuples.take_all(_tuple(scope, owner, key, None, holder))
-        await self.host.tuples.write(_tuple(scope, owner, key, tier, holder))
 
     def _audit(self, event_type: str, detail: str, session_id: str, record: dict[str, Any] | None) -> None:
         data = {}

@@ -30,6 +30,7 @@ from minihermes.runtime import (
     ActorArgs,
     ActorError,
     GenServer,
+    Host,
     InvalidArgument,
     NotFound,
     PermissionDenied,
@@ -289,6 +290,18 @@ def _new_record(
     }
 
 
+async def session_user(host: Host, session_id: str) -> str | None:
+    """The principal whose session ``session_id`` is, by its record here (None: no record). A session made
+    for nobody in particular (``anonymous``) is its creator's. For other actors' ownership checks."""
+    if not _SESSION_ID.fullmatch(session_id):
+        return None
+    meta = await host.kv.get(_SESSION + session_id)
+    if not isinstance(meta, dict):
+        return None
+    user = meta.get("user_id")
+    return str(meta.get("created_by") if user == "anonymous" else user)
+
+
 def _visible(meta: dict[str, Any], ctx: RequestContext) -> bool:
     return not sees_own_only(ctx) or meta.get("user_id") == ctx.principal
 
@@ -349,4 +362,4 @@ def _user_key(user_id: str, session_id: str) -> str:
     return f"{_BY_USER}{quote(user_id, safe='')}:{session_id}"
 
 
-__all__ = ["SessionManager", "channel_of", "session_title"]
+__all__ = ["SessionManager", "channel_of", "session_title", "session_user"]
