@@ -15,6 +15,9 @@ the turn's principal, on the channel the door named (``agent.chat(channel=...)``
 first user message (one short line). Each turn then updates ``last_active_at`` and ``message_count`` (the
 user's messages, one per turn) of a session the caller owns; a session another principal owns is never
 changed. ``list_sessions`` orders by last activity and finds sessions by title (``query``).
+
+Secrets a user types are redacted before anything is stored (``minihermes.context.redact``, as in chat
+history): in the title taken from the first message and in the ``metadata`` of ``create_session``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import uuid
 from typing import Any
 from urllib.parse import quote
 
+from minihermes.context.redact import redact, redact_text
 from minihermes.runtime import (
     ActorArgs,
     ActorError,
@@ -96,7 +100,13 @@ class SessionManager(GenServer):
             )
         session_id = f"sess-{uuid.uuid4().hex}"
         meta = _new_record(
-            session_id, channel, user_id, agent_id, ctx.principal, self.host.now(), metadata=metadata or {}
+            session_id,
+            channel,
+            user_id,
+            agent_id,
+            ctx.principal,
+            self.host.now(),
+            metadata=redact(metadata or {}),
         )
         await self._start(meta)
         await self.host.kv.put(_index_key(channel, user_id), session_id)
@@ -333,11 +343,13 @@ def channel_of(session_id: str, given: str = "") -> str:
 
 
 def session_title(text: str, channel: str = "") -> str:
-    """One short line from a session's first user message (a delegated session: its goal)."""
+    """One short line from a session's first user message (a delegated session: its goal), secrets
+    redacted."""
     if channel == "delegation" and "\nGoal:" in text:
         text = text.split("\nGoal:", 1)[1]
     line = next((ln for ln in text.splitlines() if ln.strip()), "")
-    line = " ".join(line.split())
+    # Redacted whole, before it is cut: a secret cut in half no longer looks like one.
+    line = " ".join(redact_text(line).split())
     return line if len(line) <= MAX_TITLE_CHARS else line[: MAX_TITLE_CHARS - 1].rstrip() + "…"
 
 
