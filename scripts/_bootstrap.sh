@@ -30,7 +30,10 @@ if [ ! -x .venv/bin/python ]; then
 fi
 if [ ! -f "$STAMP" ]; then
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-  .venv/bin/python -m pip install -q -e ".[${EXTRAS}]" 2>&1 | grep -v "^WARNING: Location" || true
+  # setuptools' note that an editable install maps the package from this folder is informational (printed on
+  # every install); other warnings and every error still show, and a failed install stops here.
+  PYTHONWARNINGS="ignore:Editable installation" \
+    .venv/bin/python -m pip install -q -e ".[${EXTRAS}]" 2>&1 | { grep -v "^WARNING: Location" || true; }
   .venv/bin/python -c "import minihermes.runtime" 
   rm -f .venv/.installed-*
   touch "$STAMP"
