@@ -22,7 +22,7 @@ _TENS = {
     "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80,
     "ninety": 90,
 }  # fmt: skip
-_SCALES = {"hundred": 100, "thousand": 1_000, "million": 1_000_000}
+_SCALES = {"hundred": 100, "thousand": 1_000, "million": 1_000_000, "dozen": 12}
 _NUMBER_WORD = "|".join(sorted([*_UNITS, *_TENS, *_SCALES], key=len, reverse=True))
 _NUMBER_RUN = re.compile(rf"\b(?:{_NUMBER_WORD})(?:[\s-]+(?:and[\s-]+)?(?:{_NUMBER_WORD}))*\b", re.I)
 
@@ -34,6 +34,11 @@ _VERB_FORMS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\bdivide\s+(\S+)\s+by\s+(\S+)", re.I), r"\1 / \2"),
     (re.compile(r"\b(?:the\s+)?product of\s+(\S+)\s+and\s+(\S+)", re.I), r"\1 * \2"),
     (re.compile(r"\b(?:the\s+)?square root of\s+(\S+)", re.I), r"\1 ** 0.5"),
+    (re.compile(r"\b(?:a\s+|one\s+)?half\s+of\s+(\d\S*)", re.I), r"\1 / 2"),
+    (re.compile(r"\b(?:a\s+|one\s+)?third\s+of\s+(\d\S*)", re.I), r"\1 / 3"),
+    (re.compile(r"\b(?:a\s+|one\s+)?quarter\s+of\s+(\d\S*)", re.I), r"\1 / 4"),
+    (re.compile(r"\b(?:twice|double)\s+(\d\S*)", re.I), r"2 * \1"),
+    (re.compile(r"\btriple\s+(\d\S*)", re.I), r"3 * \1"),
 ]
 _WORD_OPS: list[tuple[re.Pattern[str], str]] = [
     # Starts at the first digit of a number only: from any later digit the scan of the rest is repeated
@@ -80,27 +85,84 @@ class ArithmeticError_(ValueError):
 
 
 def words_to_numbers(text: str) -> str:
-    """Replace runs of English number words with digits: "forty two" -> "42"."""
+    """Replace runs of English number words with digits: "forty two" -> "42", "a hundred" -> "100", "three
+    point five" -> "3.5", "1,250" -> "1250". Words that do not make one number stay apart: "five and seven"
+    -> "5 and 7" ("and" joins only after hundred/thousand/million), "one two" -> "1 2"."""
+    text = _THOUSANDS.sub("", text)
+    if not _ANY_NUMBER_WORD.search(text):
+        return text
+    text = _A_SCALE.sub("one", text)
+    text = _POINT.sub(
+        lambda m: " point " + "".join(str(_DIGIT_WORDS[w.lower()]) for w in m.group(1).split()), text
+    )
+    text = _NUMBER_RUN.sub(_spelled, text)
+    return _DECIMAL_POINT.sub(lambda m: f"{m.group(1) or '0'}.{m.group(2)}", text)
 
-    def convert(match: re.Match[str]) -> str:
-        total, current = 0, 0
-        for word in re.split(r"[\s-]+", match.group(0).lower()):
-            if word == "and":
-                continue
-            if word in _UNITS:
-                current += _UNITS[word]
-            elif word in _TENS:
-                current += _TENS[word]
-            elif word == "hundred":
-                current = max(current, 1) * 100
-            else:
-                total += max(current, 1) * _SCALES[word]
-                current = 0
-            if current > _MAX_SPELLED or total > _MAX_SPELLED:
-                return match.group(0)  # "hundred hundred ..." is no number anyone wrote: left as words
-        return str(total + current)
 
-    return _NUMBER_RUN.sub(convert, text)
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+"""A thousands separator: "1,250" is one number (a list is written "1, 250")."""
+_ANY_NUMBER_WORD = re.compile(rf"\b(?:{_NUMBER_WORD}|dozen|point)\b", re.I)
+_A_SCALE = re.compile(r"\ban?(?=[\s-]+(?:hundred|thousand|million|dozen)\b)", re.I)
+_DIGIT_WORDS = {**{w: v for w, v in _UNITS.items() if v < 10}, "oh": 0}
+_POINT = re.compile(rf"\bpoint((?:[\s-]+(?:{'|'.join(_DIGIT_WORDS)})\b)+)", re.I)
+_DECIMAL_POINT = re.compile(r"(?:(?<![\d.])(\d+)\s+)?\bpoint (\d+)\b")
+
+
+def _spelled(match: re.Match[str]) -> str:
+    """One run of number words as the numbers it spells, each a valid English number."""
+    numbers: list[str] = []
+    total = current = 0
+    last = ""  # what the previous word was: "", "unit", "tens", "hundred", "scale"
+
+    def flush() -> None:
+        nonlocal total, current, last
+        if last:
+            numbers.append(str(total + current))
+        total = current = 0
+        last = ""
+
+    for word in re.split(r"[\s-]+", match.group(0).lower()):
+        if word == "and":
+            if last not in ("hundred", "scale"):
+                flush()
+                numbers.append("and")
+            continue
+        kind = (
+            "unit"
+            if word in _UNITS
+            else "tens"
+            if word in _TENS
+            else "hundred"
+            if word == "hundred"
+            else "scale"
+        )
+        if not _follows(last, kind, current, word):
+            flush()
+        if kind in ("unit", "tens"):
+            current += _UNITS.get(word, 0) + _TENS.get(word, 0)
+        elif kind == "hundred":
+            current = max(current, 1) * 100
+        else:
+            total += max(current, 1) * _SCALES[word]
+            current = 0
+        last = kind
+        if current > _MAX_SPELLED or total > _MAX_SPELLED:
+            return match.group(0)  # no number anyone wrote: left as words
+    flush()
+    return " ".join(numbers)
+
+
+def _follows(last: str, kind: str, current: int, word: str) -> bool:
+    """Whether ``word`` (of ``kind``) goes on the number so far: "twenty" "five", "five" "hundred"."""
+    if not last:
+        return True
+    if kind == "unit":
+        return last in ("hundred", "scale") or (last == "tens" and _UNITS[word] < 10)
+    if kind == "tens":
+        return last in ("hundred", "scale")
+    if kind == "hundred":
+        return last in ("unit", "tens") and current < 100
+    return last in ("unit", "tens", "hundred")
 
 
 def find_expression(text: str) -> str | None:

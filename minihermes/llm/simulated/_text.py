@@ -10,11 +10,12 @@ from typing import Any
 from .._types import ToolSpec
 
 # Between clauses: punctuation that ends a thought, or a conjunction. A "." only counts when followed by
-# whitespace, so "notes.txt" and "3.5" stay whole. Leading whitespace is taken from the start of its run
+# whitespace, so "notes.txt" and "3.5" stay whole; a "," between a digit and three more ("1,250") is a
+# thousands separator. Leading whitespace is taken from the start of its run
 # only (``(?<!\s)``): a match found from inside a run is found from its start anyway, and trying every
 # position of a long run rescans the rest of it each time (quadratic).
 _SEPARATOR = re.compile(
-    r"((?:(?<!\s)\s+)?(?:[,;!\n]|\.(?=\s)|\?(?=\s))\s*(?:(?:and|then|also)\s+)*"
+    r"((?:(?<!\s)\s+)?(?:(?<!\d),|,(?!\d{3}(?!\d))|[;!\n]|\.(?=\s)|\?(?=\s))\s*(?:(?:and|then|also)\s+)*"
     r"|(?<!\s)\s+(?:and\s+then|and|then|also)\s+)",
     re.I,
 )
