@@ -16,7 +16,10 @@
 denies it (never their own request), and the paused turn is resumed by asking the session's ``agent`` to
 ``resume``, as the person who asked for the call. Who decides is policy too: ``set_approval_policy`` with
 ``self_approve: true`` (for one tool, or with no tool name for every tool without a setting of its own) lets
-the requester decide on their own paused call; admins still decide on anyone's. Policies, mode and approvals are durable state: they survive restarts.
+the requester decide on their own paused call; admins still decide on anyone's. Where nobody else could decide,
+the requester who is an admin decides on their own call anyway, never left stuck: a one-owner node
+(``self_approval``), or a tenant whose only admin they are by the node's edge (``set_approvers``, reported from
+its API keys; docs/security.md, Approvals). Policies, mode and approvals are durable state: they survive restarts.
 """
 
 from __future__ import annotations
@@ -130,6 +133,9 @@ class Guardrails(GenFSM):
     approvals: dict[str, dict[str, Any]] = state(default_factory=dict)
     approval_policy: dict[str, bool] = state(default_factory=dict)
     """tool name ("" for the default) -> whether the requester may decide on their own paused call."""
+    approvers: dict[str, float | None] | None = state(default=None)
+    """Every admin of this tenant and namespace, as the edge knows them (principal -> when their last admin
+    credential expires, None: never); None: not known (JWTs, or nothing reported): nobody is the only one."""
     deny_count: int = state(default=0)
     review_count: int = state(default=0)
 
@@ -428,7 +434,7 @@ class Guardrails(GenFSM):
                     "status": "ok",
                     "approval_id": a["approval_id"],
                     "existing": True,
-                    "self_approve": self._requester_decides(tool_name, current_context().roles),
+                    "self_approve": self._requester_decides(tool_name, ctx.roles, ctx.principal),
                 }
         if sum(1 for a in self.approvals.values() if a["status"] == "pending") >= MAX_PENDING:
             raise Overloaded(f"request_approval: {MAX_PENDING} approvals are already pending")
@@ -457,7 +463,7 @@ class Guardrails(GenFSM):
             "status": "ok",
             "approval_id": approval_id,
             "existing": False,
-            "self_approve": self._requester_decides(tool_name, current_context().roles),
+            "self_approve": self._requester_decides(tool_name, ctx.roles, ctx.principal),
         }
 
     @call(access="admin")
@@ -484,13 +490,38 @@ class Guardrails(GenFSM):
             "approval_policy": dict(sorted(self.approval_policy.items())),
         }
 
+    @call(access="admin")
+    def set_approvers(self, admins: dict[str, float | None] | None) -> dict[str, Any]:
+        """The tenant's admins as the node's edge knows them (``{principal: expires_at or None}``; None: not
+        known). Reported by the edge alone (the runtime's ``system`` role), from its credential store: an
+        admin's word would be no evidence."""
+        if "system" not in current_context().roles:
+            raise PermissionDenied("set_approvers: only the node's edge reports the tenant's admins")
+        if admins is not None and (len(admins) > MAX_PENDING or not all(admins)):
+            raise InvalidArgument("set_approvers: admins must name at most 1000 principals", field="admins")
+        self.approvers = None if admins is None else dict(admins)
+        return {"status": "ok", "admins": None if admins is None else sorted(admins)}
+
     def _self_approves(self, tool_name: str) -> bool:
         return bool(self.approval_policy.get(tool_name, self.approval_policy.get("", False)))
 
-    def _requester_decides(self, tool_name: str, roles: Iterable[str]) -> bool:
-        """Whether the requester may decide on their own call: the policy says so for the tool, or the node is
-        one owner's (``self_approval``: no auth, or an embedding program) and the requester is an admin."""
-        return self._self_approves(tool_name) or (self.self_approval and bool(_ADMIN_ROLES & set(roles)))
+    def _only_admin(self, principal: str) -> bool:
+        """Nobody but ``principal`` could decide: the node is one owner's (``self_approval``: no auth, or an
+        embedding program), or the edge reported every admin of the tenant and ``principal`` is the only one
+        whose credential is still valid."""
+        if self.self_approval:
+            return True
+        if self.approvers is None:
+            return False
+        now = self.host.now()
+        return {p for p, until in self.approvers.items() if until is None or until > now} == {principal}
+
+    def _requester_decides(self, tool_name: str, roles: Iterable[str], principal: str) -> bool:
+        """Whether the requester may decide on their own call: the policy says so for the tool, or they are an
+        admin and nobody else could decide (``_only_admin``)."""
+        if self._self_approves(tool_name):
+            return True
+        return bool(_ADMIN_ROLES & set(roles)) and self._only_admin(principal)
 
     # "read": admins and viewers see the tenant's approvals; a user only those of their own turns.
     @call(access="read")
@@ -533,23 +564,37 @@ class Guardrails(GenFSM):
         """Deny a pending call; the turn resumes and the LLM reads that a reviewer refused it."""
         return self._decide(approval_id, "denied", note)
 
-    def _decide(self, approval_id: str, decision: str, note: str) -> Any:
-        ctx = current_context()
-        op = "approve" if decision == "approved" else "deny"
+    def _refusal(self, record: dict[str, Any], ctx: RequestContext) -> str:
+        """Why ``ctx`` may not decide on ``record`` ("": they may): ``role`` (a viewer, or a user on another's
+        call), ``decided`` (not pending), ``own`` (their own request while someone else could decide)."""
         if not ctx.roles & _WRITER_ROLES:  # viewers only read
-            raise PermissionDenied(f"{op}: deciding approvals needs the admin role", op=op)
-        record = self._approval(approval_id)
+            return "role"
         # The policy may let the requester (the principal whose turn paused) decide on their own call.
         by_requester = ctx.principal == record["requester"] and self._self_approves(record["tool"])
         if not by_requester and not ctx.roles & _ADMIN_ROLES:
             # Users own their sessions, not other people's: reviewing is an admin's job.
-            raise PermissionDenied(f"{op}: deciding approvals needs the admin role", op=op)
+            return "role"
         if record["status"] != "pending":
-            raise Conflict(f"approval {approval_id} was already {record['status']}", approval_id=approval_id)
+            return "decided"
         requesters = {record["requested_by"]}
         if record["requester"] != _UNAUTHENTICATED:
             requesters.add(record["requester"])
-        if ctx.principal in requesters and not (self.self_approval or by_requester):
+        if ctx.principal in requesters and not (by_requester or self._only_admin(ctx.principal)):
+            return "own"  # four eyes, where a second pair exists
+        return ""
+
+    def _decide(self, approval_id: str, decision: str, note: str) -> Any:
+        ctx = current_context()
+        op = "approve" if decision == "approved" else "deny"
+        if not ctx.roles & _WRITER_ROLES:
+            raise PermissionDenied(f"{op}: deciding approvals needs the admin role", op=op)
+        record = self._approval(approval_id)
+        refusal = self._refusal(record, ctx)
+        if refusal == "role":
+            raise PermissionDenied(f"{op}: deciding approvals needs the admin role", op=op)
+        if refusal == "decided":
+            raise Conflict(f"approval {approval_id} was already {record['status']}", approval_id=approval_id)
+        if refusal == "own":
             raise PermissionDenied(
                 f"{op}: nobody decides on their own request", op=op, approval_id=approval_id
             )
@@ -611,13 +656,15 @@ class Guardrails(GenFSM):
     def _public(self, record: dict[str, Any]) -> dict[str, Any]:
         """An approval as callers see it: who asked, never the requester's roles; ``reason`` and
         ``reason_message`` say why review was needed ("" for approvals stored before they were kept), and
-        ``requester_may_decide`` whether the policy lets the requester decide on it."""
+        ``requester_may_decide`` whether the requester may decide on it, ``you_may_decide`` whether the caller
+        may (what ``approve`` and ``deny`` will do for them)."""
         public = {k: v for k, v in record.items() if k not in ("requester", "requester_roles")}
         public.setdefault("reason", "")
         public.setdefault("reason_message", "")
         public["requester_may_decide"] = self._requester_decides(
-            record["tool"], record.get("requester_roles") or ()
+            record["tool"], record.get("requester_roles") or (), record["requester"]
         )
+        public["you_may_decide"] = not self._refusal(record, current_context())
         return public
 
     def _prune(self) -> None:

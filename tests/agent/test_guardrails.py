@@ -546,3 +546,57 @@ async def test_the_approval_policy_lets_the_requester_decide_on_their_own_call(m
     assert (await g(node, "approve", ctx=ACME, approval_id=own))["decision"] == "approved"
     assert (await g(node, "approve", ctx=CAROL, approval_id=again))["decision"] == "approved"
     assert "approval_policy_set" in await audit_types(node)
+
+
+async def test_the_only_admin_of_a_tenant_decides_on_their_own_call(make_node, clock, tmp_path):
+    """Four eyes where a second pair exists: with the tenant's admins reported by the edge (its API keys),
+    an admin who is the only one with a valid admin credential decides on their own paused call; a second
+    admin, or admins not known (nothing reported: JWTs), keeps the rule. What the paused reply and the list
+    say agrees with what approve then does, for each caller."""
+    node = await make_node(specs())
+    system = node.system_context_for(("acme", "default"))
+    own = await request(node, ctx=ACME, input={"command": "mine"})
+    listed = await g(node, "get_approval", ctx=ACME, approval_id=own)
+    assert (listed["requester_may_decide"], listed["you_may_decide"]) == (False, False)
+    with pytest.raises(PermissionDenied, match="own request"):
+        await g(node, "approve", ctx=ACME, approval_id=own)
+    # Only the edge reports the admins: an admin's word is no evidence.
+    with pytest.raises(PermissionDenied, match="edge"):
+        await g(node, "set_approvers", ctx=ACME, admins={"alice": None})
+    await g(node, "set_approvers", ctx=system, admins={"alice": None, "carol": clock.time() + 60})
+    assert (await g(node, "get_approval", ctx=ACME, approval_id=own))["you_may_decide"] is False
+    assert (await g(node, "get_approval", ctx=CAROL, approval_id=own))["you_may_decide"] is True
+    await clock.advance(61)  # carol's only admin key expired: alice is the only admin left
+    made = await g(
+        node,
+        "request_approval",
+        ctx=ACME,
+        tool_name="terminal",
+        input={"command": "mine"},
+        session_id="s1",
+        turn_id="t1",
+    )
+    assert made == {**made, "approval_id": own, "self_approve": True}
+    got = await g(node, "get_approval", ctx=ACME, approval_id=own)
+    assert (got["requester_may_decide"], got["you_may_decide"]) == (True, True)
+    # a user's call still needs an admin; the user is told so, the only admin may decide it
+    users = await request(node, ctx=ACME_USER, input={"command": "bob's"})
+    for ctx, may in ((ACME_USER, False), (ACME_VIEWER, False), (ACME, True)):
+        assert (await g(node, "get_approval", ctx=ctx, approval_id=users))["you_may_decide"] is may
+    assert (await g(node, "get_approval", ctx=ACME, approval_id=users))["requester_may_decide"] is False
+    with pytest.raises(PermissionDenied, match="admin"):
+        await g(node, "approve", ctx=ACME_USER, approval_id=users)
+    assert (await g(node, "approve", ctx=ACME, approval_id=own))["decision"] == "approved"
+    assert RESUMED[-1]["principal"] == "alice"
+    assert (await g(node, "get_approval", ctx=ACME, approval_id=own))["you_may_decide"] is False  # decided
+    # durable: still known after a restart; admins not known again keeps four eyes
+    await node.stop()
+    node2 = await make_node(specs(), data_dir=tmp_path / "data")
+    again = await request(node2, ctx=ACME, input={"command": "again"})
+    assert (await g(node2, "get_approval", ctx=ACME, approval_id=again))["you_may_decide"] is True
+    await g(node2, "set_approvers", ctx=node2.system_context_for(("acme", "default")), admins=None)
+    with pytest.raises(PermissionDenied, match="own request"):
+        await g(node2, "approve", ctx=ACME, approval_id=again)
+    # another tenant's guardrails heard nothing
+    theirs = await request(node2, ctx=GLOBEX, input={"command": "globex"})
+    assert (await g(node2, "get_approval", ctx=GLOBEX, approval_id=theirs))["you_may_decide"] is False
