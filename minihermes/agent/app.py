@@ -304,8 +304,11 @@ def default_config(data_dir: str | Path | None = None) -> AppConfig:
 
 def single_owner(config: AppConfig) -> AppConfig:
     """Mark a config as one person's (no auth, or an embedding program): guardrails then let that owner
-    approve their own paused tool calls, since nobody else could."""
+    approve their own paused tool calls, since nobody else could, and MCP servers may be any stdio program
+    (the owner's own machine; a node with auth starts none unless its operator lists them)."""
     for spec in config.tree.walk():
         if spec.cls is Guardrails:
             spec.args.setdefault("self_approval", True)
+        elif spec.cls is MCPManager:
+            spec.args.setdefault("stdio_commands", ["*"])
     return config

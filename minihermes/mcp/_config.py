@@ -3,6 +3,12 @@
 A server is reached over ``stdio`` (a command the node starts, speaking MCP on its stdin/stdout) or ``http``
 (the streamable HTTP transport at a URL). ``env`` and ``headers`` may carry secrets (an API token for the
 server): they are stored in the tenant's actor state and never shown back (``public`` redacts them).
+
+A stdio program runs on the node's machine as the node's user, outside the sandbox: the node's operator says
+which (``stdio_commands``). Where that is a list rather than ``["*"]``, the tenant admin names neither a
+folder of the machine (``cwd`` is refused) nor the variables that decide which program runs or what it
+loads (``PATH``, ``LD_PRELOAD``, ``PYTHONPATH``, ``NODE_OPTIONS``, ... are refused): the listed program is
+the one that runs.
 """
 
 from __future__ import annotations
@@ -26,6 +32,15 @@ MAX_TOOLS_PER_SERVER = 100
 REDACTED = "***"
 RESERVED_ARGS = ("mcp_server", "mcp_tool")
 """Input fields the ``mcp_call`` tool kind reads itself: an MCP tool may not have arguments named so."""
+STDIO_SETTING = "the mcp_manager arg stdio_commands (docs/mcp.md)"
+_LOADER_ENV = re.compile(
+    r"^(?:PATH|HOME|SHELL|ENV|BASH_ENV|SHELLOPTS|BASHOPTS|IFS|TMPDIR|GCONV_PATH|LOCPATH|HOSTALIASES|"
+    r"LD_\w*|DYLD_\w*|XDG_\w*|PYTHON\w*|NODE_\w*|NPM_CONFIG_\w*|NPX_\w*|UV_\w*|PIP_\w*|VIRTUAL_ENV|"
+    r"PERL5\w*|PERLLIB|RUBY\w*|GEM_\w*|BUNDLE_\w*|JAVA_TOOL_OPTIONS|_JAVA_OPTIONS|JDK_JAVA_OPTIONS|"
+    r"CLASSPATH|GIT_\w*|DENO_\w*|BUN_\w*|GOPATH|GOFLAGS|CARGO_\w*|RUSTC\w*)$",
+    re.IGNORECASE,
+)
+"""Variables that change which program a listed command is, or what it loads and runs besides itself."""
 
 
 def _bad(op: str, field: str, message: str) -> InvalidArgument:
@@ -101,21 +116,19 @@ def check_server(
         if url or headers:
             raise _bad(op, "url", "url and headers are for the http transport")
         cmd = _text(op, "command", command, required=True)
-        if stdio_commands is not None and "*" not in stdio_commands and cmd not in stdio_commands:
-            raise PermissionDenied(
-                f"{op}: this node does not allow starting {cmd!r} (allowed: {', '.join(stdio_commands) or 'none'})",
-                op=op,
-                field="command",
-            )
         if args is None:
             args = []
         if not isinstance(args, list) or len(args) > MAX_ARGS:
             raise _bad(op, "args", f"args must be a list of at most {MAX_ARGS} strings")
+        env_map = _string_map(op, "env", env, _ENV_NAME)
+        folder = _text(op, "cwd", cwd or "")
+        if stdio_commands is not None:
+            check_program(op, cmd, env_map, folder, stdio_commands)
         record |= {
             "command": cmd,
             "args": [_text(op, f"args[{i}]", a) for i, a in enumerate(args)],
-            "env": _string_map(op, "env", env, _ENV_NAME),
-            "cwd": _text(op, "cwd", cwd or ""),
+            "env": env_map,
+            "cwd": folder,
         }
     else:
         if command or args or env or cwd:
@@ -128,6 +141,46 @@ def check_server(
             raise _bad(op, "url", "put credentials in headers, not in the url")
         record |= {"url": text, "headers": _string_map(op, "headers", headers, _HEADER_NAME)}
     return record
+
+
+def check_program(op: str, command: str, env: dict[str, str], cwd: str, stdio_commands: list[str]) -> None:
+    """``PermissionDenied`` naming the setting unless this node lets a tenant start ``command`` with this
+    ``env`` and ``cwd``: ``stdio_commands`` is ``["*"]``, or it lists ``command`` and the tenant names no
+    folder of the machine and no variable that would make the listed command another program (``PATH``) or
+    load code into it (``LD_PRELOAD``). Checked when a server is added and again before each start (a
+    server stored before the operator narrowed the setting starts no more)."""
+    if "*" in stdio_commands:
+        return
+    if not stdio_commands:
+        raise PermissionDenied(
+            f"{op}: this node starts no stdio MCP programs for its tenants (a program would run on the "
+            f"node's machine, outside the sandbox); use the http transport, or ask the node's operator "
+            f"to allow the program with {STDIO_SETTING}",
+            op=op,
+            field="command",
+        )
+    if command not in stdio_commands:
+        raise PermissionDenied(
+            f"{op}: this node does not allow starting {command!r} (allowed: {', '.join(stdio_commands)}; "
+            f"set by {STDIO_SETTING})",
+            op=op,
+            field="command",
+        )
+    if cwd:
+        raise PermissionDenied(
+            f"{op}: cwd names a folder on the node's machine, which a tenant may not choose here "
+            f'(the program starts in the node\'s own folder; {STDIO_SETTING} set to ["*"] lifts this)',
+            op=op,
+            field="cwd",
+        )
+    for name in env:
+        if _LOADER_ENV.match(name):
+            raise PermissionDenied(
+                f"{op}: env {name} changes which program runs or what it loads, which a tenant may not set "
+                f'here ({STDIO_SETTING} set to ["*"] lifts this)',
+                op=op,
+                field=f"env.{name}",
+            )
 
 
 def public(record: dict[str, Any]) -> dict[str, Any]:

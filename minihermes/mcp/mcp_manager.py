@@ -11,8 +11,9 @@
 
 Args: ``log_dir`` (stdio servers' stderr goes to ``<log_dir>/<tenant>/<server>.log``; none: discarded),
 ``credential_key`` (encrypts the servers' env and header values at rest; the app passes the data dir's
-``credential.key``), ``stdio_commands`` (the executables a tenant admin may start, ``["*"]`` for any: the default; a node that
-serves tenants who do not own the machine lists the ones it allows, or ``[]`` for none), ``max_servers``.
+``credential.key``), ``stdio_commands`` (the executables a tenant admin may start: ``["*"]`` any, a list
+those, ``[]`` none; unset: none, except on a one-owner node (no auth: ``agent.app.single_owner`` sets
+``["*"]``), since a stdio program runs on the node's machine outside the sandbox), ``max_servers``.
 """
 
 from __future__ import annotations
@@ -38,7 +39,15 @@ from minihermes.runtime import (
 from minihermes.tools.workspace import safe_component
 
 from . import _tool
-from ._config import MAX_TIMEOUT, MAX_TOOLS_PER_SERVER, RESERVED_ARGS, check_server, public, tool_name
+from ._config import (
+    MAX_TIMEOUT,
+    MAX_TOOLS_PER_SERVER,
+    RESERVED_ARGS,
+    check_program,
+    check_server,
+    public,
+    tool_name,
+)
 from ._connection import MCPConnection
 from ._secrets import ServerSecrets
 
@@ -65,7 +74,8 @@ class MCPManager(GenServer):
 
     class Args(ActorArgs):
         log_dir: str | None = None
-        stdio_commands: list[str] = ["*"]
+        stdio_commands: list[str] | None = None
+        """None: ``[]`` (no stdio programs), unless the composition root marks the node one owner's."""
         max_servers: int = MAX_SERVERS
         credential_key: str | None = None
 
@@ -76,8 +86,8 @@ class MCPManager(GenServer):
     async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
         log_dir = args.get("log_dir")
         self.log_dir: Path | None = Path(log_dir) if log_dir else None
-        commands = args.get("stdio_commands", ["*"])
-        self.stdio_commands: list[str] = [str(c) for c in commands]
+        commands = args.get("stdio_commands")
+        self.stdio_commands: list[str] = [str(c) for c in commands or []]
         self.max_servers = int(args.get("max_servers", MAX_SERVERS))
         self._secrets = ServerSecrets(
             self.host.private_kv, current_context().tenant, args.get("credential_key")
@@ -322,6 +332,8 @@ class MCPManager(GenServer):
         return record
 
     def _new_connection(self, record: dict[str, Any]) -> MCPConnection:
+        if record["transport"] == "stdio":  # the node's setting now, not the one it was added under
+            check_program("mcp_connect", record["command"], record["env"], record["cwd"], self.stdio_commands)
         return MCPConnection(record, self._log_file(record["name"]), spawn=self.host.spawn)
 
     def _log_file(self, server: str) -> Path | None:

@@ -35,7 +35,10 @@ def specs(mcp_args: dict[str, Any] | None = None) -> list[ActorSpec]:
     return [
         ActorSpec("tool_executor", ToolExecutor, per_tenant=True, args={"toolsets": TOOLSETS}),
         ActorSpec("guardrails", Guardrails, per_tenant=True),
-        ActorSpec("mcp_manager", MCPManager, per_tenant=True, args=mcp_args or {}),
+        # The tests' own programs: a node whose operator allows any (a served node's default is none).
+        ActorSpec(
+            "mcp_manager", MCPManager, per_tenant=True, args={"stdio_commands": ["*"], **(mcp_args or {})}
+        ),
     ]
 
 
