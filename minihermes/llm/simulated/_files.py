@@ -18,19 +18,21 @@ _PRONOUN = re.compile(r"^(?:it|that|this|them|the\s+(?:result|answer|contents?|o
 # As in _memory: a whitespace run is taken whole and a group after one starts with a non-space, so a long
 # run is not rescanned once per split (these run on whatever a chat message holds).
 
+_A_FILE = r"(?:(?:the\s+|a\s+|an\s+)?(?:new\s+)?(?:text\s+)?file\s+(?:(?:called|named)\s+)?)?"
 _WRITE = [
     re.compile(
-        rf"^(?:write|save|put|store)\s+(?!\s)(?P<content>.*?\S)\s+(?:to|in|into)\s+(?:the\s+)?(?:file\s+)?{_PATH}$",
+        rf"^(?:write|save|put|store)\s+(?!\s)(?P<content>.*?\S)\s+(?:to|in|into)\s+{_A_FILE}{_PATH}$",
         re.I,
     ),
     re.compile(
-        rf"^(?:create|make|write)\s+(?:a\s+|the\s+)?(?:new\s+)?file\s+(?:called\s+|named\s+)?{_PATH}\s+"
-        r"(?:with|containing|saying)\s+(?!\s)(?:the\s+(?!\s))?(?:content|text)?\s*(?::\s*)?(?!\s)(?P<content>.+)$",
+        rf"^(?:create|make|write|start)\s+{_A_FILE}{_PATH}\s+(?:with|containing|saying|that\s+says|which\s+says)"
+        r"(?:\s*:)?\s+(?!\s)(?:the\s+(?!\s))?(?:(?:content|contents|text)\b)?\s*(?::\s*)?(?!\s)(?P<content>(?s:.+))$",
         re.I,
     ),
     re.compile(
         rf"^(?:write|append)\s+(?:to\s+)?(?:the\s+)?(?:file\s+)?{_PATH}\s*:\s*(?!\s)(?P<content>.+)$", re.I
     ),
+    re.compile(rf"^(?:create|make|touch)\s+(?:an\s+)?(?P<content>)empty\s+{_A_FILE}{_PATH}$", re.I),
 ]
 _READ = [
     re.compile(
@@ -38,7 +40,11 @@ _READ = [
         rf"(?:the\s+)?(?:file\s+)?{_PATH}$",
         re.I,
     ),
-    re.compile(rf"^what(?:'s|\s+is)\s+in\s+(?:the\s+)?(?:file\s+)?{_PATH}$", re.I),
+    re.compile(
+        rf"^(?:(?:show|tell)\s+me\s+)?what(?:'s|\s+is)\s+(?:in|inside)\s+(?:the\s+)?(?:file\s+)?{_PATH}$",
+        re.I,
+    ),
+    re.compile(rf"^what\s+does\s+(?:the\s+)?(?:file\s+)?{_PATH}\s+(?:say|contain)$", re.I),
 ]
 _READ_BACK = re.compile(
     r"^(?:read|show|display|print|give)\s+(?:me\s+)?(?:it|that|this|the\s+file|what\s+(?:it\s+says|is\s+in\s+it))"
@@ -112,7 +118,9 @@ class WriteFile(Intent):
 
     def describe(self, step: Step, outcome: Outcome) -> str:
         written = as_text(outcome.call.input.get(step.form, ""))
-        return f"I wrote {len(written)} characters to {step.subject}."
+        if not written:
+            return f"I created {step.subject} (empty)."
+        return f"I wrote {len(written)} character{'' if len(written) == 1 else 's'} to {step.subject}."
 
 
 class ReadFile(Intent):

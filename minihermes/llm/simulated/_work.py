@@ -7,9 +7,11 @@ if none understands it, to an honest "I can't").
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Any
 
+from ._arith import words_to_numbers
 from ._plan import Intent, Item, Note, Outcome, ParseContext, Step
 from ._text import as_text, strip_quotes
 
@@ -45,6 +47,7 @@ def _unavailable(what: str, tool: str) -> list[Item]:
 # -- kanban ------------------------------------------------------------------------------------------------
 
 _TASK = r"(?:task|card|ticket|item|todo)"
+_TODO_LIST = r"(?:(?:to-?\s?do|todo)(?:\s+list|s)?|task\s+list|tasks)"
 _KANBAN_CREATE = [
     re.compile(
         rf"^(?:add|create|make|open)\s+(?:a\s+|an\s+|one\s+)?(?:new\s+)?kanban\s+{_TASK}"
@@ -59,11 +62,22 @@ _KANBAN_CREATE = [
     re.compile(
         r"^(?:add|put)\s+(?!\s)(?P<title>.+?)\s+(?:to|on)\s+(?:the\s+|my\s+)?kanban(?:\s+board)?$", re.I
     ),
+    # The board is the person's to-do list: "add renew insurance to my todo list", "put X on my to-do list".
+    re.compile(
+        rf"^(?:add|put|write)\s+(?!\s)(?P<title>.+?)\s+(?:to|on|onto|in)\s+(?:the\s+|my\s+|our\s+)?{_TODO_LIST}$",
+        re.I,
+    ),
+    re.compile(
+        r"^(?:(?:add|create|make)\s+(?:a\s+|an\s+|one\s+)?(?:new\s+)?(?:to-?\s?do|task)(?:\s+item)?"
+        r"(?:\s+(?:called|titled|named|for|to)|\s*:)|(?:new\s+)?(?:to-?\s?do|task)\s*:)\s*(?!\s)(?P<title>.+)$",
+        re.I,
+    ),
 ]
 _KANBAN_LIST = re.compile(
     r"^(?:(?:list|show(?:\s+me)?)\s+(?:all\s+)?(?:the\s+|my\s+)?(?:kanban\s+(?:tasks|cards|board)|board)"
     r"|what(?:'s|\s+is)\s+on\s+(?:the\s+|my\s+)?(?:kanban\s+)?board"
-    r"|(?:list|show(?:\s+me)?)\s+(?:all\s+)?(?:the\s+|my\s+)?(?:tasks|cards)\s+on\s+the\s+(?:kanban\s+)?board)$",
+    r"|(?:list|show(?:\s+me)?)\s+(?:all\s+)?(?:the\s+|my\s+)?(?:tasks|cards)\s+on\s+the\s+(?:kanban\s+)?board"
+    rf"|(?:(?:list|show(?:\s+me)?)\s+(?:all\s+)?|what(?:'s|\s+is|\s+are)\s+(?:on\s+)?)(?:the\s+|my\s+|our\s+){_TODO_LIST})$",
     re.I,
 )
 
@@ -116,24 +130,28 @@ _DAYS = {
     "sunday": 0, "monday": 1, "tuesday": 2, "wednesday": 3, "thursday": 4, "friday": 5, "saturday": 6,
 }  # fmt: skip
 _TIME = r"(?P<h>\d{1,2})(?::(?P<m>\d{2}))?\s*(?P<ampm>am|pm|a\.m\.|p\.m\.)?|(?P<word>noon|midday|midnight)"
+_PART = r"morning|afternoon|evening|night"
 _WHEN_AT = re.compile(
-    rf"^every\s+(?P<days>day|morning|evening|night|weekday|weekend|(?:{'|'.join(_DAYS)})s?)"
-    rf"\s+at\s+(?:{_TIME})$",
+    rf"^every\s+(?:(?P<days>day|weekdays?|weekends?|(?:{'|'.join(_DAYS)})s?)(?:\s+(?P<part>{_PART}))?"
+    rf"|(?P<part0>{_PART}))\s+at\s+(?:{_TIME})$",
     re.I,
 )
 _WHEN_PERIOD = re.compile(
     r"^every\s+(?:(?P<n>\d{1,2})\s+)?(?P<unit>minute|minutes|hour|hours)$",
     re.I,
 )
-_REMIND = [
-    re.compile(r"^remind\s+me\s+(?P<when>every\s+(?!\s).*?)\s+to\s+(?!\s)(?P<what>.+)$", re.I),
-    re.compile(r"^remind\s+me\s+to\s+(?!\s)(?P<what>.+?)\s+(?P<when>every\s+(?!\s).+)$", re.I),
-    re.compile(
-        r"^(?:schedule|set\s+up|create)\s+(?:a\s+)?(?:reminder|cron\s+job)\s+(?P<when>every\s+(?!\s).*?)"
-        r"\s+to\s+(?!\s)(?P<what>.+)$",
-        re.I,
-    ),
-]
+_WHEN_WORD = r"(?:every|each|daily|weekdays|weekends|on|at)"
+_REMIND_ME = re.compile(
+    r"^(?:remind\s+me|(?:set|schedule|set\s+up|create)\s+(?:a\s+)?(?:reminder|cron\s+job)(?:\s+for)?)\s+(?!\s)"
+    r"(?P<rest>.+)$",
+    re.I,
+)
+_WHEN_FIRST = re.compile(rf"^{_WHEN_WORD}\s", re.I)
+_WHAT_FIRST = re.compile(r"^(?P<link>to|that|about)\s+(?!\s)(?P<body>.+)$", re.I)
+_LINK = re.compile(r"(?<!\s)\s+(?P<link>to|that|about)\s+(?!\s)", re.I)
+_WHEN_START = re.compile(rf"(?<!\s)\s+(?={_WHEN_WORD}\s)", re.I)
+_SPLITS = 6
+"""How many places a reminder's time may start (or its text begin) that are tried: the first that reads."""
 _REMIND_OTHER = re.compile(r"^(?:remind\s+me|set\s+(?:a\s+)?reminder|schedule\s+a\s+reminder)\b", re.I)
 _CRON_LIST = re.compile(
     r"^(?:(?:list|show(?:\s+me)?)\s+(?:all\s+)?(?:my\s+|the\s+)?(?:reminders|cron\s+jobs|scheduled\s+jobs|schedules)"
@@ -147,11 +165,41 @@ _CRON_OP = re.compile(
     re.I,
 )
 _CRON_TOOL = {"pause": "cron_pause", "resume": "cron_resume", "delete": "cron_delete"}
+_CLOCK = r"\d{1,2}(?::\d{2})?"
+_WHEN_WORDS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"\s*\bo'?clock\b", re.I), ""),
+    (re.compile(rf"\b({_CLOCK})\s+in\s+the\s+morning\b", re.I), r"\1am"),
+    (re.compile(rf"\b({_CLOCK})\s+in\s+the\s+(?:afternoon|evening)\b", re.I), r"\1pm"),
+    (re.compile(r"\beach\b", re.I), "every"),
+    (re.compile(r"^daily\b", re.I), "every day"),
+    (re.compile(r"^(?:on\s+)?(weekdays|weekends)\b", re.I), r"every \1"),
+    (
+        re.compile(rf"^on\s+((?:{'|'.join(_DAYS)})s)\b", re.I),
+        r"every \1",
+    ),  # "on Mondays"; "on Monday" is once
+    (re.compile(r"\bhalf\s+(?:an\s+)?hour\b", re.I), "30 minutes"),
+]
+_AT_FIRST = re.compile(
+    rf"^(?P<at>at\s+(?:{_CLOCK}\s*(?:am|pm)?|noon|midday|midnight))\s+(?P<every>every\s.+)$", re.I
+)
+
+
+def _normal_when(when: str) -> str:
+    """Everyday ways to say a time, as the forms ``cron_schedule`` reads: "each Monday at nine in the
+    morning" -> "every monday at 9am", "at 9am every day" -> "every day at 9am", "daily" -> "every day"."""
+    when = words_to_numbers(" ".join(when.split()).lower())
+    for pattern, replacement in _WHEN_WORDS:
+        when = pattern.sub(replacement, when)
+    when = " ".join(when.split())
+    if (first := _AT_FIRST.match(when)) is not None:
+        when = f"{first.group('every')} {first.group('at')}"
+    return when
 
 
 def cron_schedule(when: str) -> str | None:
-    """A five-field cron expression for "every Monday at 9am", "every day at 7:30", "every hour"."""
-    when = " ".join(when.split()).lower()
+    """A five-field cron expression for "every Monday at 9am", "every day at 7:30", "every hour" (and the
+    everyday forms ``_normal_when`` reads)."""
+    when = _normal_when(when)
     period = _WHEN_PERIOD.match(when)
     if period is not None:
         n = int(period.group("n") or 1)
@@ -164,26 +212,31 @@ def cron_schedule(when: str) -> str | None:
     at = _WHEN_AT.match(when)
     if at is None:
         return None
-    hour_minute = _clock(at)
+    part = (at.group("part") or at.group("part0") or "").lower()
+    hour_minute = _clock(at, part)
     if hour_minute is None:
         return None
     hour, minute = hour_minute
-    days = at.group("days").lower()
-    if days in ("day", "morning", "evening", "night"):
+    days = (at.group("days") or "day").lower()
+    if days == "day":
         dow = "*"
-    elif days == "weekday":
+    elif days.startswith("weekday"):
         dow = "1-5"
-    elif days == "weekend":
+    elif days.startswith("weekend"):
         dow = "0,6"
     else:
         dow = str(_DAYS[days.rstrip("s") if days.rstrip("s") in _DAYS else days])
     return f"{minute} {hour} * * {dow}"
 
 
-def _clock(match: re.Match[str]) -> tuple[int, int] | None:
+def _clock(match: re.Match[str], part: str = "") -> tuple[int, int] | None:
+    """(hour, minute) of a time; a part of the day settles a bare hour ("every evening at 7" is 19:00) and
+    one that contradicts the time ("every morning at 7pm") reads as no time at all."""
     word = match.group("word")
     if word:
-        return (0, 0) if word == "midnight" else (12, 0)
+        hour = 0 if word == "midnight" else 12
+        fits = not part or part == ("night" if hour == 0 else "afternoon")
+        return (hour, 0) if fits else None
     hour, minute = int(match.group("h")), int(match.group("m") or 0)
     ampm = (match.group("ampm") or "").replace(".", "")
     if minute > 59:
@@ -191,10 +244,48 @@ def _clock(match: re.Match[str]) -> tuple[int, int] | None:
     if ampm:
         if not 1 <= hour <= 12:
             return None
-        hour = hour % 12 + (12 if ampm == "pm" else 0)
-    elif hour > 23:
+        if (part == "morning" and ampm == "pm") or (part in ("afternoon", "evening") and ampm == "am"):
+            return None
+        return hour % 12 + (12 if ampm == "pm" else 0), minute
+    if hour > 23:
+        return None
+    if part in ("afternoon", "evening") and 1 <= hour <= 11:
+        return hour + 12, minute
+    if part == "night":
+        if 6 <= hour <= 11:
+            return hour + 12, minute
+        if hour == 12:
+            return None  # noon or midnight: say which
+    if part == "morning" and hour >= 12:
         return None
     return hour, minute
+
+
+def split_reminder(rest: str) -> tuple[str, str, str] | None:
+    """(when, link, what) of what follows "remind me": "every Monday at 9am to water the plants" or "to water
+    the plants every Monday at 9am". Of the places the time could start, the first that reads wins (so "to
+    look at the report every Monday at 9" is about "look at the report"); when none reads, the first place,
+    for an honest "I can't read the time"."""
+    rest = " ".join(rest.split())
+    if _WHEN_FIRST.match(rest):
+        found = []
+        for link in itertools.islice(_LINK.finditer(rest), _SPLITS):
+            found.append((rest[: link.start()], link.group("link").lower(), rest[link.end() :]))
+            if cron_schedule(found[-1][0]) is not None:
+                return found[-1]
+        return found[0] if found else None
+    what_first = _WHAT_FIRST.match(rest)
+    if what_first is None:
+        return None
+    body, link = what_first.group("body"), what_first.group("link").lower()
+    starts = list(_WHEN_START.finditer(body))[-_SPLITS:]
+    for start in reversed(starts):
+        when, what = body[start.end() :], body[: start.start()]
+        if cron_schedule(when) is not None:
+            return when, link, what
+    if starts:
+        return body[starts[0].end() :], link, body[: starts[0].start()]
+    return None
 
 
 class Reminders(Intent):
@@ -217,8 +308,9 @@ class Reminders(Intent):
                 return _unavailable(f"{verb} reminders", name)
             job_id = op.group("id")
             return [Step(ctx.key(), self.name, tool.name, {"job_id": job_id}, subject=job_id, form=verb)]
-        match = next((m for p in _REMIND if (m := p.match(clause))), None)
-        if match is None:
+        remind = _REMIND_ME.match(clause)
+        parts = split_reminder(remind.group("rest")) if remind is not None else None
+        if parts is None:
             if _REMIND_OTHER.match(clause):
                 return [
                     Note(
@@ -229,12 +321,13 @@ class Reminders(Intent):
                     )
                 ]
             return None
-        schedule = cron_schedule(match.group("when"))
-        what = strip_quotes(match.group("what").strip())
+        when, _, what = parts
+        what = strip_quotes(what.strip())
+        schedule = cron_schedule(when)
         if schedule is None:
             return [
                 Note(
-                    f'I can\'t read the time "{match.group("when")}": I understand every day/weekday/'
+                    f'I can\'t read the time "{when}": I understand every day/weekday/'
                     "weekend/<day> at a time (e.g. every Monday at 9am), and every N minutes or hours.",
                     cannot=True,
                 )
@@ -243,17 +336,36 @@ class Reminders(Intent):
         if tool is None:
             return _unavailable("set reminders", "cron_schedule")
         args: dict[str, Any] = {"schedule": schedule, "prompt": what}
-        return [Step(ctx.key(), self.name, tool.name, args, subject=what, form="schedule")]
+        # A reminder delivers its text to the person (no model run), where the tool can say so.
+        notify = "action" in ctx.toolbox.properties(tool)
+        if notify:
+            args["action"] = "notify"
+        # ``owner`` holds the time as the person said it, for the answer.
+        return [
+            Step(
+                ctx.key(),
+                self.name,
+                tool.name,
+                args,
+                subject=what,
+                owner=when,
+                form="notify" if notify else "schedule",
+            )
+        ]
 
     def describe(self, step: Step, outcome: Outcome) -> str:
         data = outcome.data if isinstance(outcome.data, dict) else {}
         job = _sub(data, "job")
-        if step.form == "schedule":
+        if step.form in ("schedule", "notify"):
             schedule = as_text(step.args.get("schedule", ""))
             job_id = job.get("job_id") or job.get("id")
-            return f"I scheduled '{step.subject}' (cron {schedule}" + (
-                f", job {job_id})." if job_id else ")."
-            )
+            cron = f"cron {schedule}" + (f", job {job_id}" if job_id else "")
+            if step.form == "notify":
+                return (
+                    f"I'll remind you {step.owner}: '{step.subject}' ({cron}). It will appear in your "
+                    "notifications."
+                )
+            return f"I scheduled '{step.subject}' ({cron})."
         if step.form == "list":
             jobs = next(
                 (data[k] for k in ("jobs", "items", "results") if isinstance(data.get(k), list)), None
