@@ -268,9 +268,9 @@ def split_reminder(rest: str) -> tuple[str, str, str] | None:
     for an honest "I can't read the time"."""
     rest = " ".join(rest.split())
     if _WHEN_FIRST.match(rest):
-        found = []
-        for link in itertools.islice(_LINK.finditer(rest), _SPLITS):
-            found.append((rest[: link.start()], link.group("link").lower(), rest[link.end() :]))
+        found: list[tuple[str, str, str]] = []
+        for joint in itertools.islice(_LINK.finditer(rest), _SPLITS):
+            found.append((rest[: joint.start()], joint.group("link").lower(), rest[joint.end() :]))
             if cron_schedule(found[-1][0]) is not None:
                 return found[-1]
         return found[0] if found else None
