@@ -1,45 +1,177 @@
-"""Checking and running LLM-written tool code: a static allow-list first, then the sandbox.
+"""Checking and running LLM-written tool code: the static check first (``_code_check``), then the sandbox.
 
-The static check (syntax, imports from an allow-list, no dynamic code or dunder attributes, a top-level
-``run`` function) catches honest mistakes early and cheaply with a readable error for the LLM. It is not the
-security boundary: the sandbox is (``minihermes.tools.sandbox``: a separate process with no network, no view
-of the data directory or credentials, CPU/memory/process/time limits, writes only in the tool's folder, an
-empty environment, an unprivileged uid where the machine allows).
+The static check catches mistakes and known escape routes early, with a readable error for the LLM. It is
+defence in depth: the security boundary is the sandbox (``minihermes.tools.sandbox``: a separate process
+with no network, no view of the data directory or credentials, CPU/memory/process/time limits, writes only
+in the tool's folder and within its owner's quota, an empty environment, an unprivileged uid where the
+machine allows).
+
+The result channel. Inside the sandbox the runner (``_RUNNER``) reads the job from stdin, then forks: the
+tool's code runs in the child only, and the parent, in which no tool code ever runs, is the one process
+that writes the reply the server reads (stdout). Before the fork the runner makes stdout a duplicate of
+stderr for everybody and keeps the original only as a descriptor the child closes first thing, and it
+marks itself non-dumpable (``PR_SET_DUMPABLE`` 0), so another process of the sandbox uid cannot open its
+descriptors or memory through ``/proc``; ptrace and ``process_vm_writev`` are refused by the sandbox's
+seccomp filter, and the launcher and the sandbox's init let go of stdout before the program runs. So the
+tool's code, even one that escaped the static check, can print (its prints are the log, ``printed``) but
+cannot write the reply: no marker to find, no descriptor to reach. What the child sends the parent, on a
+pipe of its own, is its claim about its own run (what ``run`` returned, or that its test passed); the
+parent checks its shape and builds the reply. A tool that escaped the check could only lie about its own
+output, which is what its code returns anyway; a passing test is a quality gate the author writes, not a
+security fact (review, quotas and the sandbox do not depend on it).
+
+The child also gives the tool's code restricted builtins: ``__import__`` of the allowed modules only, and
+``open`` of paths inside the tool's folder only (no descriptor numbers, no ``/proc``). Opening a file for
+writing lowers the process's file size limit to what the folder's quota (``limits.workspace_bytes``) leaves
+besides that file, so a tool writing file after file stops at the quota, not when the sandbox's watcher
+next measures the folder (which stays the backstop, with the per-file cap the sandbox sets).
 """
 
 from __future__ import annotations
 
-import ast
 import json
-import secrets
 from pathlib import Path
 from typing import Any
 
 from minihermes.tools.sandbox import SandboxLimits, SandboxPolicy, SandboxResult, run_python
 
-ALLOWED_IMPORTS = frozenset(
-    "base64 bisect calendar collections copy csv dataclasses datetime decimal difflib enum fractions "
-    "functools hashlib heapq html itertools json math operator random re statistics string textwrap "
-    "typing unicodedata uuid zoneinfo".split()
-)
-FORBIDDEN_NAMES = frozenset(
-    {"__import__", "eval", "exec", "compile", "breakpoint", "globals", "locals", "vars", "setattr", "delattr"}
-)
-MAX_CODE_CHARS = 20_000
+from ._code_check import ALLOWED, ALLOWED_IMPORTS, MAX_CODE_CHARS, CodeRejected, check_code, check_test
+
+__all__ = [
+    "ALLOWED_IMPORTS",
+    "DEFAULT_LIMITS",
+    "MAX_CODE_CHARS",
+    "MAX_OUTPUT_CHARS",
+    "CodeRejected",
+    "check_code",
+    "check_test",
+    "run_code",
+]
+
 MAX_OUTPUT_CHARS = 32_000
 DEFAULT_LIMITS = SandboxLimits(
     cpu_seconds=5, wall_seconds=10.0, memory_bytes=256 * 1024 * 1024, max_processes=16, output_bytes=64 * 1024
 )
 
-# Runs inside the sandbox (``python -I -B -c``): reads the job from stdin, runs the tool's code in a fresh
-# namespace, prints the outcome after a per-run marker the tool's code cannot see.
+# Runs inside the sandbox (``python -I -B -c``); see the module docstring. The job's ``modules`` are the
+# allowed imports, ``limit`` the largest result (characters of JSON).
 _RUNNER = r"""
-import json, sys, traceback
-def _main():
-    job = json.loads(sys.stdin.read())
-    marker = job.pop("marker")
-    ns = {"__name__": "skill_tool"}
+import json, os, sys
+
+def _seal():
+    # Non-dumpable: /proc/<pid>/fd and /proc/<pid>/mem of this process are closed to the sandbox uid.
     try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    except Exception:
+        pass  # no ctypes here: the pid namespace and the uid drop still stand
+
+def _parent(reply, r, pid, limit):
+    claim = bytearray()
+    while True:
+        chunk = os.read(r, 65536)
+        if not chunk:
+            break
+        claim += chunk
+        if len(claim) > 4 * limit + 65536:
+            os.kill(pid, 9)
+            claim = None
+            break
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0 and claim is not None:
+        # Killed by a limit (SIGXCPU, SIGXFSZ, SIGKILL): end the same way, so the sandbox reports which.
+        import signal
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    out = {"ok": False, "exit_code": code}
+    if claim is None:
+        out["error"] = "the result is larger than %d characters" % limit
+    elif not claim:
+        out["error"] = "the tool's process ended without a result (exit code %d)" % code
+    else:
+        try:
+            data = json.loads(bytes(claim))
+        except (ValueError, RecursionError):
+            data = None
+        if not isinstance(data, dict) or not isinstance(data.get("ok"), bool):
+            out["error"] = "the tool's process sent something that is not a result"
+        elif data["ok"]:
+            out["ok"] = True
+            if "result" in data:
+                out["result"] = data["result"]
+        else:
+            out["error"] = str(data.get("error", ""))[:2000]
+            out["traceback"] = str(data.get("traceback", ""))[-2000:]
+    text = json.dumps(out)
+    if len(text) > limit + 4096:
+        text = json.dumps({"ok": False, "exit_code": code, "error": "the result is larger than %d characters" % limit})
+    data = text.encode()
+    while data:
+        data = data[os.write(reply, data):]
+
+def _usage(root):
+    import stat
+    size = count = 0
+    for top, dirs, files in os.walk(root):
+        count += len(dirs) + len(files)
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(top, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                size += st.st_size
+    return size, count
+
+def _cap_file_size(limit):
+    # Lowered, never raised (soft and hard): every file of this process stops growing at `limit`.
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    inf = resource.RLIM_INFINITY
+    hard = limit if hard == inf else min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+
+def _builtins(root, modules, quota_bytes, quota_files):
+    import builtins
+    real_import, real_open = builtins.__import__, builtins.open
+    safe = dict(vars(builtins))
+    for name in ("eval", "exec", "compile", "breakpoint", "globals", "locals", "vars", "setattr",
+                 "delattr", "input", "help", "memoryview"):
+        safe.pop(name, None)
+
+    def guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
+        if level or name not in modules:
+            raise ImportError("import of %r is not allowed" % name)
+        return real_import(name, globals, locals, fromlist, level)
+
+    def guarded_open(file, mode="r", buffering=-1, encoding=None, errors=None, newline=None, closefd=True, opener=None):
+        if not isinstance(file, str) or opener is not None or not closefd:
+            raise PermissionError("open: only a path inside the tool's folder")
+        path = os.path.realpath(file)
+        if path != root and not path.startswith(root + os.sep):
+            raise PermissionError("open: %r is outside the tool's folder" % file)
+        if any(c in mode for c in "wax+"):
+            # The quota, file by file: what the folder holds besides this file is what it may not have.
+            size, count = _usage(root)
+            own = os.path.getsize(path) if os.path.isfile(path) else 0
+            if not os.path.lexists(path) and count + 1 > quota_files:
+                raise PermissionError("open: the tool's folder is at its quota of %d entries" % quota_files)
+            _cap_file_size(max(0, quota_bytes - (size - own)))
+        return real_open(path, mode, buffering, encoding, errors, newline)
+
+    def guarded_getattr(obj, name, *default):
+        if not isinstance(name, str) or name.startswith("_"):
+            raise AttributeError("getattr: names starting with '_' are not allowed")
+        return getattr(obj, name, *default)
+
+    safe.update(__import__=guarded_import, open=guarded_open, getattr=guarded_getattr)
+    return safe
+
+def _child(job, w):
+    try:
+        safe = _builtins(os.getcwd(), frozenset(job["modules"]), job["quota_bytes"], job["quota_files"])
+        ns = {"__name__": "skill_tool", "__builtins__": safe}
         exec(compile(job["code"], "tool.py", "exec"), ns)
         if job["mode"] == "test":
             exec(compile(job["test"], "test.py", "exec"), ns)
@@ -48,54 +180,41 @@ def _main():
             out = {"ok": True, "result": ns["run"](**job["input"])}
         text = json.dumps(out, default=str)
     except BaseException as e:
+        import traceback
         tb = traceback.format_exc(limit=5)
-        text = json.dumps({"ok": False, "error": type(e).__name__ + ": " + str(e), "traceback": tb[-2000:]})
-    sys.stdout.write("\n" + marker + text + "\n")
-    sys.stdout.flush()
+        try:
+            error = type(e).__name__ + ": " + str(e)
+        except BaseException:
+            error = type(e).__name__
+        text = json.dumps({"ok": False, "error": error[:2000], "traceback": tb[-2000:]})
+    try:
+        sys.stdout.flush()
+    except BaseException:
+        pass
+    data = text.encode()
+    while data:
+        data = data[os.write(w, data):]
+    os._exit(0)
+
+def _main():
+    job = json.loads(sys.stdin.buffer.read())
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    reply = os.dup(1)
+    os.dup2(2, 1)  # from here on, stdout is the log for everybody; the reply goes to `reply` only
+    _seal()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(reply)
+        os.close(r)
+        _child(job, w)
+    os.close(w)
+    _parent(reply, r, pid, job["limit"])
+
 _main()
 """
-
-
-class CodeRejected(Exception):
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-def check_code(code: str, *, what: str = "code", needs_run: bool = True) -> None:
-    """Raise ``CodeRejected`` naming the first problem; see the module docstring."""
-    if not code.strip():
-        raise CodeRejected(f"{what} is empty")
-    if len(code) > MAX_CODE_CHARS:
-        raise CodeRejected(f"{what} is longer than {MAX_CODE_CHARS} characters")
-    try:
-        tree = ast.parse(code, filename=f"{what}.py")
-    except SyntaxError as e:
-        raise CodeRejected(f"{what}: syntax error at line {e.lineno}: {e.msg}") from None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            modules = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                raise CodeRejected(f"{what} line {node.lineno}: relative imports are not allowed")
-            modules = [node.module or ""]
-        else:
-            modules = []
-        for module in modules:
-            if module.split(".")[0] not in ALLOWED_IMPORTS:
-                allowed = ", ".join(sorted(ALLOWED_IMPORTS))
-                raise CodeRejected(
-                    f"{what} line {getattr(node, 'lineno', 0)}: import of '{module}' is not allowed "
-                    f"(allowed: {allowed})"
-                )
-        if isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
-            raise CodeRejected(f"{what} line {node.lineno}: '{node.id}' is not allowed")
-        if isinstance(node, ast.Attribute) and node.attr.startswith("__"):
-            raise CodeRejected(
-                f"{what} line {node.lineno}: dunder attributes ('{node.attr}') are not allowed"
-            )
-    if needs_run and not any(isinstance(n, ast.FunctionDef) and n.name == "run" for n in tree.body):
-        raise CodeRejected(f"{what} must define a top-level function run(...) that returns JSON data")
 
 
 async def run_code(
@@ -106,35 +225,41 @@ async def run_code(
     policy: SandboxPolicy | None = None,
 ) -> dict[str, Any]:
     """Run ``job`` ({code, mode: test|call, test | input}) in the sandbox with ``folder`` as its only
-    writable place. ``{ok, result}`` or ``{ok: False, error, ...}``; never raises for what the code did."""
-    marker = "\x1e" + secrets.token_hex(16) + " "
-    payload = json.dumps({**job, "marker": marker}).encode()
+    writable place. ``{ok, result}`` or ``{ok: False, error, ...}``; never raises for what the code did.
+    A run stopped for taking the folder over ``limits.workspace_bytes`` says ``quota_exceeded``."""
+    payload = json.dumps(
+        {
+            **job,
+            "modules": sorted(ALLOWED),
+            "limit": MAX_OUTPUT_CHARS,
+            "quota_bytes": limits.workspace_bytes,
+            "quota_files": limits.workspace_files,
+        }
+    ).encode()
     result = await run_python(_RUNNER, folder, limits, stdin=payload, policy=policy)
-    return _outcome(result, marker)
+    return _outcome(result)
 
 
-def _outcome(result: SandboxResult, marker: str) -> dict[str, Any]:
-    stdout = result.stdout_text
-    cut = stdout.rfind(marker)
-    printed = (stdout[:cut] if cut >= 0 else stdout)[-2000:]
+def _outcome(result: SandboxResult) -> dict[str, Any]:
+    printed = result.stderr_text.strip()[-2000:]
+    if result.quota_exceeded:
+        return {
+            "ok": False,
+            "quota_exceeded": True,
+            "error": f"stopped by the sandbox: the tool's folder went over its quota "
+            f"({result.workspace_bytes} bytes now; see the owner's quota)",
+            "stderr": printed,
+        }
     if result.killed_reason is not None:
-        return {
-            "ok": False,
-            "error": f"stopped by the sandbox: {result.killed_reason}",
-            "stderr": result.stderr_text[-2000:],
-        }
-    if cut < 0:
-        return {
-            "ok": False,
-            "error": f"exited with code {result.exit_code}",
-            "stderr": result.stderr_text[-2000:],
-        }
+        return {"ok": False, "error": f"stopped by the sandbox: {result.killed_reason}", "stderr": printed}
     try:
-        out: dict[str, Any] = json.loads(stdout[cut + len(marker) :].strip())
+        out = json.loads(result.stdout)
     except ValueError:
-        return {"ok": False, "error": "the result is not JSON data"}
-    if printed.strip():
-        out["printed"] = printed.strip()
+        out = None
+    if not isinstance(out, dict) or not isinstance(out.get("ok"), bool):
+        return {"ok": False, "error": f"exited with code {result.exit_code}", "stderr": printed}
+    if printed:
+        out["printed"] = printed
     if len(json.dumps(out.get("result"), default=str)) > MAX_OUTPUT_CHARS:
         return {"ok": False, "error": f"the result is larger than {MAX_OUTPUT_CHARS} characters"}
     return out

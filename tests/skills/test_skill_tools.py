@@ -143,12 +143,26 @@ async def test_a_tool_cannot_read_outside_its_folder(make_node, tmp_path):
 
 
 # The static check stops these before they run; the sandbox must stop them anyway (the check is not the
-# boundary). These run the sandbox runner directly, as a registered tool would, with the check bypassed.
+# boundary). These run the sandbox runner directly, as a registered tool would, with the check bypassed and
+# the runner's restricted builtins escaped (a walk to the real ones), as code that got past both would.
+
+ESCAPE = (
+    "_real = [c for c in ().__class__.__base__.__subclasses__() if c.__name__ == '_wrap_close'][0]"
+    ".__init__.__globals__['__builtins__']\n"
+    "_ns = {{'__builtins__': _real, '__name__': 'escaped'}}\n"
+    "_real['exec']({code!r}, _ns)\n"
+    "run = _ns['run']\n"
+)
+
+
+def escaped(code: str) -> str:
+    """``code`` run with the interpreter's real builtins (every import, open anything)."""
+    return ESCAPE.format(code=code)
 
 
 async def _raw(tmp_path: Path, code: str, limits: SandboxLimits = DEFAULT_LIMITS) -> dict[str, Any]:
     folder = make_workspace(tmp_path / "raw")
-    return await run_code(folder, {"code": code, "mode": "call", "input": {}}, limits=limits)
+    return await run_code(folder, {"code": escaped(code), "mode": "call", "input": {}}, limits=limits)
 
 
 async def test_the_sandbox_stops_a_socket(tmp_path):
