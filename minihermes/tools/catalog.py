@@ -8,9 +8,10 @@ a configured link), ``python`` (a function the embedding program registered in t
 ``minihermes.tools.local``) or a built-in tool of the catalogue (with pinned ``fixed_input``).
 
 Registered tools take the access class of their effects (``read`` or ``write``), or their kind's declaration
-when they are built on a built-in tool. A tool with an ``owner`` (one a user's turn wrote) is listed to and
-run by that principal only, and its output is untrusted. Every input is validated before a tool runs, and
-the error names the offending field.
+when they are built on a built-in tool, and its review by default (``review_by_default`` in the config may
+change it, but a tool with an owner cannot turn it off). A tool with an ``owner`` (one a user's turn wrote)
+is listed to and run by that principal only, and its output is untrusted. Every input is validated before a
+tool runs, and the error names the offending field.
 """
 
 from __future__ import annotations
@@ -372,8 +373,10 @@ def build_registered(record: dict[str, Any], kinds: Mapping[str, ToolDef]) -> To
         review = base.review
         permission = base.permission  # a wrapper of a built-in kind needs what the kind needs
     owner = str(record.get("owner") or "")
+    reviewed = bool(config.get("review_by_default", review))
     if owner:
         trust = UNTRUSTED  # a user's own code: its output is data, like any outside content
+        reviewed = reviewed or review  # and it cannot turn off its kind's review (only a tenant tool may)
     return ToolDef(
         name=record["name"],
         description=record["description"],
@@ -383,7 +386,7 @@ def build_registered(record: dict[str, Any], kinds: Mapping[str, ToolDef]) -> To
         builtin=False,
         effects=effects,
         trust=trust,
-        review=bool(config.get("review_by_default", review)),
+        review=reviewed,
         schema=CompiledSchema(record["input_schema"]),
         effects_declared=declared is not None,
         permission=permission,
