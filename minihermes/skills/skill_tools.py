@@ -15,12 +15,21 @@ Ownership: a tool a user's turn writes belongs to that user (``owner``) until an
 wraps it as data, and a mutating call after it goes to review), and nobody else may replace it; a user
 never replaces a tenant tool or another user's. A tool written in an admin's turn is the tenant's at once.
 Everything here acts with the caller's roles: registering with the tool executor included.
+
+Limits: a call of a self-written tool in a turn goes to review like ``terminal`` (``run_skill_tool`` is
+reviewed by default and every registered tool inherits it; see docs/skills.md for exempting one). The
+folders of one owner's tools share one quota (``workspace_bytes`` / ``workspace_files``, the node's
+workspace quota), so a run may write only what the owner's other tools left; one owner has at most
+``max_tools_per_user`` tools; ``delete_tool`` removes a tool, its versions and its folder. Code, test and
+description that hold something shaped like a secret are refused (``_code_check.secret_problem``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import shutil
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,13 +56,20 @@ from minihermes.tools.contract import (
     UntrustedResult,
 )
 from minihermes.tools.sandbox import SandboxLimits, SandboxPolicy, make_workspace
-from minihermes.tools.workspace import safe_component
+from minihermes.tools.workspace import Quota, Usage, safe_component
 
 from . import _access as access
-from ._sandbox_code import DEFAULT_LIMITS, CodeRejected, check_code, run_code
+from ._code_check import secret_problem
+from ._sandbox_code import DEFAULT_LIMITS, CodeRejected, check_code, check_test, run_code
 from ._view_tool import SKILL_VIEW
 
-_MANAGE_OPS = {"create": "create_tool", "rollback": "rollback_tool", "list": "list_tools"}
+_MANAGE_OPS = {
+    "create": "create_tool",
+    "rollback": "rollback_tool",
+    "list": "list_tools",
+    "delete": "delete_tool",
+}
+MAX_TOOLS_PER_USER = 50
 
 RUN_KIND = "run_skill_tool"
 TYPES = {"string": "string", "number": "number", "integer": "integer", "boolean": "boolean"}
@@ -71,7 +87,10 @@ def _schema(parameters: dict[str, str]) -> dict[str, Any]:
 
 class SkillTools(GenServer):
     """Args: ``tools_root`` (folder for the tools' sandboxes; required to create or run tools),
-    ``max_fix_attempts`` (3); in-process only: ``limits`` (``SandboxLimits``), ``sandbox_policy``.
+    ``max_fix_attempts`` (3), ``max_tools_per_user`` (50), ``workspace_bytes`` / ``workspace_files`` (the
+    quota all of one owner's tool folders share; default the ``limits``' own, which the agent app sets to
+    the tool executor's workspace quota); in-process only: ``limits`` (``SandboxLimits``),
+    ``sandbox_policy``.
 
     Ops: a user's turn writes tools that belong to that user (the actor keeps them to their owner) until
     an admin promotes them to the tenant."""
@@ -79,6 +98,9 @@ class SkillTools(GenServer):
     class Args(ActorArgs):
         tools_root: str | Path | None = None
         max_fix_attempts: int = 3
+        max_tools_per_user: int = MAX_TOOLS_PER_USER
+        workspace_bytes: int | None = None
+        workspace_files: int | None = None
         limits: InstanceOf[SandboxLimits] | None = None
         sandbox_policy: InstanceOf[SandboxPolicy] | None = None
 
@@ -88,7 +110,12 @@ class SkillTools(GenServer):
         root = args.get("tools_root")
         self.tools_root = Path(root) if root else None
         self.max_fix_attempts = int(args.get("max_fix_attempts", 3))
-        self.limits = args.get("limits") or DEFAULT_LIMITS
+        self.max_tools_per_user = int(args.get("max_tools_per_user", MAX_TOOLS_PER_USER))
+        self.limits: SandboxLimits = args.get("limits") or DEFAULT_LIMITS
+        self.quota = Quota(
+            int(args.get("workspace_bytes") or self.limits.workspace_bytes),
+            int(args.get("workspace_files") or self.limits.workspace_files),
+        )
         self.policy: SandboxPolicy | None = args.get("sandbox_policy")
         self._audit_on = self.host.has_actor("audit_event")
 
@@ -110,6 +137,15 @@ class SkillTools(GenServer):
             raise InvalidArgument(f"{op}: '{name}' is not a free tool name", op=op, field="name")
         if not description.strip() or len(description) > 2000:
             raise InvalidArgument(f"{op}: description must be 1..2000 characters", op=op, field="description")
+        for field, text, is_code in (
+            ("description", description, False),
+            ("code", code, True),
+            ("test", test, True),
+        ):
+            problem = secret_problem(text, field, code=is_code)
+            if problem is not None:
+                self._event("skill_tool_refused", name, f"secret in {field}", session_id)
+                raise InvalidArgument(f"{op}: {problem}", op=op, field=field, code="secret_refused")
         params: dict[str, str] = dict(parameters or {})
         principal = current_context().principal
         record = await self.host.kv.get(f"skill_tool:{name}") or {
@@ -123,13 +159,15 @@ class SkillTools(GenServer):
         }
         assert isinstance(record, dict)
         access.require_tool_owner(op, record)
+        if not record["versions"]:
+            await self._check_cap(op, access.tool_owner(record), name)
         if record["failures"] > self.max_fix_attempts:
             raise Conflict(
                 f"{op}: '{name}' failed {record['failures']} times; no fix attempts are left",
                 op=op,
                 code="too_many_attempts",
             )
-        error = await self._validate(name, code, test)
+        error = await self._validate(name, code, test, access.tool_owner(record))
         if error is not None:
             record["failures"] += 1
             await self.host.kv.put(f"skill_tool:{name}", record)
@@ -202,20 +240,49 @@ class SkillTools(GenServer):
         out = await run_code(
             folder,
             {"code": code, "mode": "call", "input": input or {}},
-            limits=self.limits,
+            limits=await self._limits_for(access.tool_owner(record), name),
             policy=self.policy,
         )
         if not out.get("ok"):
-            return {
-                "status": "error",
-                "error": {
-                    "code": "tool_failed",
-                    "message": out.get("error", ""),
-                    "stderr": out.get("stderr", ""),
-                },
+            message = str(out.get("error", ""))
+            # EFBIG: a write stopped at the file size limit, which is what the owner's quota had left.
+            over = bool(out.get("quota_exceeded")) or "[Errno 27]" in message
+            if over:
+                message += (
+                    f" (the folders of {access.tool_owner(record)}'s self-written tools share a quota of "
+                    f"{self.quota.max_bytes} bytes and {self.quota.max_files} entries)"
+                )
+            error = {
+                "code": "quota_exceeded" if over else "tool_failed",
+                "message": message,
+                "stderr": out.get("stderr", ""),
             }
+            return {"status": "error", "error": error}
         trust = "trusted" if access.tool_promoted(record) else "untrusted"
         return {"status": "ok", "result": out.get("result"), "version": record["version"], "trust": trust}
+
+    @call(access="write")
+    async def delete_tool(self, name: str, session_id: str = "") -> dict[str, Any]:
+        """Delete a tool: its owner (while it is theirs) or an admin. It leaves the tool executor's
+        catalogue, and its versions and its folder are removed. Audited (``skill_tool_deleted``)."""
+        op = "delete_tool"
+        access.require_writer(op)
+        record = await self.host.kv.get(f"skill_tool:{name}") if TOOL_NAME.match(name) else None
+        if not isinstance(record, dict) or not access.can_use_tool(record):
+            raise NotFound(f"{op}: no self-written tool '{name[:80]}'", op=op, field="name")
+        access.require_tool_owner(op, record)
+        if record.get("versions") and self.host.has_actor("tool_executor"):
+            try:  # as the caller: the executor lets the owner or an admin remove it
+                await self.host.ask("tool_executor", "unregister_tool", {"name": name})
+            except NotFound:
+                pass  # never registered there (no executor then), or removed already
+        await self.host.kv.delete(f"skill_tool:{name}")
+        for blob in await self.host.blobs.list(f"skill_tool/{name}/v"):
+            await self.host.blobs.delete(blob.name)
+        if self.tools_root is not None:
+            await asyncio.to_thread(shutil.rmtree, self._path(name), ignore_errors=True)
+        self._event("skill_tool_deleted", name, f"owner={access.tool_owner(record)}", session_id)
+        return {"status": "ok", "name": name, "deleted": True, "versions": record.get("versions", 0)}
 
     @call(access="read")
     async def get_tool(self, name: str, version: int = 0) -> dict[str, Any]:
@@ -236,27 +303,73 @@ class SkillTools(GenServer):
 
     # -- helpers ------------------------------------------------------------------------------------------
 
-    async def _validate(self, name: str, code: str, test: str) -> str | None:
+    async def _validate(self, name: str, code: str, test: str, owner: str) -> str | None:
         try:
             check_code(code, what="code")
-            check_code(test, what="test", needs_run=False)
+            check_test(test, code)
         except CodeRejected as e:
             return e.message
         folder = await self._folder(name)
         out = await run_code(
-            folder, {"code": code, "mode": "test", "test": test}, limits=self.limits, policy=self.policy
+            folder,
+            {"code": code, "mode": "test", "test": test},
+            limits=await self._limits_for(owner, name),
+            policy=self.policy,
         )
         if out.get("ok"):
             return None
         detail = out.get("traceback") or out.get("stderr") or ""
         return f"the test failed: {out.get('error')}\n{detail}".strip()[:3000]
 
-    async def _folder(self, name: str) -> Path:
+    async def _check_cap(self, op: str, owner: str, name: str) -> None:
+        """A new tool: its owner may have at most ``max_tools_per_user``."""
+        owned = [n for n, r in await self._records() if n != name and access.tool_owner(r) == owner]
+        if len(owned) >= self.max_tools_per_user:
+            raise Conflict(
+                f"{op}: {owner} already has {len(owned)} self-written tools, the most one user may have "
+                f"({self.max_tools_per_user}); delete one (skill_manage action=delete) first",
+                op=op,
+                code="quota_exceeded",
+            )
+
+    async def _records(self) -> list[tuple[str, dict[str, Any]]]:
+        rows = await self.host.kv.list("skill_tool:")
+        return [(str(r.get("name", "")), r) for _k, r in rows if isinstance(r, dict)]
+
+    async def _limits_for(self, owner: str, name: str) -> SandboxLimits:
+        """The sandbox limits of a run of ``name``: its folder may hold what the owner's quota has left
+        after the owner's other tools' folders (the sandbox cuts a run at that)."""
+        others = [
+            self._path(n) for n, r in await self._records() if n != name and access.tool_owner(r) == owner
+        ]
+        used = await asyncio.to_thread(self._usage, others)
+        room_bytes = self.quota.max_bytes - used.bytes if used.complete else 0
+        room_files = self.quota.max_files - used.files if used.complete else 0
+        # At least 1: the sandbox takes only positive limits, and a folder over 1 byte is over it.
+        return dataclasses.replace(
+            self.limits, workspace_bytes=max(1, room_bytes), workspace_files=max(1, room_files)
+        )
+
+    def _usage(self, folders: list[Path]) -> Usage:
+        size = files = 0
+        for folder in folders:
+            if not folder.is_dir():
+                continue
+            usage = self.quota.measure(str(folder))
+            if not usage.complete:
+                return Usage(size + usage.bytes, files + usage.files, complete=False)
+            size += usage.bytes
+            files += usage.files
+        return Usage(size, files)
+
+    def _path(self, name: str) -> Path:
         if self.tools_root is None:
             raise Conflict("self-written tools need a tools_root folder on this node", code="unavailable")
         ctx = current_context()
-        path = self.tools_root / safe_component(f"{ctx.tenant}~{ctx.namespace}") / safe_component(name)
-        return await asyncio.to_thread(make_workspace, path, self.policy)
+        return self.tools_root / safe_component(f"{ctx.tenant}~{ctx.namespace}") / safe_component(name)
+
+    async def _folder(self, name: str) -> Path:
+        return await asyncio.to_thread(make_workspace, self._path(name), self.policy)
 
     async def _record(self, op: str, name: str) -> dict[str, Any]:
         """A tool the caller may see (another user's own tool is not there for them)."""
@@ -323,6 +436,8 @@ async def _skill_manage(args: dict[str, Any], env: ToolEnv) -> Any:
         return await env.host.ask("skill_tools", "list_tools", {})
     if not name:
         raise ToolFailure("invalid_input", "input.name: required for this action", field="name")
+    if action == "delete":
+        return await env.host.ask("skill_tools", "delete_tool", {"name": name, "session_id": env.session_id})
     if action == "rollback":
         if "version" not in args:
             raise ToolFailure("invalid_input", "input.version: required for rollback", field="version")
@@ -361,11 +476,12 @@ SKILLS_TOOLSET = Toolset(
             "string|number|integer|boolean), code defining run(**input) that returns JSON data (standard library "
             "only: math, json, re, datetime, statistics, ...), and a test (Python asserts calling run). It is "
             "registered once its test passes in the sandbox; on failure you get the error and may fix it (3 "
-            "attempts). action=rollback restores an earlier version; action=list shows your tools.",
+            "attempts). action=rollback restores an earlier version; action=list shows your tools; action=delete "
+            "removes one. Never put a secret (API key, password, token) in a tool: take it as an input.",
             {
                 "type": "object",
                 "properties": {
-                    "action": {"type": "string", "enum": ["create", "rollback", "list"]},
+                    "action": {"type": "string", "enum": ["create", "rollback", "list", "delete"]},
                     "name": {"type": "string", "minLength": 1, "maxLength": 64},
                     "description": {"type": "string", "maxLength": 2000},
                     "parameters": {
@@ -402,6 +518,9 @@ SKILLS_TOOLSET = Toolset(
             # user's own, unpromoted tool's is not (the handler marks it per call).
             TRUSTED,
             handler=_run_skill_tool,
+            # Code an LLM wrote runs in the sandbox, as a terminal command does: reviewed by default, like
+            # ``terminal``. Every self-written tool is registered on this kind and inherits it.
+            review=True,
             requires="skill_tools",
             permission=("skill_tools", "run_tool"),
         ),

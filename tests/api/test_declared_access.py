@@ -106,6 +106,7 @@ BEFORE: dict[tuple[str, str], str] = {
     ("skill_tools", "rollback_tool"): "write",
     ("skill_tools", "run_tool"): "write",
     ("skill_tools", "promote_tool"): "admin",
+    ("skill_tools", "delete_tool"): "write",  # added by issue 23: the owner's or an admin's
     ("cron_scheduler", "list_jobs"): "read",
     ("cron_scheduler", "get_job"): "read",
     ("cron_scheduler", "job_runs"): "read",
