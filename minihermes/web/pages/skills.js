@@ -56,6 +56,7 @@ async function render(root, ctx) {
         detail,
         h("h3", { dataset: { skillDetail: skill.name } }, skill.name, " ", badge(skill.status), skill.pinned ? badge("pinned") : null),
         h("p", {}, skill.description),
+        secretWarnings(skill),
         skill.status === "candidate" ? review(skill) : null,
         h("div", { class: "toolbar" },
           skill.pinned
@@ -142,6 +143,17 @@ async function render(root, ctx) {
     }, { errors });
     return h("form", { class: "toolbar", dataset: { form: "skill-import" }, onsubmit: (e) => e.preventDefault() },
       input, h("label", {}, approve, " approve (admin)"), button, errors, report);
+  }
+
+  // An import that carries something shaped like a secret: where and what kind (never the secret), for the
+  // admin who approves it (skill_store.import_skills' secret_warnings).
+  function secretWarnings(skill) {
+    const found = skill.secret_warnings || [];
+    if (!found.length) return null;
+    return h("div", { class: "notice held", dataset: { secrets: skill.name } },
+      h("b", {}, "Looks like it carries secrets: "),
+      "check these before approving (they are kept as written; rotate any that is real).",
+      h("ul", {}, found.map((f) => h("li", {}, `${f.path} line ${f.line}: ${f.kind} (v${f.version})`))));
   }
 
   // A candidate: why it is not live yet (its evaluation, the approval its tools need), approve or reject it.
