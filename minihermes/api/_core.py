@@ -21,6 +21,7 @@ from fastapi.responses import Response
 
 from minihermes.runtime import ActorError, Node, RequestContext
 
+from ._approvers import report_admins
 from ._auth import Authenticator
 from ._body import dump
 from ._catalog import ActorInfo, build_catalog
@@ -72,7 +73,9 @@ async def authenticate(state: ApiState, request: Request, request_id: str) -> Re
     """The caller's context, or an ApiError (401, or 403 for a non-local request without auth)."""
     if not state.auth.enabled:
         check_local_request(state, request)
-    return await state.auth.authenticate(request.headers, request_id=request_id, now=state.node.clock.time())
+    ctx = await state.auth.authenticate(request.headers, request_id=request_id, now=state.node.clock.time())
+    await report_admins(state, ctx.scope)  # once per scope: who could decide on a paused call
+    return ctx
 
 
 async def guarded(state: ApiState, request: Request, handler: Handler, *args: Any) -> Response:

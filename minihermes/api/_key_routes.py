@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from minihermes.runtime import RequestContext
 
 from ._access import audit_refusal, read_body
+from ._approvers import report_admins
 from ._core import API_PREFIX, ApiState, guarded, json_response
 from ._errors import ApiError, forbidden, invalid
 from ._keys import ApiKeyInfo, create_api_key, get_api_key, list_api_keys, revoke_api_key
@@ -120,6 +121,7 @@ async def _create(state: ApiState, request: Request, ctx: RequestContext) -> Res
         raise invalid(str(e)) from None
     info = new.info
     _audit(state, ctx, "api_key_created", f"API key {info.key_id} ({info.name}) created", info)
+    await report_admins(state, (info.tenant, info.namespace), changed=True)
     return json_response({"status": "ok", "key": new.key, **_view(info)}, 201)
 
 
@@ -142,6 +144,7 @@ async def _revoke(state: ApiState, request: Request, ctx: RequestContext, key_id
     if not await revoke_api_key(state.node.store, info.key_id, now=now):
         raise ApiError(409, "conflict", "this API key is revoked already", key_id=info.key_id)
     _audit(state, ctx, "api_key_revoked", f"API key {info.key_id} ({info.name}) revoked", info)
+    await report_admins(state, (info.tenant, info.namespace), changed=True)
     return json_response({"status": "ok", "key_id": info.key_id, "revoked_at": now})
 
 
