@@ -24,6 +24,7 @@ from ._directives import whole as whole_directive
 from ._memory import join_statements
 from ._plan import Intent, Item, Note, Outcome, ParseContext, Plan, Ref, Step
 from ._text import ROLE_NAMES, Toolbox, as_text, clean_clause, count_pieces, split_clauses
+from ._typos import read_typos
 
 MAX_REQUEST_CHARS = 10_000
 MAX_REQUEST_PIECES = 100
@@ -195,6 +196,24 @@ class Planner:
         return items
 
     def _parse(self, clause: str, ctx: ParseContext) -> list[Item] | None:
+        items = self._parse_as_written(clause, ctx)
+        if items is not None and not any(isinstance(i, Note) and i.cannot for i in items):
+            return items
+        # Not understood as written: a one-letter typo in a keyword ("remeber", "calcualte") is read as the
+        # keyword, and kept only if the whole clause is then understood (and said in the answer).
+        reading = read_typos(clause)
+        if reading is None:
+            return items
+        fixed = self._parse_as_written(reading.text, ctx)
+        if fixed is None:
+            return items
+        if any(isinstance(i, Note) and i.cannot for i in fixed):
+            # Read, but it cannot be done ("forgt my dog's name" with no tool to forget): its honest "I can't"
+            # is better than "I don't understand"; a clause that had its own "I can't" keeps it.
+            return fixed if items is None else items
+        return [*fixed, Note(reading.note())]
+
+    def _parse_as_written(self, clause: str, ctx: ParseContext) -> list[Item] | None:
         for intent in self.intents:
             items = intent.parse(clause, ctx)
             if items is not None:
