@@ -8,8 +8,14 @@ turn the agent casts ``turn_completed``; every active goal of the session is the
 - with the simulated provider, deterministically: the response carries ``[GOAL DONE]``, or it contains every
   content word of the goal.
 
-Each judged turn uses one of the goal's ``max_turns``; a goal still open when they are used up becomes
-``exhausted``. Completion (by the judge or by ``complete_goal``) and exhaustion are audited.
+Only a turn that relates to a goal uses one of its ``max_turns`` (a goal of the session is not worked on by
+every turn of it: "what is 2 + 2" in a session whose goal is to plan a trip is not a step of the trip). A turn
+relates to a goal when the judge says so: the LLM judge answers ``"related"`` beside ``"done"`` (a turn that
+reaches the goal relates to it; an answer without ``"related"`` counts, as before it was asked); the
+deterministic judge, and any turn that fell short (judged without a completion), when the user's message or
+the answer shares a content word of the goal (``relates``). An unrelated turn leaves the goal as it was. A goal
+still open when its turns are used up becomes ``exhausted``. Completion (by the judge or by ``complete_goal``)
+and exhaustion are audited.
 
 A goal belongs to its session and to the principal that set it (``owner``, from the request context; an
 admin may set one for a user with ``user_id``). A user lists, completes, clears, and has judged and put into
@@ -62,13 +68,31 @@ _STOP = frozenset(
 )
 JUDGE_PROMPT = (
     "You judge whether a goal has been reached. Read the goal and the latest exchange. Answer with JSON "
-    'only: {"done": true or false, "reason": "<one short sentence>"}. Say done only when the exchange shows '
-    "the goal is fully achieved."
+    'only: {"done": true or false, "related": true or false, "reason": "<one short sentence>"}. Say done '
+    "only when the exchange shows the goal is fully achieved. Say related when the exchange works toward "
+    "the goal (a step of it, a question about it, progress or a setback on it); an exchange about something "
+    "else is not related."
 )
 
 
 def _words(text: str) -> set[str]:
     return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if len(w) > 2 and w not in _STOP}
+
+
+def _stem(word: str) -> str:
+    """A crude stem, for relatedness only: "plants" and "planting" meet "plant"."""
+    for suffix in ("ing", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
+
+
+def relates(goal: str, user_message: str, response: str) -> bool:
+    """The deterministic judge's relatedness: the user's message or the answer shares a content word of the
+    goal (by a crude stem)."""
+    needed = {_stem(w) for w in _words(goal)}
+    said = {_stem(w) for w in _words(f"{user_message}\n{response}")}
+    return bool(needed & said)
 
 
 GOAL_TOOLS = frozenset({"goal_set", "goal_list", "goal_complete", "goal_clear"})
@@ -88,6 +112,13 @@ def judge_deterministic(goal: str, response: str) -> tuple[bool, str]:
 
 def parse_verdict(text: str) -> tuple[bool, str]:
     """Read a judge's answer; anything that is not a clear yes is a no."""
+    done, _related, reason = parse_judgement(text)
+    return done, reason
+
+
+def parse_judgement(text: str) -> tuple[bool, bool, str]:
+    """Read a judge's answer: (done, related, reason). ``done`` only on a clear yes; ``related`` unless the
+    judge clearly says no (an answer without it counts, as before the judge was asked), and always when done."""
     match = re.search(r"\{.*\}", text, re.S)
     if match:
         try:
@@ -95,8 +126,9 @@ def parse_verdict(text: str) -> tuple[bool, str]:
         except ValueError:
             data = None
         if isinstance(data, dict):
-            return data.get("done") is True, str(data.get("reason") or "")[:500]
-    return False, "the judge gave no verdict"
+            done = data.get("done") is True
+            return done, done or data.get("related") is not False, str(data.get("reason") or "")[:500]
+    return False, True, "the judge gave no verdict"
 
 
 MAX_QUOTED_SESSION = 2048
@@ -247,12 +279,17 @@ class Goals(GenServer):
             if turn_id in goal["judged_turns"]:
                 continue  # a repeated notification for a turn already judged
             if success:
-                done, reason = await self._judge(goal, user_message, response, session_id)
+                done, related, reason = await self._judge(goal, user_message, response, session_id)
             else:
                 done, reason = False, f"the turn fell short: {fell_short or 'a tool call failed'}"
+                related = relates(goal["text"], user_message, response)
+            goal["judged_turns"] = [*goal["judged_turns"][-19:], turn_id]
+            if not related:
+                # Another matter of the session: no turn of the goal's used, its last verdict kept.
+                await self.host.kv.put(_key(goal["session_id"], goal["goal_id"]), goal)
+                continue
             reason = scrub(reason)
             goal["turns_used"] += 1
-            goal["judged_turns"] = [*goal["judged_turns"][-19:], turn_id]
             goal["reason"] = reason
             if done:
                 await self._complete(goal, reason, by="judge", turn_id=turn_id)
@@ -266,9 +303,11 @@ class Goals(GenServer):
 
     async def _judge(
         self, goal: dict[str, Any], user_message: str, response: str, session_id: str
-    ) -> tuple[bool, str]:
+    ) -> tuple[bool, bool, str]:
+        """(done, related, reason) of this turn for the goal."""
         if not self._llm or await self._simulated():
-            return judge_deterministic(goal["text"], response)
+            done, reason = judge_deterministic(goal["text"], response)
+            return done, done or relates(goal["text"], user_message, response), reason
         exchange = f"Goal: {goal['text']}\n\nUser: {user_message[:4000]}\n\nAssistant: {response[:8000]}"
         try:
             reply = await self.host.ask(
@@ -285,8 +324,8 @@ class Goals(GenServer):
                 timeout=self.judge_timeout,
             )
         except ActorError as e:
-            return False, f"judge unavailable: {e.code}"
-        return parse_verdict(str(reply["response"].get("content") or ""))
+            return False, True, f"judge unavailable: {e.code}"
+        return parse_judgement(str(reply["response"].get("content") or ""))
 
     async def _simulated(self) -> bool:
         providers = await self.host.ask("llm_gateway", "list_providers", {})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from minihermes.runtime import ActorError, Node
-from minihermes.work.goals import judge_deterministic, parse_verdict
+from minihermes.work.goals import judge_deterministic, parse_judgement, parse_verdict, relates
 
 from . import doubles
 from .conftest import ACME, GLOBEX, until
@@ -22,6 +22,17 @@ def test_the_deterministic_judge():
     assert parse_verdict('sure: {"done": true, "reason": "ok"}') == (True, "ok")
     assert parse_verdict("yes it is done")[0] is False
     assert parse_verdict('{"done": "yes"}')[0] is False
+    # relatedness: a content word of the goal in the message or the answer (by a crude stem)
+    assert relates("water the plants", "did I water them?", "")
+    assert relates("water the plants", "go on", "Planting is done.")
+    assert not relates("plan a trip to Lisbon", "what is 2 + 2?", "2 + 2 = 4")
+    assert parse_judgement('{"done": false, "related": false, "reason": "about lunch"}') == (
+        False,
+        False,
+        "about lunch",
+    )
+    assert parse_judgement('{"done": true, "related": false}')[:2] == (True, True)  # done is related
+    assert parse_judgement('{"done": false}')[1] is True  # not asked: counts, as before
 
 
 async def test_goals_persist_and_are_scoped(app_node, tmp_path):
@@ -59,13 +70,11 @@ async def test_a_turn_that_reaches_the_goal_completes_it_and_is_audited(app_node
     reply = await node.ask("agent", "chat", {"message": message, "session_id": "s1"}, ctx=ACME)
     assert "teal" in reply["response"]
 
-    async def judged():
-        got = (await goals(node, "list_goals", session_id="s1", status=""))["goals"]
-        return got if all(x["turns_used"] for x in got) else None
-
-    by_id = {x["goal_id"]: x for x in await until(judged)}
+    await until(lambda: _status(node, "s1", "completed"))
+    by_id = {x["goal_id"]: x for x in (await goals(node, "list_goals", session_id="s1", status=""))["goals"]}
     assert by_id[g["goal_id"]]["status"] == "completed" and by_id[g["goal_id"]]["completed_by"] == "judge"
-    assert by_id[other["goal_id"]]["status"] == "active"  # judged, not reached
+    # the other goal: not reached, and the turn was about something else, so none of its turns used
+    assert (by_id[other["goal_id"]]["status"], by_id[other["goal_id"]]["turns_used"]) == ("active", 0)
     events = await node.ask("audit_event", "query_events", {"event_type": "goal_completed"}, ctx=ACME)
     assert events["count"] == 1 and g["goal_id"] in events["events"][0]["detail"]
 
@@ -218,3 +227,54 @@ async def test_a_turn_that_manages_goals_judges_none(app_node):
     assert done["goal_id"] == g["goal_id"] and done["turns_used"] == 1  # t1 was not counted
     events = await node.ask("audit_event", "query_events", {"event_type": "goal_completed"}, ctx=ACME)
     assert [e["detail"].endswith("turn=t2") for e in events["events"]] == [True]  # not by the listing turn
+
+
+async def test_only_turns_that_relate_to_a_goal_use_its_turns(app_node):
+    """Issue 24: a goal counted every turn of its session. An unrelated turn (the judge says so) uses none of
+    its turns and leaves its last verdict; a related one that does not reach it uses one."""
+    node = await app_node(scripted=True)
+    doubles.SCRIPT.answer = lambda s, m: (
+        (
+            '{"done": false, "related": false, "reason": "a sum, not the trip"}'
+            if "2 + 2" in m[1]["content"]
+            else '{"done": false, "related": true, "reason": "hotels compared, none booked"}'
+        )
+        if "judge" in m[0]["content"]
+        else "ok"
+    )
+    g = await goals(node, "set_goal", session_id="s1", text="plan a trip to Lisbon", max_turns=2)
+
+    async def turn(turn_id: str, message: str, response: str, **kw) -> None:
+        record = {"session_id": "s1", "turn_id": turn_id, "user_message": message, "response": response}
+        await node.ask("goals", "turn_completed", record | kw, ctx=ACME)
+
+    for i in range(3):  # more unrelated turns than the budget: the goal stays active, untouched
+        await turn(f"u{i}", "what is 2 + 2?", "4")
+    await turn(
+        "f1", "what is 2 + 2?", "", success=False, fell_short="calculator failed"
+    )  # fell short, unrelated
+    got = (await _status(node, "s1", "active"))[0]
+    assert (got["turns_used"], got["reason"]) == (0, "")
+    await turn("r1", "compare hotels in Lisbon", "Three hotels compared.")
+    got = (await _status(node, "s1", "active"))[0]
+    assert (got["turns_used"], got["reason"]) == (1, "hotels compared, none booked")
+    await turn("u9", "what is 2 + 2?", "4")
+    assert (await _status(node, "s1", "active"))[0]["turns_used"] == 1
+    await turn("r2", "and flights to Lisbon?", "Flights listed.")
+    exhausted = (await _status(node, "s1", "exhausted"))[0]
+    assert exhausted["goal_id"] == g["goal_id"] and exhausted["turns_used"] == 2
+
+
+async def test_the_deterministic_judge_counts_only_related_turns(app_node):
+    node = await app_node()  # the simulated provider: the deterministic judge
+    g = await goals(node, "set_goal", session_id="s1", text="remember the colour teal", max_turns=3)
+    for turn_id, message, response in (
+        ("t1", "calculate 6 * 7", "6 * 7 = 42"),
+        ("t2", "what is my colour?", "I don't have that stored yet."),
+        ("t3", "and 2 + 2?", "4"),
+    ):
+        record = {"session_id": "s1", "turn_id": turn_id, "user_message": message, "response": response}
+        await node.ask("goals", "turn_completed", record, ctx=ACME)  # queued before the next ask: in order
+    got = (await _status(node, "s1", "active"))[0]
+    assert got["goal_id"] == g["goal_id"]
+    assert got["turns_used"] == 1  # "what is my colour?" related; the sums did not
