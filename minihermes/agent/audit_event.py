@@ -125,19 +125,31 @@ class AuditEvent(GenEvent):
 
     @call(access="read")
     async def query_events(
-        self, event_type: str = "", since: float = 0, limit: int = 100, session_id: str = ""
+        self,
+        event_type: str = "",
+        since: float = 0,
+        limit: int = 100,
+        session_id: str = "",
+        before_seq: int = 0,
+        until: float = 0,
     ) -> dict[str, Any]:
-        """The newest ``limit`` events matching the filters, oldest first. ``since`` is epoch seconds (or
-        milliseconds, as some clients send)."""
+        """The newest ``limit`` events matching the filters, oldest first. ``since`` / ``until`` are epoch
+        seconds (or milliseconds, as some clients send; 0: no bound). Paging, newest page first: the next page
+        is ``before_seq`` = the first (oldest) event's ``seq`` of this one; ``more`` says whether older
+        matching events exist. A cursor, not an offset: events appended meanwhile do not shift the pages."""
         limit = _check_limit(limit)
-        if since < 0:
-            raise InvalidArgument("since must be >= 0", field="since")
+        for name, value in (("since", since), ("until", until), ("before_seq", before_seq)):
+            if value < 0:
+                raise InvalidArgument(f"{name} must be >= 0", field=name)
         start = as_seconds(since)
+        end = as_seconds(until) if until else 0.0
         ctx = current_context()
         owner = ctx.principal if is_restricted(ctx) else None
         found: list[dict[str, Any]] = []
-        hi = await self.host.events.last_seq(STREAM)
-        while hi > 0 and len(found) < limit:
+        last = await self.host.events.last_seq(STREAM)
+        hi = min(last, before_seq - 1) if before_seq else last
+        more = False
+        while hi > 0 and not more:
             lo = max(0, hi - _PAGE)
             page = await self.host.events.read(STREAM, after_seq=lo, limit=hi - lo)
             if not page:
@@ -147,17 +159,20 @@ class AuditEvent(GenEvent):
                 if rec.ts < start:
                     done = True  # appended in clock order: everything before is older still
                     break
+                if end and rec.ts > end:
+                    continue
                 event = _event(rec.seq, rec.ts, rec.hash, rec.data)
                 if _matches(event, event_type, session_id, owner):
-                    found.append(event)
                     if len(found) >= limit:
+                        more = True  # one older match: there is a next page
                         break
+                    found.append(event)
             if done:
                 break
             hi = page[0].seq - 1
         found.reverse()
         shown = [shown_to(ctx, e) for e in found]
-        return {"status": "ok", "events": shown, "count": len(shown)}
+        return {"status": "ok", "events": shown, "count": len(shown), "more": more}
 
     @call(access="read")
     async def poll_events(

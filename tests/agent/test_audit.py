@@ -81,6 +81,33 @@ async def test_query_pages_back_through_a_long_trail(make_node):
     assert r["count"] == 1000 and r["events"][0]["detail"] == "200" and r["events"][-1]["detail"] == "1199"
 
 
+async def test_pages_of_the_trail_by_a_seq_cursor_newest_first(make_node, clock):
+    """The dashboard's paging: each page's oldest seq is the next page's ``before_seq``; ``more`` says whether
+    an older match exists; events appended meanwhile do not shift the pages; ``until`` bounds the newest."""
+    node = await make_node(specs())
+    for i in range(7):
+        await log(node, ACME, "tool_executed" if i != 5 else "policy_changed", detail=f"n={i}")
+        await clock.advance(10)
+
+    async def ask(**kw: Any) -> Any:
+        return await node.ask("audit_event", "query_events", {"event_type": "tool_executed", **kw}, ctx=ACME)
+
+    first = await ask(limit=2)
+    assert ([e["detail"] for e in first["events"]], first["more"]) == (["n=4", "n=6"], True)
+    await log(node, ACME, "tool_executed", detail="n=7")  # appended while the reader pages back
+    second = await ask(limit=2, before_seq=first["events"][0]["seq"])
+    assert ([e["detail"] for e in second["events"]], second["more"]) == (["n=2", "n=3"], True)
+    third = await ask(limit=2, before_seq=second["events"][0]["seq"])
+    assert ([e["detail"] for e in third["events"]], third["more"]) == (["n=0", "n=1"], False)
+    assert (await ask(limit=2, before_seq=1))["events"] == []
+    until = first["events"][0]["ts"]  # n=4's time: nothing newer
+    bounded = await ask(limit=10, until=until)
+    assert [e["detail"] for e in bounded["events"]] == ["n=0", "n=1", "n=2", "n=3", "n=4"]
+    assert bounded["more"] is False
+    with pytest.raises(InvalidArgument):
+        await ask(before_seq=-1)
+
+
 async def test_trail_is_hash_chained_and_tenant_scoped(make_node):
     node = await make_node(specs())
     await log(node, ACME, "a")
