@@ -6,7 +6,7 @@ with no network, no view of the data directory or credentials, CPU/memory/proces
 in the tool's folder and within its owner's quota, an empty environment, an unprivileged uid where the
 machine allows).
 
-The result channel. Inside the sandbox the runner (``_RUNNER``) reads the job from stdin, then forks: the
+The result channel. Inside the sandbox the runner (``RUNNER``) reads the job from stdin, then forks: the
 tool's code runs in the child only, and the parent, in which no tool code ever runs, is the one process
 that writes the reply the server reads (stdout). Before the fork the runner makes stdout a duplicate of
 stderr for everybody and keeps the original only as a descriptor the child closes first thing, and it
@@ -45,7 +45,9 @@ __all__ = [
     "CodeRejected",
     "check_code",
     "check_test",
+    "outcome",
     "run_code",
+    "runner_input",
 ]
 
 MAX_OUTPUT_CHARS = 32_000
@@ -55,7 +57,7 @@ DEFAULT_LIMITS = SandboxLimits(
 
 # Runs inside the sandbox (``python -I -B -c``); see the module docstring. The job's ``modules`` are the
 # allowed imports, ``limit`` the largest result (characters of JSON).
-_RUNNER = r"""
+RUNNER = r"""
 import json, os, sys
 
 def _seal():
@@ -227,7 +229,13 @@ async def run_code(
     """Run ``job`` ({code, mode: test|call, test | input}) in the sandbox with ``folder`` as its only
     writable place. ``{ok, result}`` or ``{ok: False, error, ...}``; never raises for what the code did.
     A run stopped for taking the folder over ``limits.workspace_bytes`` says ``quota_exceeded``."""
-    payload = json.dumps(
+    result = await run_python(RUNNER, folder, limits, stdin=runner_input(job, limits), policy=policy)
+    return outcome(result)
+
+
+def runner_input(job: dict[str, Any], limits: SandboxLimits) -> bytes:
+    """What ``RUNNER`` reads on stdin for ``job``."""
+    return json.dumps(
         {
             **job,
             "modules": sorted(ALLOWED),
@@ -236,11 +244,10 @@ async def run_code(
             "quota_files": limits.workspace_files,
         }
     ).encode()
-    result = await run_python(_RUNNER, folder, limits, stdin=payload, policy=policy)
-    return _outcome(result)
 
 
-def _outcome(result: SandboxResult) -> dict[str, Any]:
+def outcome(result: SandboxResult) -> dict[str, Any]:
+    """The reply of a ``RUNNER`` run, for the server: the runner's own, or what the sandbox says stopped it."""
     printed = result.stderr_text.strip()[-2000:]
     if result.quota_exceeded:
         return {

@@ -12,7 +12,8 @@ Process tree with a pid namespace (the default as root)::
            └─ target (rlimits, uid drop, no_new_privs, landlock, seccomp, then execve)
 
 When init exits (right after the target does) the kernel kills everything left in the namespace, so a
-program cannot leave daemons behind. Without a pid namespace the launcher is the target's parent.
+program cannot leave daemons behind. Without a pid namespace the launcher is the target's parent. Once the
+target is forked, the launcher and init hold no copy of its stdin and stdout (``let_go_of_stdio``).
 
 Status goes back as JSON lines on the status pipe (close-on-exec, so the target never holds it):
 ``setup_error`` (a requested layer could not be applied: the run is refused), ``exec_error``, ``exit``
@@ -384,6 +385,18 @@ def wait_and_report(run: Launch, pid: int) -> None:
             return
 
 
+def let_go_of_stdio() -> None:
+    """After forking the program: the launcher and init keep no copy of its stdin and stdout. Stdout is the
+    program's reply channel (see ``skills/_sandbox_code.py``): a process of the sandbox uid that could open
+    ``/proc/<launcher or init>/fd/1`` must find nothing there. Stderr stays, for the launcher's own errors."""
+    null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+    finally:
+        os.close(null)
+
+
 def child_main(run: Launch) -> NoReturn:
     """First child: pid 1 of the new pid namespace when there is one. Builds the mount tree, then either
     becomes the target or forks it and stays as its reaper."""
@@ -417,6 +430,7 @@ def child_main(run: Launch) -> NoReturn:
     pid = os.fork()
     if pid == 0:
         exec_target(run)
+    let_go_of_stdio()
     wait_and_report(run, pid)
     os._exit(0)  # as pid 1, exiting kills whatever the program left running
 
@@ -458,6 +472,7 @@ def launch(run: Launch) -> int:
     pid = os.fork()
     if pid == 0:
         child_main(run)
+    let_go_of_stdio()
     children.append(pid)
     signal.setitimer(signal.ITIMER_REAL, run.backstop_seconds)
     if PID in run.layers:

@@ -5,7 +5,12 @@ are capped, and code that holds a secret is refused."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import shutil
+import subprocess
+import tempfile
 import types
 from importlib import import_module
 from pathlib import Path
@@ -22,11 +27,17 @@ from minihermes.agent.tool_executor import ToolExecutor
 from minihermes.runtime import ActorError, ActorSpec, RequestContext
 from minihermes.skills import SkillTools
 from minihermes.skills._code_check import ALLOWED, CodeRejected, check_code, check_test
-from minihermes.skills._sandbox_code import run_code
+from minihermes.skills._sandbox_code import DEFAULT_LIMITS, RUNNER, run_code, runner_input
 from minihermes.tools.sandbox import SandboxLimits, make_workspace
 from minihermes.tools.workspace import measure_usage
 from tests.agent import doubles
 from tests.agent.doubles import SCRIPTS, ScriptedGateway, end, tool_use
+from tests.tools.test_sandbox_unprivileged import (  # noqa: F401  (unprivileged_python: a fixture)
+    NOBODY,
+    REPO,
+    _reachable_by_others,
+    unprivileged_python,
+)
 
 from .conftest import ACME
 from .test_skill_tools import ADD, ADD_TEST, escaped
@@ -432,3 +443,41 @@ async def test_a_secret_in_a_tool_is_refused_and_never_echoed(make_node, tmp_pat
         node, ALICE, "auth", code=fine, test="assert run(token='x') == 1\n", parameters={"token": "string"}
     )
     assert made["status"] == "ok", made
+
+
+UNPRIVILEGED_RUN = """
+import asyncio, base64, json, sys
+from minihermes.tools.sandbox import Layer, SandboxPolicy, available_layers, run_python
+
+async def main():
+    job = json.load(sys.stdin)
+    # Without landlock too (a kernel without it): then nothing but the seal keeps a process from another's fds.
+    policy = SandboxPolicy(layers=available_layers() - {Layer.LANDLOCK})
+    result = await run_python(job["runner"], sys.argv[1], stdin=job["input"].encode(), policy=policy)
+    print(json.dumps({"stdout": base64.b64encode(result.stdout).decode(), "stderr": result.stderr_text,
+                      "exit_code": result.exit_code}))
+
+asyncio.run(main())
+"""
+
+
+def test_the_reply_stays_sealed_when_the_server_is_not_root(unprivileged_python):  # noqa: F811
+    """Without a uid drop every process of the sandbox (its init, the runner, the tool) has the server's
+    uid, so only the runner's non-dumpable mark and init letting go of stdout keep the reply out of reach."""
+    if not _reachable_by_others(REPO):
+        pytest.skip("the repository is not readable by an unprivileged uid")
+    workspace = Path(tempfile.mkdtemp(prefix="mh-sealed-", dir="/tmp"))  # pytest's tmp_path is root's own
+    os.chown(workspace, NOBODY, NOBODY)
+    job = {"code": escaped(FORGER.format(forged=FORGED)), "mode": "call", "input": {}}
+    request = {"runner": RUNNER, "input": runner_input(job, DEFAULT_LIMITS).decode()}
+    proc = subprocess.run(
+        [unprivileged_python, "-c", UNPRIVILEGED_RUN, str(workspace)],
+        input=json.dumps(request),
+        user=NOBODY, group=NOBODY, extra_groups=[], env={"PYTHONPATH": str(REPO)}, cwd="/",
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    shutil.rmtree(workspace, ignore_errors=True)
+    assert proc.returncode == 0, proc.stderr
+    ran = json.loads(proc.stdout)
+    assert "forged" not in base64.b64decode(ran["stdout"]).decode(), ran  # the reply, as the server read it
+    assert "found=[] opened=[]" in ran["stderr"], ran
