@@ -24,7 +24,7 @@ from ._files import ListFiles, ReadFile, WriteFile, quote_block
 from ._memory import Forget, Recall, RecallKey, RecallThe, Remember, Search
 from ._plan import Intent, Item, Note, Outcome, ParseContext, Ref, Step
 from ._text import Toolbox, strip_quotes
-from ._work import Courtesy, Goals, Kanban, Reminders
+from ._work import Courtesy, FindTools, Goals, Kanban, Reminders
 
 
 class Calculate(Intent):
@@ -198,4 +198,5 @@ DEFAULT_INTENTS: tuple[Intent, ...] = (
     UseTool(),
     RecallThe(),
     RecallKey(),
+    FindTools(),
 )

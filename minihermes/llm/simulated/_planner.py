@@ -13,7 +13,7 @@ import hashlib
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from .._types import CompletionRequest, Message, ToolCall
@@ -25,6 +25,7 @@ from ._memory import join_statements
 from ._plan import Intent, Item, Note, Outcome, ParseContext, Plan, Ref, Step
 from ._text import ROLE_NAMES, Toolbox, as_text, clean_clause, count_pieces, split_clauses
 from ._typos import read_typos
+from ._work import FindTools
 
 MAX_REQUEST_CHARS = 10_000
 MAX_REQUEST_PIECES = 100
@@ -127,7 +128,7 @@ class Planner:
                 unknown.append(clause)
             else:
                 ctx.items.extend(items)
-        plan = Plan(list(ctx.items), unknown=unknown)
+        plan = Plan(_find_first(ctx.items), unknown=unknown)
         planning = PlanningContext(request, user_text, toolbox, self.intents)
         for advisor in self.advisors:
             plan = advisor.advise(plan, planning)
@@ -154,6 +155,10 @@ class Planner:
             return Decision(_refusal(plan, cannot, toolbox), [])
         done = _match(plan, turn)
         failed = next((step for step in plan.steps if step.key in done and done[step.key].error), None)
+        found = next((s for s in plan.steps if s.intent == FindTools.name and s.key in done), None)
+        if found is not None and failed is None:
+            # find_tools ran and the tools it was asked for are still not offered: nothing else is done.
+            return Decision(self._compose(Plan([found]), done), [])
         pending = [step for step in plan.steps if step.key not in done]
         if failed is not None or not pending:
             return Decision(self._compose(plan, done), [])
@@ -226,6 +231,9 @@ class Planner:
         """The next step, or with ``plan.batch`` every step whose inputs are known or foreseeable."""
         values = {key: outcome.value for key, outcome in done.items()}
         shown = {key: outcome.shown for key, outcome in done.items()}
+        if pending[0].intent == FindTools.name:
+            # The tools it finds come first, alone: nothing runs before the whole request can.
+            return [ToolCall(id=_call_id(turn, pending[0]), name=pending[0].tool, input=pending[0].args)]
         calls = []
         for step in pending:
             args = _resolve(step.args, values, shown)
@@ -268,6 +276,18 @@ class Planner:
             )
             parts.extend(_foresight_mismatches(item, outcome, done))
         return "\n".join(parts) if any("\n" in p for p in parts) else " ".join(parts)
+
+
+def _find_first(items: list[Item]) -> list[Item]:
+    """The request's ``find_tools`` steps as one, first: one call finds every toolset the request needs
+    before anything else runs (whole or not at all)."""
+    finds = [i for i in items if isinstance(i, Step) and i.intent == FindTools.name]
+    if not finds:
+        return items
+    toolsets = list(dict.fromkeys(t for step in finds for t in step.args.get("toolsets", [])))
+    subject = " and ".join(dict.fromkeys(step.subject for step in finds))
+    merged = replace(finds[0], args={**finds[0].args, "toolsets": toolsets}, subject=subject)
+    return [merged, *(i for i in items if not (isinstance(i, Step) and i.intent == FindTools.name))]
 
 
 def _foresight_mismatches(step: Step, outcome: Outcome, done: dict[str, Outcome]) -> list[str]:
@@ -359,19 +379,32 @@ def _too_long(size: str, limit: int) -> str:
 
 
 _CAPABILITIES = (
-    (("calculator",), "arithmetic"),
-    (("memory_store",), "remembering facts"),
-    (("memory_recall", "memory_search"), "recalling them"),
-    (("memory_delete",), "forgetting them"),
-    (("write_file",), "writing files"),
-    (("read_file",), "reading files"),
-    (("list_files",), "listing files"),
-    (("kanban_create", "kanban_list"), "kanban tasks"),
-    (("cron_schedule", "cron_list", "cron_pause", "cron_resume", "cron_delete"), "reminders"),
-    (("goal_set", "goal_list", "goal_complete", "goal_clear"), "goals"),
+    (("calculator",), "arithmetic", '"what is 12 * 7", "calculate 1,250 + 750, then double it"'),
+    (("memory_store",), "remembering facts", '"my dog\'s name is Biscuit, please remember that"'),
+    (
+        ("memory_recall", "memory_search"),
+        "recalling them",
+        '"what\'s my dog called?", "what is my favourite colour?"',
+    ),
+    (("memory_delete",), "forgetting them", '"forget my dog\'s name"'),
+    (("write_file",), "writing files", '"make a file called packing.txt with: socks, charger"'),
+    (("read_file",), "reading files", '"read packing.txt"'),
+    (("list_files",), "listing files", '"list the files"'),
+    (
+        ("kanban_create", "kanban_list"),
+        "kanban tasks",
+        '"add renew insurance to my to-do list", "show my to-do list"',
+    ),
+    (
+        ("cron_schedule", "cron_list", "cron_pause", "cron_resume", "cron_delete"),
+        "reminders",
+        '"remind me every Monday at 9am to water the plants", "list my reminders"',
+    ),
+    (("goal_set", "goal_list", "goal_complete", "goal_clear"), "goals", '"my goal is to run a marathon"'),
 )
-"""Each family the model understands, listed when any of its tools is offered (kanban may be offered with
-kanban_list but not kanban_create, as a turn that only reads the board is)."""
+"""Each family the model understands, with examples, listed when any of its tools is offered or can be found
+through find_tools (kanban may be offered with kanban_list but not kanban_create, as a turn that only reads
+the board is)."""
 OFFLINE_DOCS = "docs/offline-model.md"
 PROVIDER_DOCS = "docs/providers.md"
 _HOW_ARE_YOU = ("how are you", "how's it going", "how are things", "how do you do")
@@ -388,8 +421,18 @@ def understood_tools(toolbox: Toolbox) -> list[str]:
     return [tool.name for role in ROLE_NAMES if (tool := toolbox.find(role)) is not None]
 
 
+def _families(toolbox: Toolbox) -> list[tuple[str, str]]:
+    """(family, examples) of what the model can do in this chat: its tools are offered, or find_tools finds
+    them."""
+    return [
+        (what, examples)
+        for roles, what, examples in _CAPABILITIES
+        if any(toolbox.find(role) is not None or toolbox.findable(role) is not None for role in roles)
+    ]
+
+
 def _abilities(toolbox: Toolbox) -> str:
-    found = [what for roles, what in _CAPABILITIES if any(toolbox.find(role) is not None for role in roles)]
+    found = [what for what, _ in _families(toolbox)]
     if not found:
         return "no tools are available in this chat, so I can only chat"
     listed = ", ".join(found[:-1]) + (f" and {found[-1]}" if len(found) > 1 else found[0])
@@ -430,11 +473,25 @@ def _chat_reply(text: str, unknown: list[str], toolbox: Toolbox) -> str:
     if lowered in _WHO:
         return f"I'm MiniHermes, running on the offline model. {_abilities(toolbox)}. {offer}"
     if lowered in _HELP:
-        return f"{_abilities(toolbox)}: see {OFFLINE_DOCS} for examples. {offer}"
+        return _help(toolbox, offer)
     if lowered in _BYE:
         return "Goodbye!"
     verb = "answer" if text.strip().endswith("?") or lowered.split(" ", 1)[0] in _QUESTION else "do"
     return f"I can't {verb} {_quote(text)}: {_abilities(toolbox)}. {_pointer()}"
+
+
+def _help(toolbox: Toolbox, offer: str) -> str:
+    """What the model can do here, each family with examples of how to ask, and nothing it cannot."""
+    families = _families(toolbox)
+    if not families:
+        return f"{_abilities(toolbox)}. {_pointer()}"
+    lines = [f"- {what}: {examples}" for what, examples in families]
+    return (
+        f"{_abilities(toolbox)}. For example:\n"
+        + "\n".join(lines)
+        + f"\nMore examples: {OFFLINE_DOCS}. {offer} "
+        f"For anything else, connect a real model: see {PROVIDER_DOCS}."
+    )
 
 
 _QUESTION = (

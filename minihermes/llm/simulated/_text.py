@@ -70,6 +70,18 @@ ROLE_NAMES: dict[str, tuple[str, ...]] = {
 }
 
 
+FINDER = "find_tools"
+"""The tool that adds toolsets to the rest of a turn (``find_tools {query?, toolsets?}``): what a turn does not
+offer may still be found through it, if its description or schema lists the toolset."""
+TOOLSETS: dict[str, str] = {
+    "kanban_create": "kanban", "kanban_list": "kanban",
+    "cron_schedule": "schedule", "cron_list": "schedule", "cron_pause": "schedule", "cron_resume": "schedule",
+    "cron_delete": "schedule",
+    "goal_set": "goals", "goal_list": "goals", "goal_complete": "goals", "goal_clear": "goals",
+}  # fmt: skip
+"""The toolset each work role's tool belongs to (``minihermes/work``: kanban, schedule, goals)."""
+
+
 def count_pieces(text: str) -> int:
     """How many pieces ``split_clauses`` parses ``text`` as (each is tried against every intent)."""
     return sum(1 for _ in _SEPARATOR.finditer(text.strip())) + 1
@@ -124,6 +136,14 @@ _REQUEST = re.compile(
 
 def _quoted_spans(text: str) -> list[tuple[int, int]]:
     return [m.span() for m in _QUOTED.finditer(text)]
+
+
+_LISTED = re.compile(r"^\s*(?:[-*\u2022]\s*)?`?[a-z][\w.-]*`?\s*(?:[:(\-\u2013\u2014]|$)")
+"""A line of a listing that starts with a name: "- kanban: ...", "schedule (cron jobs)", "`goals` - ..."."""
+
+
+def _starts(line: str, name: str) -> bool:
+    return re.match(rf"^\s*(?:[-*\u2022]\s*)?`?{re.escape(name)}`?(?![\w.])", line) is not None
 
 
 def clean_clause(clause: str) -> str:
@@ -193,6 +213,33 @@ class Toolbox:
             if name in self.by_name:
                 return self.by_name[name]
         return None
+
+    def findable(self, role: str) -> str | None:
+        """The toolset to ask ``find_tools`` for when ``role`` has no offered tool, if ``find_tools`` is
+        offered, takes ``toolsets`` and lists that toolset (one per line, or in its schema's enum)."""
+        toolset = TOOLSETS.get(role)
+        finder = self.by_name.get(FINDER)
+        if toolset is None or finder is None or "toolsets" not in self.properties(finder):
+            return None
+        return toolset if toolset in self.listed_toolsets() else None
+
+    def listed_toolsets(self) -> frozenset[str]:
+        """The work toolsets ``find_tools`` says there are: an enum of its ``toolsets`` input, else the names
+        that start a line of its description ("kanban: cards on the board ...")."""
+        finder = self.by_name.get(FINDER)
+        if finder is None:
+            return frozenset()
+        spec = self.properties(finder).get("toolsets")
+        items = spec.get("items") if isinstance(spec, dict) else None
+        enum = items.get("enum") if isinstance(items, dict) else None
+        if isinstance(enum, list):
+            return frozenset(str(name) for name in enum) & frozenset(TOOLSETS.values())
+        lines = finder.description.splitlines()
+        return frozenset(
+            name
+            for name in TOOLSETS.values()
+            if any(_LISTED.match(line) and _starts(line, name) for line in lines)
+        )
 
     def role_of(self, name: str) -> str | None:
         for role, names in ROLE_NAMES.items():

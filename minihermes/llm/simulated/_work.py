@@ -13,7 +13,7 @@ from typing import Any
 
 from ._arith import words_to_numbers
 from ._plan import Intent, Item, Note, Outcome, ParseContext, Step
-from ._text import as_text, strip_quotes
+from ._text import FINDER, as_text, strip_quotes
 
 _COURTESY = re.compile(
     r"^(?:hi|hello|hey|hiya|greetings|good\s+(?:morning|afternoon|evening)|thanks|thank\s+you|cheers|thx|"
@@ -40,8 +40,38 @@ def _sub(data: dict[str, Any], key: str) -> dict[str, Any]:
     return inner if isinstance(inner, dict) else data
 
 
-def _unavailable(what: str, tool: str) -> list[Item]:
+def _unavailable(what: str, tool: str, ctx: ParseContext | None = None) -> list[Item]:
+    """A tool the request needs is not offered: found through ``find_tools`` when it can be (the turn then
+    goes on with the tool offered), else an honest "I can't"."""
+    toolset = ctx.toolbox.findable(tool) if ctx is not None else None
+    if ctx is not None and toolset is not None:
+        return [Step(ctx.key(), FindTools.name, FINDER, {"toolsets": [toolset]}, subject=what, form=tool)]
     return [Note(f"I can't {what} here: the {tool} tool is not available in this chat.", cannot=True)]
+
+
+class FindTools(Intent):
+    """The step that asks ``find_tools`` for a toolset the request needs (made by the work intents, never
+    parsed from words). Once it has run, the plan has the real step; if it is still planned, the toolset did
+    not come, and the turn says it cannot."""
+
+    name = "find-tools"
+
+    def parse(self, clause: str, ctx: ParseContext) -> list[Item] | None:
+        return None
+
+    def describe(self, step: Step, outcome: Outcome) -> str:
+        return (
+            f"I can't {step.subject} here: the {_toolsets(step)} tools are not available in this chat, even "
+            "after asking for them."
+        )
+
+    def explain(self, step: Step, outcome: Outcome) -> str | None:
+        return f"I can't {step.subject} here: asking for the {_toolsets(step)} tools failed: {outcome.error}."
+
+
+def _toolsets(step: Step) -> str:
+    names = step.args.get("toolsets")
+    return " and ".join(str(n) for n in names) if isinstance(names, list) else "needed"
 
 
 # -- kanban ------------------------------------------------------------------------------------------------
@@ -92,7 +122,7 @@ class Kanban(Intent):
         if _KANBAN_LIST.match(clause):
             tool = ctx.toolbox.find("kanban_list")
             if tool is None:
-                return _unavailable("list kanban tasks", "kanban_list")
+                return _unavailable("list kanban tasks", "kanban_list", ctx)
             return [Step(ctx.key(), self.name, tool.name, {}, subject="list", produces=True)]
         match = next((m for p in _KANBAN_CREATE if (m := p.match(clause))), None)
         if match is None:
@@ -100,7 +130,7 @@ class Kanban(Intent):
         title = strip_quotes(match.group("title").strip())
         tool = ctx.toolbox.find("kanban_create")
         if tool is None:
-            return _unavailable("add kanban tasks", "kanban_create")
+            return _unavailable("add kanban tasks", "kanban_create", ctx)
         return [Step(ctx.key(), self.name, tool.name, {"title": title}, subject=title, form="create")]
 
     def describe(self, step: Step, outcome: Outcome) -> str:
@@ -298,14 +328,14 @@ class Reminders(Intent):
         if _CRON_LIST.match(clause):
             tool = ctx.toolbox.find("cron_list")
             if tool is None:
-                return _unavailable("list reminders", "cron_list")
+                return _unavailable("list reminders", "cron_list", ctx)
             return [Step(ctx.key(), self.name, tool.name, {}, subject="list", produces=True, form="list")]
         if op := _CRON_OP.match(clause):
             verb = op.group("op").lower()
             name = _CRON_TOOL.get(verb, "cron_delete")
             tool = ctx.toolbox.find(name)
             if tool is None:
-                return _unavailable(f"{verb} reminders", name)
+                return _unavailable(f"{verb} reminders", name, ctx)
             job_id = op.group("id")
             return [Step(ctx.key(), self.name, tool.name, {"job_id": job_id}, subject=job_id, form=verb)]
         remind = _REMIND_ME.match(clause)
@@ -334,7 +364,7 @@ class Reminders(Intent):
             ]
         tool = ctx.toolbox.find("cron_schedule")
         if tool is None:
-            return _unavailable("set reminders", "cron_schedule")
+            return _unavailable("set reminders", "cron_schedule", ctx)
         args: dict[str, Any] = {"schedule": schedule, "prompt": what}
         # A reminder delivers its text to the person (no model run), where the tool can say so.
         notify = "action" in ctx.toolbox.properties(tool)
@@ -419,7 +449,7 @@ class Goals(Intent):
             if tool is None:
                 if clause.lower().startswith("what"):
                     return None  # "what are my goals" may be a remembered fact
-                return _unavailable("list goals", "goal_list")
+                return _unavailable("list goals", "goal_list", ctx)
             which = (listed.group("which") or listed.group("which2") or "").strip().lower()
             args = {"status": {"done": "completed"}.get(which, which)} if which else {}
             return [Step(ctx.key(), self.name, tool.name, args, subject="list", produces=True, form="list")]
@@ -428,7 +458,7 @@ class Goals(Intent):
             name = "goal_complete" if verb in ("complete", "finish") else "goal_clear"
             tool = ctx.toolbox.find(name)
             if tool is None:
-                return _unavailable(f"{verb} goals", name)
+                return _unavailable(f"{verb} goals", name, ctx)
             goal_id = op.group("id") or op.group("id2")
             form = "complete" if name == "goal_complete" else "clear"
             return [Step(ctx.key(), self.name, tool.name, {"goal_id": goal_id}, subject=goal_id, form=form)]
@@ -438,7 +468,7 @@ class Goals(Intent):
         goal = strip_quotes(match.group("goal").strip())
         tool = ctx.toolbox.find("goal_set")
         if tool is None:
-            return _unavailable("set goals", "goal_set")
+            return _unavailable("set goals", "goal_set", ctx)
         return [Step(ctx.key(), self.name, tool.name, {"goal": goal}, subject=goal, form="set")]
 
     def describe(self, step: Step, outcome: Outcome) -> str:
