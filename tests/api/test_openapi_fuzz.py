@@ -51,7 +51,6 @@ OUTSIDE = {
     # real providers: the network
     "llm_gateway": {"register_provider", "switch_provider", "set_failover", "test_provider"},
     "mcp_manager": {"add_server", "refresh_server", "call_tool"},  # starts commands, opens connections
-    "skill_store": {"import_skills", "export_skills"},  # paths on the server's disk
     "tool_executor": {"execute"},  # the terminal, files and HTTP for real
     "skill_tools": {"create_tool", "run_tool"},  # a sandbox process per case (see the report of issue 17)
 }
