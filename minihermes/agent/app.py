@@ -289,6 +289,11 @@ def build_agent_node(config: AppConfig, *, clock: Clock | None = None) -> Node:
             spec.args.setdefault("soul_path", str(config.data_dir / "SOUL.md"))
         elif spec.cls is SkillTools:
             spec.args.setdefault("tools_root", str(config.data_dir / "skill_tools"))
+            # One owner's tool folders share the workspace quota the terminal has (the sandbox's default).
+            terminal = executors[0].args.get("terminal", {}) if executors else {}
+            for quota in ("workspace_bytes", "workspace_files"):
+                if quota in terminal:
+                    spec.args.setdefault(quota, terminal[quota])
         elif spec.cls is MCPManager:
             spec.args.setdefault("log_dir", str(config.data_dir / "mcp"))
             spec.args.setdefault("credential_key", paths["credential_key"])

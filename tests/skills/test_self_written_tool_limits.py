@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from minihermes.agent.agent import Agent
-from minihermes.agent.app import TOOLSETS
+from minihermes.agent.app import TOOLSETS, build_agent_node, default_config
 from minihermes.agent.audit_event import AuditEvent
 from minihermes.agent.guardrails import Guardrails
 from minihermes.agent.memory import Memory
@@ -481,3 +481,13 @@ def test_the_reply_stays_sealed_when_the_server_is_not_root(unprivileged_python)
     ran = json.loads(proc.stdout)
     assert "forged" not in base64.b64decode(ran["stdout"]).decode(), ran  # the reply, as the server read it
     assert "found=[] opened=[]" in ran["stderr"], ran
+
+
+def test_the_agent_app_gives_skill_tools_the_terminals_workspace_quota(tmp_path):
+    cfg = default_config(tmp_path / "data")
+    for spec in cfg.tree.walk():
+        if spec.cls is ToolExecutor:
+            spec.args["terminal"] = {"workspace_bytes": 64 * 1024 * 1024}
+    build_agent_node(cfg)
+    (spec,) = [s for s in cfg.tree.walk() if s.cls is SkillTools]
+    assert spec.args["workspace_bytes"] == 64 * 1024 * 1024 and "workspace_files" not in spec.args
