@@ -1,5 +1,5 @@
 // Skills by status; a skill's procedure, files and versions; pin, unpin, archive, recover, roll back; import
-// skill folders by uploading an archive (POST /api/v1/skills/import).
+// skill folders by uploading an archive (POST /api/v1/skills/import); self-written tools, deleted here.
 
 import { badge, clear, errorBox, fmtTime, h, notEnabled, opButton, pre, section, select, table, toast } from "../ui.js";
 
@@ -180,13 +180,43 @@ async function render(root, ctx) {
       form, errors);
   }
 
+  // Self-written tools (skill_tools): the caller's own and the tenant's; Delete is the owner's or an admin's.
+  const toolsBox = h("div", { dataset: { selfWrittenTools: "" } });
+  async function loadTools() {
+    const reply = await ctx.api.call("skill_tools", "list_tools", {});
+    const remove = (tool) => async () => {
+      if (!window.confirm(`Delete the tool ${tool.name}, its versions and its files?`)) return;
+      await ctx.api.call("skill_tools", "delete_tool", { name: tool.name });
+      toast(`Deleted ${tool.name}`);
+      await loadTools();
+    };
+    clear(
+      toolsBox,
+      table(
+        reply.tools || [],
+        [
+          ["name", "name"],
+          ["owner", "owner"],
+          ["promoted", "scope", (t) => badge(t.promoted ? "tenant" : "own")],
+          ["version", "version"],
+          ["description", "description"],
+          ["delete", "", (t) => opButton(ctx, "skill_tools", "delete_tool", "Delete", remove(t), { class: "bad" })],
+        ],
+        { empty: "No self-written tools.", rowAttrs: (t) => ({ dataset: { tool: t.name } }) },
+      ),
+    );
+  }
+
   status.addEventListener("change", load);
   await load();
+  const hasTools = ctx.catalog.has("skill_tools");
+  if (hasTools) await loadTools();
   root.append(
     h("div", { class: "split" },
       section("Skills", h("div", { class: "toolbar" }, status), listBox, h("h4", {}, "Import skill folders"), importForm()),
       section("Skill", detail)),
   );
+  if (hasTools) root.append(section("Self-written tools", toolsBox));
 }
 
 // Why a candidate is held back, in words, from its record (skill_store.record_evaluation / approve_skill).
