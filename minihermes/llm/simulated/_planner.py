@@ -146,11 +146,12 @@ class Planner:
             return Decision(_too_long(f"{len(turn.user_text):,} characters", MAX_REQUEST_CHARS), [])
         if (pieces := count_pieces(turn.user_text)) > MAX_REQUEST_PIECES:
             return Decision(_too_long(f"{pieces:,} parts", MAX_REQUEST_PIECES), [])
-        plan = self.plan(request, turn.user_text)
+        asked = card_request(request.system_text, turn.user_text)
+        plan = self.plan(request, asked)
         toolbox = Toolbox(request.tools)
         cannot = [item for item in plan.items if isinstance(item, Note) and item.cannot]
         if not plan.items and not turn.calls:
-            return Decision(_chat_reply(turn.user_text, plan.unknown, toolbox), [])
+            return Decision(_chat_reply(asked, plan.unknown, toolbox), [])
         if (plan.unknown or cannot) and not turn.calls:
             return Decision(_refusal(plan, cannot, toolbox), [])
         done = _match(plan, turn)
@@ -276,6 +277,26 @@ class Planner:
             )
             parts.extend(_foresight_mismatches(item, outcome, done))
         return "\n".join(parts) if any("\n" in p for p in parts) else " ".join(parts)
+
+
+_CARD = re.compile(r"This turn works on kanban card \S+ \((?P<title>[^\n]*)\) for its author")
+"""The kanban worker's instructions for a card's turn (``minihermes/work/kanban_worker.py``,
+``worker_instructions``): the user message is then the card, its title, a blank line and its body."""
+_HAND_OFF = "\n\nHand-off from the cards this one depends on:\n"
+
+
+def card_request(system: str, message: str) -> str:
+    """What a kanban card asks: its body when it has one (the title names the request, the body is it), else
+    its title; the hand-off from the cards it depends on is context, not a request. Any other message is the
+    request as it is."""
+    card = _CARD.search(system) if "kanban card" in system else None
+    if card is None:
+        return message
+    message = message.split(_HAND_OFF, 1)[0]
+    title, _, body = message.partition("\n\n")
+    if " ".join(title.split())[:300] != card.group("title") or not body.strip():
+        return message
+    return body.strip()
 
 
 def _find_first(items: list[Item]) -> list[Item]:
