@@ -7,7 +7,8 @@ toolsets, and the others join when they are configured or when the turn's reques
   ``tenant_toolsets`` arg, and the session's own (``agent.set_toolsets``). ``core`` names ``CORE``; ``all``
   offers every tool the executor lists (what every turn offered before toolsets were chosen);
 - called for (``auto_toolsets``, on by default): ``wanted_by`` reads the user's message with a few keyword
-  patterns (``INTENTS``: "kanban", "card", "board" -> ``kanban``; "remind", "every monday", "schedule",
+  patterns (``INTENTS``: "kanban", "card", "board", "todo", "to-do list" -> ``kanban``; "what can you do",
+  "help" -> ``kanban``, ``schedule`` and ``goals``; "remind", "every monday", "schedule",
   "cron" -> ``schedule``; "goal" -> ``goals``; "delegate", "subagent" -> ``delegation``; "create a tool",
   "skill" -> ``skills``; "mcp" -> ``mcp``), and a toolset whose tools the session called in its previous
   turn stays offered for the next one (a follow-up such as "now move it to done" keeps its tools);
@@ -46,8 +47,22 @@ DEFAULT: tuple[str, ...] = ("core",)
 
 _WEEKDAY = r"(?:mon|tues|wednes|thurs|fri|satur|sun)days?"
 _EVERY = rf"every\s+(?:other\s+|\d+\s+)?(?:{_WEEKDAY}|day|week|month|year|hour|minute|morning|evening|night|weekday)s?"
+_HELP = re.compile(
+    r"^\W*(?:hi\W+|hello\W+)?(?:help(?:\s+me)?|(?:can\s+you\s+)?help\s+me|what\s+can\s+you\s+do|"
+    r"what\s+do\s+you\s+understand|what\s+can\s+i\s+ask(?:\s+you)?)\W*$",
+    re.IGNORECASE,
+)
+"""A question about what the assistant can do: answered truly only with the work toolsets offered."""
 INTENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("kanban", re.compile(r"\bkanban|\bcards?\b|\bboards?\b", re.IGNORECASE)),
+    (
+        "kanban",
+        re.compile(
+            r"\bkanban|\bcards?\b|\bboards?\b|\bto-?do(?:s|\s+list)?\b(?!\.)|\bto\s+do\s+list\b", re.I
+        ),
+    ),
+    ("kanban", _HELP),
+    ("schedule", _HELP),
+    ("goals", _HELP),
     (
         "schedule",
         re.compile(
