@@ -10,7 +10,9 @@
 4. defaults, from the tool's classification (asked from ``tool_executor.describe_tool``): unknown tools are
    denied; read-only tools are allowed; a mutating call after untrusted content in the same turn goes to
    review (prompt-injection defence); tools that are reviewed by default (terminal, write_file, mutating
-   service-link and http_request calls) go to review; other mutating tools (memory_store) are allowed.
+   service-link and http_request calls, self-written tools: each tool's ``review`` fact, never its name) go
+   to review; other mutating tools (memory_store) are allowed. A tenant's promoted self-written tool is
+   reviewed too unless an admin sets an explicit policy for it (``set_policy(name, "allow")``).
 
 ``review`` is real: ``request_approval`` stores a durable approval record, an admin lists and approves or
 denies it (never their own request), and the paused turn is resumed by asking the session's ``agent`` to
