@@ -166,13 +166,25 @@ class SessionManager(GenServer):
 
     @call(access="read")
     async def list_sessions(
-        self, user_id: str = "", state: str = "", channel: str = "", limit: int = 100, query: str = ""
+        self,
+        user_id: str = "",
+        state: str = "",
+        channel: str = "",
+        limit: int = 100,
+        query: str = "",
+        owner: str = "",
     ) -> dict[str, Any]:
         """Sessions, the most recently active first; users get only their own. Filters: ``state``
-        (active|ended), ``channel``, ``query`` (every word of it in the title or the id, any case)."""
+        (active|ended), ``channel``, ``query`` (every word of it in the title or the id, any case),
+        ``owner`` (the principal's own sessions: theirs, and those they made for nobody in particular; an
+        admin's own, where their list would be everyone's)."""
         ctx = current_context()
         if sees_own_only(ctx):
             user_id = _own_user(ctx, user_id)
+            if owner and owner != ctx.principal:
+                raise PermissionDenied("users can only list their own sessions", field="owner")
+        if owner:
+            _check_field("owner", owner)
         if state not in ("", "active", "ended"):
             raise InvalidArgument("state must be '', 'active' or 'ended'", field="state")
         if limit < 1 or limit > MAX_LIST:
@@ -180,10 +192,14 @@ class SessionManager(GenServer):
         if len(query) > MAX_QUERY_CHARS:
             raise InvalidArgument(f"query must be at most {MAX_QUERY_CHARS} characters", field="query")
         words = query.casefold().split()
-        if user_id:
-            _check_field("user_id", user_id)  # an overlong one reached the store's prefix check: a 500
-            prefix = f"{_BY_USER}{quote(user_id, safe='')}:"
-            ids = [key[len(prefix) :] for key, _ in await self.host.kv.list(prefix)]
+        if user_id or owner:
+            if user_id:
+                _check_field("user_id", user_id)  # an overlong one reached the store's prefix check: a 500
+            users = [user_id] if user_id else [owner, "anonymous"]
+            ids = []
+            for user in users:
+                prefix = f"{_BY_USER}{quote(user, safe='')}:"
+                ids += [key[len(prefix) :] for key, _ in await self.host.kv.list(prefix)]
             found = await asyncio.gather(*(self.host.kv.get(_SESSION + i) for i in ids))
             metas = [m for m in found if isinstance(m, dict)]
         else:
@@ -191,7 +207,8 @@ class SessionManager(GenServer):
         rows = [
             m
             for m in metas
-            if (not state or m.get("state") == state)
+            if (not owner or _owned_by(m, owner))
+            and (not state or m.get("state") == state)
             and (not channel or m.get("channel") == channel)
             and (not words or _matches(m, words))
         ]

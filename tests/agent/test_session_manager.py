@@ -138,6 +138,33 @@ async def test_users_see_only_their_own_sessions(make_node):
     assert [s["session_id"] for s in only_carol["sessions"]] == [theirs["session_id"]]
 
 
+async def test_owner_lists_a_principals_own_sessions_also_for_an_admin(make_node):
+    """The dashboard's chat picker: an admin's list is everyone's, ``owner`` narrows it to theirs (those
+    made for them, and those they made for nobody in particular), never another user's."""
+    node = await make_node(specs())
+
+    async def make(ctx: RequestContext, **args: Any) -> str:
+        return str((await node.ask("session_manager", "create_session", args, ctx=ctx))["session_id"])
+
+    for_alice = await make(ACME, user_id="alice")
+    by_alice = await make(ACME)  # user_id left out: "anonymous", made by alice
+    other_admins = await make(RequestContext(tenant="acme", principal="ada", roles=frozenset({"admin"})))
+    bobs = await make(ACME_USER)
+
+    async def owned(ctx: RequestContext, owner: str, **more: Any) -> set[str]:
+        reply = await node.ask("session_manager", "list_sessions", {"owner": owner, **more}, ctx=ctx)
+        return {s["session_id"] for s in reply["sessions"]}
+
+    assert await owned(ACME, "alice") == {for_alice, by_alice}
+    assert await owned(ACME, "ada") == {other_admins}
+    assert await owned(ACME, "bob") == {bobs}
+    assert await owned(ACME_USER, "bob") == {bobs}
+    with pytest.raises(PermissionDenied):
+        await owned(ACME_USER, "alice")
+    assert await owned(ACME, "alice", user_id="alice") == {for_alice}
+    assert await owned(GLOBEX, "alice") == set()
+
+
 async def test_list_filters_order_and_limit(make_node, clock):
     node = await make_node(specs())
     ids = []
