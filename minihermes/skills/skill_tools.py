@@ -326,8 +326,9 @@ class SkillTools(GenServer):
         owned = [n for n, r in await self._records() if n != name and access.tool_owner(r) == owner]
         if len(owned) >= self.max_tools_per_user:
             raise Conflict(
-                f"{op}: {owner} already has {len(owned)} self-written tools, the most one user may have "
-                f"({self.max_tools_per_user}); delete one (skill_manage action=delete) first",
+                f"{op}: {owner} already has {len(owned)} self-written tools (registered or still failing "
+                f"their test), the most one user may have ({self.max_tools_per_user}); delete one "
+                "(skill_manage action=delete) first",
                 op=op,
                 code="quota_exceeded",
             )
