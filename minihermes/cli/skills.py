@@ -101,6 +101,13 @@ def held_back(skill: dict[str, Any]) -> list[str]:
         )
     elif skill.get("approved_by"):
         reasons.append(f"Approved by {skill['approved_by']}.")
+    found = [f for f in skill.get("secret_warnings") or [] if isinstance(f, dict)]
+    if found:  # an import's secret-shaped lines: where and what kind, never the secret
+        where = "; ".join(f"{f.get('path')} line {f.get('line')}: {f.get('kind')}" for f in found[:5])
+        more = f" and {len(found) - 5} more" if len(found) > 5 else ""
+        reasons.append(
+            f"It carries something shaped like a secret ({where}{more}): check it before approving."
+        )
     return reasons
 
 

@@ -231,7 +231,11 @@ async def test_a_secret_shaped_import_is_flagged_to_the_approving_admin(node: No
         ("SKILL.md", 6, "GitHub token", 1),
         ("reference.md", 3, "LLM provider API key", 1),
     }
-    shown = json.dumps([out["warnings"], imported, flagged])
+    from minihermes.cli.skills import held_back  # what `minihermes skills show` says of a candidate
+
+    said = " ".join(held_back(got["skill"]))
+    assert "SKILL.md line 6: GitHub token" in said and "check it before approving" in said
+    shown = json.dumps([out["warnings"], imported, flagged, said])
     assert GITHUB not in shown and PROVIDER not in shown and "Z9Z9" not in shown
     # A clean new version clears the flag.
     clean = {"deploy/SKILL.md": skill_md("deploy", "1. Log in with the vault's token.\n")}
