@@ -7,33 +7,57 @@ inbox here too). The stream is Server-Sent Events on the caller's own topic: ``n
 source, created_at, read} when one arrives, ``dropped`` {count} if this reader fell behind, and ``: ping``
 comments. It carries only what arrives while it is open (read the list on connect, and again after a
 reconnect) and ends when the server shuts down.
+
+A browser's ``EventSource`` cannot send a credential header, and a credential in a URL ends up in access
+logs; so the dashboard first asks ``POST /api/v1/notifications/stream/ticket`` (with its credential) for a
+ticket, and opens ``GET /api/v1/notifications/stream?ticket=...``. A ticket is random, single use, good for
+``TICKET_SECONDS`` and for this server process only (the stream is opened right after, on the same
+connection as a rule); it carries the caller's context, checked again when the stream opens. Other clients
+send their credential on the stream request itself.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
-from minihermes.runtime import RequestContext, Subscription
+from minihermes.runtime import ActorError, RequestContext, Subscription
 
 from ._access import authorize, find_actor, find_op, read_body, timeout_of
-from ._core import API_PREFIX, ApiState, guarded, json_response
-from ._errors import invalid
+from ._core import (
+    API_PREFIX,
+    ApiState,
+    actor_error_response,
+    error_response,
+    guarded,
+    json_response,
+    observe,
+    request_id_of,
+)
+from ._errors import ApiError, invalid, unauthenticated
 from ._schemas import error_responses, json_content
 
 ACTOR = "notifications"
 LIST_PATH = f"{API_PREFIX}/notifications"
 READ_PATH = f"{API_PREFIX}/notifications/read"
 STREAM_PATH = f"{API_PREFIX}/notifications/stream"
+TICKET_PATH = f"{API_PREFIX}/notifications/stream/ticket"
+TICKET_SECONDS = 60.0
+MAX_TICKETS = 10_000
+"""Tickets outstanding at most (issued and not yet used or expired); beyond it the oldest are dropped."""
+_TICKETS = "notification_stream_tickets"
 MAX_LIMIT = 500
 MAX_IDS = 500
 PING_SECONDS = 15.0
-DRAIN_CHECK_SECONDS = 1.0
-"""How often an open stream looks whether the server is shutting down (so it never holds the shutdown)."""
+DRAIN_CHECK_SECONDS = 0.25
+"""How often an open stream looks whether the server or the node is shutting down: it then ends, so that it
+never holds the server's graceful shutdown (a wake-up per open stream, four times a second: no store work)."""
 _FORWARDED = frozenset({"notification", "dropped"})
 
 
@@ -88,9 +112,20 @@ def add_notification_routes(app: FastAPI, state: ApiState) -> None:
     async def mark_read(request: Request) -> Response:
         return await guarded(state, request, _mark_read)
 
+    @app.post(
+        TICKET_PATH,
+        tags=["notifications"],
+        summary="A single-use ticket that opens the caller's notification stream (for a browser's EventSource)",
+        operation_id="notification_stream_ticket",
+    )
+    async def ticket(request: Request) -> Response:
+        return await guarded(state, request, _ticket)
+
     # Not in the OpenAPI document: a stream that stays open is not an operation a fuzzer can finish.
     @app.get(STREAM_PATH, include_in_schema=False)
     async def stream(request: Request) -> Response:
+        if "ticket" in request.query_params:
+            return await _stream_by_ticket(state, request)
         return await guarded(state, request, _stream)
 
 
@@ -136,6 +171,44 @@ async def _mark_read(state: ApiState, request: Request, ctx: RequestContext) -> 
     return json_response(reply)
 
 
+def _tickets(state: ApiState) -> dict[str, tuple[RequestContext, float]]:
+    tickets: dict[str, tuple[RequestContext, float]] = state.extras.setdefault(_TICKETS, {})
+    return tickets
+
+
+async def _ticket(state: ApiState, request: Request, ctx: RequestContext) -> Response:
+    _authorized(state, ctx, "list_notifications")
+    tickets = _tickets(state)
+    now = time.monotonic()
+    for old in [t for t, (_, expires) in tickets.items() if expires <= now]:
+        del tickets[old]
+    while len(tickets) >= MAX_TICKETS:
+        del tickets[next(iter(tickets))]
+    value = secrets.token_urlsafe(32)
+    tickets[value] = (ctx, now + TICKET_SECONDS)
+    return json_response({"status": "ok", "ticket": value, "expires_in": TICKET_SECONDS})
+
+
+async def _stream_by_ticket(state: ApiState, request: Request) -> Response:
+    """``guarded`` for the stream opened with a ticket instead of a credential."""
+    request_id = request_id_of(request)
+    started = time.perf_counter()
+    ctx: RequestContext | None = None
+    try:
+        found = _tickets(state).pop(request.query_params["ticket"], None)
+        if found is None or found[1] <= time.monotonic():
+            raise unauthenticated("the stream ticket is unknown, used or expired: ask for a new one")
+        ctx = found[0]
+        response = await _stream(state, request, ctx)
+    except ApiError as e:
+        response = error_response(e, request_id)
+    except ActorError as e:
+        response = actor_error_response(e, request_id)
+    response.headers["x-request-id"] = request_id
+    observe(state, request, response.status_code, started, request_id, ctx)
+    return response
+
+
 async def _stream(state: ApiState, request: Request, ctx: RequestContext) -> Response:
     _authorized(state, ctx, "list_notifications")
     sub = state.node.subscribe(notifications_topic(ctx.principal), ctx=ctx)
@@ -151,7 +224,7 @@ async def _events(state: ApiState, sub: Subscription) -> AsyncIterator[str]:
     idle = 0.0
     try:
         yield ": connected\n\n"  # the headers and a first byte now: the reader knows it is subscribed
-        while not state.draining:
+        while not state.draining and state.node.accepting:
             try:
                 event = await sub.get(timeout=DRAIN_CHECK_SECONDS)
             except TimeoutError:
@@ -197,7 +270,23 @@ def notifications_openapi() -> dict[tuple[str, str], dict[str, Any]]:
         "properties": {"status": {"const": "ok"}, "marked": {"type": "integer"}},
         "required": ["status", "marked"],
     }
+    ticket = {
+        "type": "object",
+        "properties": {
+            "status": {"const": "ok"},
+            "ticket": {"type": "string"},
+            "expires_in": {"type": "number"},
+        },
+        "required": ["status", "ticket", "expires_in"],
+    }
     return {
+        (TICKET_PATH, "post"): {
+            "200": {
+                "description": "Open GET /api/v1/notifications/stream?ticket=... with it, once, soon",
+                "content": json_content(ticket),
+            },
+            **error_responses(404, 422, 401, 403, 405, 500, 503, 504),
+        },
         (LIST_PATH, "get"): {
             "200": {"description": "The caller's notifications", "content": json_content(listing)},
             **error_responses(404, 422, 401, 403, 405, 500, 503, 504),

@@ -1,5 +1,6 @@
 // The dashboard's only door to the server: the HTTP API (docs/http-api.md), with the caller's credential.
-// Every page goes through `call(actor, op, args)`; chat streams through `streamChat`.
+// Every page goes through `call(actor, op, args)`; chat streams through `streamChat`, the caller's new
+// notifications through `openNotifications`.
 
 const CREDENTIAL = "minihermes.credential";
 
@@ -90,6 +91,12 @@ export const api = {
   // An archive of skill folders, as the body (the JSON op route caps bodies at 1 MiB).
   importSkills: (file, approve) =>
     request("POST", `/api/v1/skills/import${approve ? "?approve=true" : ""}`, file, "application/octet-stream"),
+  // The caller's own inbox (GET /api/v1/notifications, POST /api/v1/notifications/read).
+  notifications: {
+    list: ({ unreadOnly = false, limit = 50 } = {}) =>
+      request("GET", `/api/v1/notifications?unread_only=${unreadOnly ? "true" : "false"}&limit=${limit}`),
+    markRead: (ids) => request("POST", "/api/v1/notifications/read", { ids }),
+  },
   // Admins: the tenant's API keys (the key itself only in create's reply).
   apiKeys: {
     list: () => request("GET", "/api/v1/api-keys"),
@@ -156,6 +163,32 @@ export async function streamChat(sessionId, content, onEvent, signal) {
     }
   }
   return final;
+}
+
+// The caller's new notifications, live, as a browser EventSource (a stream to the browser and its tools, not a
+// request still loading). An EventSource sends no credential header, so a single-use ticket asked for with the
+// credential opens it. `onEvent(name, data)` for `notification` and `dropped`; `onOpen()` once subscribed;
+// `onClose()` when it fails or the server ends it (it is closed then: the caller opens a new one). Returns it.
+export async function openNotifications(onEvent, onOpen, onClose) {
+  const { ticket } = await request("POST", "/api/v1/notifications/stream/ticket");
+  const source = new EventSource(`/api/v1/notifications/stream?ticket=${encodeURIComponent(ticket)}`);
+  source.addEventListener("open", () => onOpen());
+  for (const name of ["notification", "dropped"]) {
+    source.addEventListener(name, (event) => {
+      let data = null;
+      try {
+        data = JSON.parse(event.data);
+      } catch {
+        return;
+      }
+      onEvent(name, data);
+    });
+  }
+  source.addEventListener("error", () => {
+    source.close(); // its own retry would present the used ticket again
+    onClose();
+  });
+  return source;
 }
 
 function parseFrame(frame) {

@@ -1,9 +1,10 @@
 // The dashboard shell: login, navigation and a hash router (#/chat, #/skills, ...). Each page module
 // exports { title, actors, render(root, ctx) }; ctx = { me, catalog, api, refresh }.
 
-import { api, ApiError, Catalog, connection, credential, UnreachableError } from "./api.js";
-import { clear, errorBox, h } from "./ui.js";
+import { api, ApiError, Catalog, connection, credential, openNotifications, UnreachableError } from "./api.js";
+import { clear, errorBox, h, toast } from "./ui.js";
 import * as chat from "./pages/chat.js";
+import * as notifications from "./pages/notifications.js";
 import * as sessions from "./pages/sessions.js";
 import * as skills from "./pages/skills.js";
 import * as memory from "./pages/memory.js";
@@ -13,6 +14,7 @@ import * as observe from "./pages/observe.js";
 
 const PAGES = [
   ["chat", chat.page],
+  ["notifications", notifications.page],
   ["sessions", sessions.page],
   ["skills", skills.page],
   ["memory", memory.page],
@@ -39,6 +41,7 @@ async function start() {
     ctx = { me, catalog, api };
     layout();
     route();
+    watchNotifications();
   } catch (err) {
     if (err instanceof ApiError && err.status === 401) return login(credential.get() ? err : null);
     if (err instanceof UnreachableError) return clear(root, h("main", { class: "login" }, h("p", { class: "empty" }, "Waiting for the server…")));
@@ -99,7 +102,8 @@ function layout() {
     { class: "side" },
     h("div", { class: "brand" }, h("img", { src: "/static/icon.svg", alt: "" }), "MiniHermes"),
     PAGES.map(([name, page]) =>
-      h("a", { href: `#/${name}`, dataset: { page: name } }, page.title, missing(page) ? " ·" : ""),
+      h("a", { href: `#/${name}`, dataset: { page: name } }, page.title, missing(page) ? " ·" : "",
+        name === "notifications" ? h("span", { id: "unread", class: "badge unread", hidden: true }) : null),
     ),
   );
   const who = h(
@@ -114,6 +118,7 @@ function layout() {
           {
             class: "btn small",
             onclick: () => {
+              stopWatching();
               credential.clear();
               location.hash = "";
               start();
@@ -156,6 +161,61 @@ async function showModel() {
   );
 }
 
+// The signed-in person's notifications, live: the unread count beside "Notifications" in the nav, a toast
+// when one arrives (the page, if open, shows it at once). Reopened after the server went away.
+let watcher = null;
+
+function stopWatching() {
+  if (!watcher) return;
+  watcher.stopped = true;
+  clearTimeout(watcher.timer);
+  if (watcher.source) watcher.source.close();
+  watcher = null;
+}
+
+function watchNotifications() {
+  stopWatching();
+  if (!ctx.catalog.has("notifications")) return;
+  const w = (watcher = { stopped: false, source: null, timer: null });
+  const onEvent = (name, data) => {
+    if (name === "notification") {
+      toast(`Notification: ${data.text}`);
+      window.dispatchEvent(new CustomEvent("minihermes:notification", { detail: data }));
+    }
+    showUnread();
+  };
+  const again = () => {
+    if (!w.stopped) w.timer = setTimeout(connect, 3000);
+  };
+  async function connect() {
+    if (w.stopped) return;
+    try {
+      w.source = await openNotifications(onEvent, showUnread, again);
+      if (w.stopped) w.source.close();
+    } catch (err) {
+      if (err instanceof ApiError && [401, 403, 404].includes(err.status)) return; // signed out, or no inbox
+      again();
+    }
+  }
+  connect();
+}
+
+async function showUnread() {
+  const el = document.getElementById("unread");
+  if (!el || !ctx || !ctx.catalog.has("notifications")) return;
+  try {
+    const reply = await api.notifications.list({ unreadOnly: true, limit: 1 });
+    el.textContent = String(reply.unread);
+    el.title = `${reply.unread} unread`;
+    el.dataset.count = String(reply.unread);
+    el.hidden = !reply.unread;
+  } catch {
+    // not answered (the banner says when the server is away): the count stays as it was
+  }
+}
+
+window.addEventListener("minihermes:notifications-read", () => ctx && showUnread());
+
 function missing(page) {
   return page.actors.some((actor) => !ctx.catalog.has(actor));
 }
@@ -181,6 +241,7 @@ async function route() {
     if (mine !== generation) return;
     clear(target, view);
     showModel();
+    showUnread();
     if (typeof refresh === "function" && page.poll) {
       timer = setInterval(() => refresh().catch(() => {}), page.poll);
     }

@@ -178,3 +178,33 @@ async def test_an_open_stream_does_not_hold_the_servers_shutdown(app_node, clock
         with pytest.raises(AssertionError, match="the stream ended"):
             await live.next_event(timeout=5)
         await live.__aexit__(None, None, None)
+
+
+async def test_a_browser_opens_its_stream_with_a_single_use_ticket(app_node, clock):
+    """An EventSource cannot send a credential header: it presents a ticket got with the credential, once."""
+    alice = headers(clock, "alice", ["user"])
+    ada = headers(clock, "ada", ["admin"])
+    node = await app_node(scripted=True)
+    async with served(node) as base, httpx.AsyncClient(base_url=base, timeout=30) as c:
+        assert (await c.post("/api/v1/notifications/stream/ticket")).status_code == 401
+        r = await c.post("/api/v1/notifications/stream/ticket", headers=alice)
+        assert r.status_code == 200 and r.json()["expires_in"] == 60
+        ticket = r.json()["ticket"]
+        async with c.stream("GET", "/api/v1/notifications/stream", params={"ticket": ticket}) as live:
+            assert live.status_code == 200
+            lines = live.aiter_lines()
+            assert await anext(lines) == ": connected"
+            note = {"user_id": "alice", "text": "by ticket"}
+            assert (await c.post("/api/v1/actors/notifications/notify", json=note, headers=ada)).is_success
+
+            async def event() -> dict[str, Any]:
+                async for line in lines:
+                    if line.startswith("data: "):
+                        got: dict[str, Any] = json.loads(line[6:])
+                        return got
+                raise AssertionError("the stream ended")
+
+            assert (await asyncio.wait_for(event(), 20))["text"] == "by ticket"  # alice's own topic
+        for bad in (ticket, "", "not-a-ticket"):  # used once already, empty, made up
+            r = await c.get("/api/v1/notifications/stream", params={"ticket": bad})
+            assert r.status_code == 401 and r.json()["error"]["code"] == "unauthenticated", bad
