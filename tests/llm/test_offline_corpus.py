@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from minihermes.llm import CompletionRequest, Message, SimulatedProvider
+from minihermes.llm import CompletionRequest, Message, SimulatedProvider, ToolSpec
 
 from .support import FakeTools, default_tools, run_turn, tool
 
@@ -35,14 +36,28 @@ corpus = _bench()
 
 def test_the_corpus_is_large_and_labelled() -> None:
     items = corpus.load()
-    assert len(items) >= 150
+    assert len(items) >= 280
     assert len({item["id"] for item in items}) == len(items)
     assert {item["category"] for item in items} >= {
         "arithmetic", "words", "chained", "memory", "files", "lists", "multi-step", "kanban", "reminders",
-        "goals", "cannot", "chit-chat", "tool named",
+        "goals", "cannot", "chit-chat", "tool named", "secrets", "typos",
     }  # fmt: skip
     for item in items:
         assert item["expect"] == "cannot" or set(item["expect"]) <= {"answer", "memory", "file", "tool"}
+    # Issue 24: everyday wordings of each ability, and ones that must stay "cannot".
+    everyday = [item for item in items if item["id"].startswith("everyday-")]
+    assert len(everyday) >= 40 and sum(item["expect"] == "cannot" for item in everyday) >= 10
+    assert {item["category"] for item in everyday} >= {
+        "memory",
+        "secrets",
+        "files",
+        "kanban",
+        "reminders",
+        "arithmetic",
+        "words",
+        "typos",
+        "chit-chat",
+    }
 
 
 async def test_every_answer_is_right_or_an_explicit_cannot(tmp_path: Path) -> None:
@@ -256,6 +271,17 @@ N = 100_000
         pytest.param("create a file a.txt with the lines " + "a, " * (N // 3), id="listed-lines"),
         pytest.param("what is 1 + 1 " + "using the " * (N // 10) + "calculator", id="named-tool-run"),
         pytest.param("use the calculator " * (N // 19), id="named-tool-repeated"),
+        pytest.param("remind me to" + " x" * (N // 2) + " every day at 9am", id="reminder-text-first"),
+        pytest.param("remind me every day" + " to x" * (N // 5), id="reminder-many-links"),
+        pytest.param("remember that my a is b" + " and my c is d" * (N // 14), id="several-facts"),
+        pytest.param("remember that" + " my" * (N // 3) + " dog is called Rex", id="called"),
+        pytest.param("what is 1" + ",000" * (N // 4), id="thousands"),
+        pytest.param("what is " + "one two " * (N // 8) + "plus 1", id="number-words"),
+        pytest.param("remeber " * (N // 8), id="typos"),
+        pytest.param("make a file called a.txt with:" + "\nx" * (N // 2), id="file-lines"),
+        pytest.param("forget my" + " x" * (N // 2), id="forget"),
+        pytest.param("add" + " x" * (N // 2) + " to my todo list", id="todo-list"),
+        pytest.param("my a is b, " * (N // 11) + "remember that", id="statements"),
     ],
 )
 def test_planning_the_new_forms_is_linear(text: str) -> None:
@@ -371,3 +397,231 @@ async def test_a_noted_fact_about_the_something_is_recalled(question: str) -> No
     before = len(tools.calls)
     half = await run_turn(model, [], "what is 2 + 2 and what is the office code", executor=tools)
     assert tools.calls[before:] == [] and half.text.startswith("I can't"), half.text
+
+
+# -- issue 24: everyday wordings, what it can do, reminders that notify, finding tools, typos --------------
+
+
+async def test_what_can_you_do_lists_exactly_what_it_can_do(tmp_path: Path) -> None:
+    """Through the agent: every family it can do here is listed (reminders, goals and kanban too), nothing it
+    cannot (no tool deletes memories, so no "forgetting"), and each example it gives works when asked."""
+    node = await corpus.start_node(tmp_path / "data")
+    try:
+        ctx = corpus.user({"id": "help"})
+        answer = await corpus.chat(node, ctx, "help", "what can you do?")
+        families = (
+            "arithmetic", "remembering facts", "recalling them", "writing files", "reading files",
+            "listing files", "kanban tasks", "reminders", "goals",
+        )  # fmt: skip
+        for family in families:
+            assert f"- {family}: " in answer, (family, answer)
+        assert "forgetting" not in answer
+        listed = answer.split("For example:", 1)[1].split("More examples", 1)[0]
+        examples = re.findall(r'"([^"]+)"', listed)
+        assert len(examples) >= len(families)
+        for example in examples:  # one session, in the order given: the read follows the write
+            said = await corpus.chat(node, ctx, "help-examples", example)
+            assert not corpus.is_cannot(said), (example, said)
+            assert "don't have" not in said, (example, said)
+    finally:
+        await node.stop(deadline=5)
+
+
+async def test_what_can_you_do_lists_no_family_whose_tools_are_missing() -> None:
+    turn = await run_turn(
+        SimulatedProvider(), [], "what can you do", tools=[tool("calculator", "expression")]
+    )
+    assert "- arithmetic: " in turn.text
+    for family in ("remembering", "files", "kanban", "reminders", "goals"):
+        assert family not in turn.text, turn.text
+
+
+async def test_a_reminder_is_a_notify_job_when_the_tool_takes_an_action() -> None:
+    cron = [tool("cron_schedule", "schedule", "prompt", optional=("action", "name", "timezone")), *CRON[1:]]
+    turn = await run_turn(
+        SimulatedProvider(),
+        [],
+        "remind me to water the plants every Monday at 9am",
+        tools=[*default_tools(), *cron],
+        executor=WorkTools(),
+    )
+    assert turn.calls == [
+        ("cron_schedule", {"schedule": "0 9 * * 1", "prompt": "water the plants", "action": "notify"})
+    ]
+    assert "0 9 * * 1" in turn.text and "notifications" in turn.text
+
+
+FIND_TOOLS = ToolSpec(
+    name="find_tools",
+    description="Add toolsets to the rest of this turn. The toolsets there are:\n"
+    "- kanban: cards on the board\n- schedule: cron jobs and reminders\n- goals: the session's goals",
+    input_schema={
+        "type": "object",
+        "properties": {
+            "query": {"type": "string"},
+            "toolsets": {"type": "array", "items": {"type": "string"}},
+        },
+    },
+)
+FOUND = {
+    "kanban": [tool("kanban_create", "title"), tool("kanban_list")],
+    "schedule": CRON,
+    "goals": GOALS,
+}
+
+
+async def found_turn(text: str, *, grant: bool = True) -> tuple[list[tuple[str, dict[str, Any]]], str]:
+    """A turn whose ``find_tools`` adds the toolsets it is asked for (``grant``) to the rest of the turn."""
+    model, tools, executor = SimulatedProvider(), [*default_tools(), FIND_TOOLS], WorkTools()
+    history: list[dict[str, Any]] = [{"role": "user", "content": text}]
+    for _ in range(8):
+        completion = await model.complete(CompletionRequest(messages=history, tools=tools))
+        history.append(
+            {
+                "role": "assistant",
+                "content": completion.content,
+                "tool_calls": [c.model_dump() for c in completion.tool_calls],
+            }
+        )
+        if completion.stop_reason != "tool_use":
+            return executor.calls, completion.content
+        for call in completion.tool_calls:
+            if call.name == "find_tools":
+                executor.calls.append((call.name, dict(call.input)))
+                if grant:
+                    tools += [t for name in call.input["toolsets"] for t in FOUND[name]]
+                result: Any = {"added": call.input["toolsets"]}
+            else:
+                result = executor.run(call.name, call.input)
+            history.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)})
+    raise AssertionError("the turn did not end")
+
+
+async def test_a_tool_that_is_not_offered_is_found_first_then_used() -> None:
+    calls, text = await found_turn("what is 2 + 2 and put renew insurance on my to-do list")
+    assert calls == [
+        ("find_tools", {"toolsets": ["kanban"]}),
+        ("calculator", {"expression": "2 + 2"}),
+        ("kanban_create", {"title": "renew insurance"}),
+    ]
+    assert text == "2 + 2 = 4. I added the kanban task 'renew insurance'."
+    calls, _ = await found_turn("add x to my todo list and remind me every day at 9am to stretch")
+    assert calls[0] == ("find_tools", {"toolsets": ["kanban", "schedule"]})  # one call finds both
+    assert [name for name, _ in calls[1:]] == ["kanban_create", "cron_schedule"]
+
+
+async def test_a_tool_still_missing_after_find_tools_is_an_honest_cannot_and_nothing_runs() -> None:
+    calls, text = await found_turn("what is 2 + 2 and add renew insurance to my todo list", grant=False)
+    assert calls == [("find_tools", {"toolsets": ["kanban"]})]
+    assert text.startswith("I can't add kanban tasks here") and "even after asking" in text
+
+
+async def test_what_can_you_do_lists_what_find_tools_can_add() -> None:
+    turn = await run_turn(SimulatedProvider(), [], "what can you do", tools=[*default_tools(), FIND_TOOLS])
+    for family in ("- kanban tasks: ", "- reminders: ", "- goals: "):
+        assert family in turn.text, turn.text
+
+
+@pytest.mark.parametrize(
+    ("request_", "call", "read"),
+    [
+        ("remeber that my favourite colour is teal", ("memory_store", {"key": "favourite colour", "value": "teal"}), "remeber"),
+        ("calcualte 12 * 12", ("calculator", {"expression": "12 * 12"}), "calcualte"),
+        ("what is fourty two plus one", ("calculator", {"expression": "42 + 1"}), "fourty"),
+        ("wrte 'x' to a.txt", ("write_file", {"path": "a.txt", "content": "x"}), "wrte"),
+        ("lsit the files", ("list_files", {}), "lsit"),
+    ],
+)  # fmt: skip
+async def test_a_one_letter_typo_in_a_keyword_is_read_and_said(
+    request_: str, call: tuple[str, dict[str, Any]], read: str
+) -> None:
+    turn = await run_turn(SimulatedProvider(), [], request_)
+    assert turn.calls == [call]
+    assert f'(I read "{read}" as ' in turn.text
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        "rewind me every day at 9am to stretch",  # a real word, not "remind"
+        "what is there plus two",  # "there" is not "three"
+        "tell me a jkoe",  # no keyword near it
+        "calcualte the meaning of life",  # read, but still not understood
+    ],
+)
+async def test_a_typo_reading_never_makes_an_answer_up(request_: str) -> None:
+    executor = WorkTools()
+    turn = await run_turn(
+        SimulatedProvider(), [], request_, tools=[*default_tools(), *CRON], executor=executor
+    )
+    assert executor.calls == [] and turn.text.startswith("I can't"), turn.text
+
+
+async def test_forget_uses_a_memory_deleting_tool_when_one_is_offered() -> None:
+    tools = [*default_tools(), tool("memory_delete", "key")]
+    turn = await run_turn(SimulatedProvider(), [], "forget my dog's name", tools=tools)
+    assert turn.calls == [("memory_delete", {"key": "dog's name"})]
+    assert turn.text == "Done: I forgot your dog's name."
+    without = await run_turn(SimulatedProvider(), [], "forget my dog's name")
+    assert without.calls == [] and without.text.startswith("I can't forget your dog's name")
+    assert '/memory forget "dog\'s name"' in without.text
+
+
+@pytest.mark.parametrize(
+    ("request_", "calls"),
+    [
+        (
+            "My dog's name is Biscuit, please remember that",
+            [("memory_store", {"key": "dog's name", "value": "Biscuit"})],
+        ),
+        ("remember that my dog is called Rex", [("memory_store", {"key": "dog's name", "value": "Rex"})]),
+        ("What's my dog called?", [("memory_recall", {"key": "dog's name"})]),
+        ("what is the name of my dog", [("memory_recall", {"key": "dog's name"})]),
+        ("What is weekly_hours?", [("memory_recall", {"key": "weekly_hours"})]),
+        (
+            "remember that my dog's name is Rex and my cat's name is Tom",
+            [
+                ("memory_store", {"key": "dog's name", "value": "Rex"}),
+                ("memory_store", {"key": "cat's name", "value": "Tom"}),
+            ],
+        ),
+        (
+            "remember that my address is 5 Main St, London",
+            [("memory_store", {"key": "address", "value": "5 Main St, London"})],
+        ),
+    ],
+)
+async def test_everyday_memory_wordings_name_one_key(request_: str, calls: list[Any]) -> None:
+    turn = await run_turn(SimulatedProvider(), [], request_)
+    assert turn.calls == calls
+
+
+async def test_a_secret_in_the_message_is_never_stored_or_written() -> None:
+    executor = FakeTools()
+    for request_ in (
+        "remember the wifi password is [REDACTED]",
+        "remember that my api key is [REDACTED]",
+        "write 'password: [REDACTED]' to creds.txt",
+    ):
+        turn = await run_turn(SimulatedProvider(), [], request_, executor=executor)
+        assert turn.text.startswith("I can't") and "secret" in turn.text and "credential vault" in turn.text
+        assert "[REDACTED]" not in turn.text
+    assert executor.calls == [] and executor.memory == {} and executor.files == {}
+
+
+async def test_a_secret_not_stored_refusal_is_said_in_words() -> None:
+    class Refusing(FakeTools):
+        def run(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+            if name == "memory_store":
+                self.calls.append((name, dict(args)))
+                return {"error": {"code": "secret_not_stored", "message": "not stored: a secret"}}
+            return super().run(name, args)
+
+    turn = await run_turn(
+        SimulatedProvider(),
+        [],
+        "read creds.txt and remember the result as wifi",
+        executor=Refusing(files={"creds.txt": "password: [REDACTED]"}),
+    )
+    assert turn.text.startswith("I can't remember wifi: the value held a secret"), turn.text
+    assert "secret_not_stored" not in turn.text and '{"error"' not in turn.text

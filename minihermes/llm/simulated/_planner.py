@@ -405,7 +405,7 @@ _CAPABILITIES = (
     (
         ("memory_recall", "memory_search"),
         "recalling them",
-        '"what\'s my dog called?", "what is my favourite colour?"',
+        '"what\'s my dog called?", "search my memory for dog"',
     ),
     (("memory_delete",), "forgetting them", '"forget my dog\'s name"'),
     (("write_file",), "writing files", '"make a file called packing.txt with: socks, charger"'),
