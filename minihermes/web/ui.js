@@ -147,6 +147,39 @@ export function select(name, options, value = "") {
   );
 }
 
+// Session ids named by their titles (session_manager has them): `await titles.load(ids)` reads the sessions the
+// caller may list once, and again only when an id it has not seen turns up (pages that refresh every few
+// seconds); `titles.link(id)` is a link to the session's chat showing its title, the id as its tooltip.
+export function sessionTitles(ctx) {
+  const known = new Map();
+  const tried = new Set(); // ids a read did not find (not the caller's, or no record): not read again for them
+  let loaded = false;
+  return {
+    async load(ids = []) {
+      if (!ctx.catalog.can("session_manager", "list_sessions")) return;
+      if (loaded && ids.every((id) => !id || id === "*" || known.has(id) || tried.has(id))) return;
+      loaded = true;
+      try {
+        const reply = await ctx.api.call("session_manager", "list_sessions", { limit: 1000 });
+        for (const s of reply.sessions || []) known.set(s.session_id, s);
+      } catch {
+        // Not listable: the ids are shown as they are.
+      }
+      for (const id of ids) if (id && !known.has(id)) tried.add(id);
+    },
+    title(id) {
+      if (id === "*") return "every session";
+      const s = known.get(id);
+      return (s && s.title) || id;
+    },
+    link(id) {
+      if (!id) return "";
+      if (id === "*") return h("span", { dataset: { session: id } }, "every session");
+      return h("a", { href: `#/chat?session=${encodeURIComponent(id)}`, title: id, dataset: { session: id } }, this.title(id));
+    },
+  };
+}
+
 export function badge(text, kind = "") {
   return h("span", { class: `badge ${kind || String(text).replace(/[^a-z_]/g, "")}` }, text);
 }

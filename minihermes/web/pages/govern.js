@@ -1,7 +1,7 @@
 // Steering: approvals waiting for a person (and why review was needed), guardrail policies and mode, providers,
 // models and circuits (register, test the connection, switch), and the tenant's API keys (admins).
 
-import { badge, clear, errorBox, field, fmtTime, formError, h, notEnabled, opButton, pre, section, select, table, toast } from "../ui.js";
+import { badge, clear, errorBox, field, fmtTime, formError, h, notEnabled, opButton, pre, section, select, sessionTitles, table, toast } from "../ui.js";
 
 export const approvalsPage = { title: "Approvals", actors: ["guardrails"], render: renderApprovals, poll: 5000 };
 export const guardrailsPage = { title: "Guardrails", actors: ["guardrails"], render: renderGuardrails };
@@ -14,8 +14,27 @@ async function renderApprovals(root, ctx) {
   }
   const status = select("status", [["pending"], ["approved"], ["denied"], ["all"]], "pending");
   const box = h("div");
+  const titles = sessionTitles(ctx);
+  // Approve / Deny only for who may decide: the guardrails say so per caller (`you_may_decide`), from the
+  // same check approve and deny make (never one's own request while another admin could decide it).
+  const decideButtons = (a, decide) => {
+    const buttons = [
+      opButton(ctx, "guardrails", "approve", "Approve", decide("approve", a), { class: "small good" }),
+      opButton(ctx, "guardrails", "deny", "Deny", decide("deny", a), { class: "small bad" }),
+    ];
+    if (a.you_may_decide === false) {
+      for (const b of buttons) {
+        b.disabled = true;
+        b.title = a.requested_by === ctx.me.principal
+          ? "your own request: another admin decides it"
+          : "an admin decides this call";
+      }
+    }
+    return buttons;
+  };
   async function load() {
     const reply = await ctx.api.call("guardrails", "list_approvals", { status: status.value, limit: 100 });
+    await titles.load((reply.approvals || []).map((a) => a.session_id));
     const decide = (op, a) => async () => {
       const result = await ctx.api.call("guardrails", op, { approval_id: a.approval_id, note: "from the dashboard" });
       toast(`${result.decision}: ${a.tool}${result.turn?.status ? ` (turn ${result.turn.status})` : ""}`);
@@ -26,16 +45,14 @@ async function renderApprovals(root, ctx) {
       ["reason", "why review", (a) => h("span", { class: "why", dataset: { reason: a.reason || "" } },
         a.reason_message || a.reason || "(not recorded)")],
       ["input", "input", (a) => pre(a.input)],
-      ["session_id", "session", (a) => a.session_id
-        ? h("a", { href: `#/chat?session=${encodeURIComponent(a.session_id)}` }, a.session_id) : ""],
+      ["session_id", "session", (a) => titles.link(a.session_id)],
       ["requested_by", "requested by"],
       ["status", "status", (a) => badge(a.status)],
       ["created_at", "requested", (a) => fmtTime(a.created_at)],
       ["actions", "", (a) => a.status === "pending"
-        ? [opButton(ctx, "guardrails", "approve", "Approve", decide("approve", a), { class: "small good" }),
-           opButton(ctx, "guardrails", "deny", "Deny", decide("deny", a), { class: "small bad" })]
+        ? decideButtons(a, decide)
         : a.decided_by ? `by ${a.decided_by}` : ""],
-    ], { empty: "Nothing waits for a decision.", rowAttrs: (a) => ({ dataset: { approval: a.approval_id, tool: a.tool } }) }));
+    ], { empty: "Nothing waits for a decision.", rowAttrs: (a) => ({ dataset: { approval: a.approval_id, tool: a.tool, mayDecide: String(a.you_may_decide !== false) } }) }));
   }
   status.addEventListener("change", load);
   await load();

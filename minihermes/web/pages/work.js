@@ -1,6 +1,6 @@
 // Work that outlives a turn: cron jobs and their runs, the task queue, the kanban board, goals.
 
-import { badge, clear, errorBox, field, fmtTime, fmtValue, h, notEnabled, opButton, section, select, table, toast } from "../ui.js";
+import { badge, clear, errorBox, field, fmtTime, fmtValue, h, notEnabled, opButton, section, select, sessionTitles, table, toast } from "../ui.js";
 
 export const cronPage = { title: "Cron & tasks", actors: ["cron_scheduler", "task_queue"], render: renderCron, poll: 10000 };
 export const kanbanPage = { title: "Kanban", actors: ["kanban"], render: renderKanban };
@@ -297,13 +297,15 @@ async function renderGoals(root, ctx) {
   if (!ctx.catalog.has("goals")) return root.append(notEnabled("goals"));
   const status = select("status", [["", "any status"], ["active"], ["completed"], ["exhausted"], ["cleared"]], "active");
   const box = h("div");
+  const titles = sessionTitles(ctx);
   async function load() {
     try {
       const reply = await ctx.api.call("goals", "list_goals", { status: status.value });
+      await titles.load((reply.goals || []).map((g) => g.session_id));
       clear(box, table(reply.goals || [], [
         ["text", "goal"],
         ["status", "status", (g) => badge(g.status)],
-        ["session_id", "session"],
+        ["session_id", "session", (g) => titles.link(g.session_id)],
         ["turns_used", "turns", (g) => `${g.turns_used ?? 0} / ${g.max_turns ?? "?"}`],
         ["created_at", "set", (g) => fmtTime(g.created_at)],
         ["completed_at", "completed", (g) => fmtTime(g.completed_at)],
@@ -331,13 +333,14 @@ async function renderGoals(root, ctx) {
   return load;
 }
 
-// Set a goal in a session: pick one of the caller's sessions (or type an id).
+// Set a goal in a session: pick one of the caller's own sessions (an admin's list would be everyone's), or
+// type an id.
 async function goalForm(ctx, done) {
   const session = h("input", { name: "session_id", list: "goal-sessions", placeholder: "session id" });
   const sessions = h("datalist", { id: "goal-sessions" });
   if (ctx.catalog.can("session_manager", "list_sessions")) {
     try {
-      const reply = await ctx.api.call("session_manager", "list_sessions", { limit: 200 });
+      const reply = await ctx.api.call("session_manager", "list_sessions", { limit: 200, owner: ctx.me.principal });
       const rows = reply.sessions || [];
       clear(sessions, rows.map((s) => h("option", { value: s.session_id }, s.title || s.channel || "")));
       if (rows.length) session.value = rows[0].session_id;
