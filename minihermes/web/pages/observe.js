@@ -1,4 +1,5 @@
-// Watching: the audit log (by type and time), the health of every service group, charts of key metrics.
+// Watching: the audit log (by type and time, a page at a time, newest first), the health of every service
+// group, charts of key metrics.
 
 import { badge, clear, errorBox, fmtTime, fmtValue, h, lineChart, notEnabled, section, table } from "../ui.js";
 
@@ -18,16 +19,32 @@ async function renderAudit(root, ctx) {
   const since = h("input", { name: "since", type: "datetime-local", title: "from" });
   const until = h("input", { name: "until", type: "datetime-local", title: "until" });
   const box = h("div");
+  // Pages, newest first, by a seq cursor: `cursor` is the page's before_seq (0: the newest), `back` the
+  // cursors of the newer pages, so Newer returns exactly where Older came from.
+  const PAGE = 100;
+  let cursor = 0;
+  let back = [];
+  const pageInfo = h("span", { class: "muted page-info" });
+  const newer = h("button", { class: "btn small", type: "button", dataset: { page: "newer" }, disabled: true,
+    onclick: () => ((cursor = back.pop() || 0), load()) }, "Newer");
+  const older = h("button", { class: "btn small", type: "button", dataset: { page: "older" }, disabled: true,
+    onclick: () => { if (older.dataset.before) (back.push(cursor), (cursor = Number(older.dataset.before)), load()); } }, "Older");
   async function load() {
     try {
       const reply = await ctx.api.call("audit_event", "query_events", {
         event_type: type.value.trim(),
         since: epoch(since),
-        limit: 500,
+        until: epoch(until),
+        limit: PAGE,
+        before_seq: cursor,
       });
-      const end = epoch(until);
-      // Newest first; `until` is applied here (the op filters from `since` on).
-      const events = (reply.events || []).filter((e) => !end || e.ts <= end).reverse();
+      const events = (reply.events || []).slice().reverse(); // newest first
+      older.disabled = !reply.more;
+      older.dataset.before = reply.more && reply.events.length ? String(reply.events[0].seq) : "";
+      newer.disabled = !back.length;
+      pageInfo.textContent = events.length
+        ? `page ${back.length + 1} · events #${events[events.length - 1].seq}–#${events[0].seq}${reply.more ? " · older ones on the next page" : ""}`
+        : "";
       for (const e of events) seen.add(e.event_type);
       if (type.value.trim()) {
         // Filtered: the picker still offers every type of the recent trail.
@@ -41,9 +58,10 @@ async function renderAudit(root, ctx) {
         ["event_type", "type", (e) => badge(e.event_type, "event")],
         ["principal", "by"],
         ["session_id", "session"],
-        ["detail", "detail"],
+        // Another person's event, shown to a viewer without what they wrote (the server redacted it).
+        ["detail", "detail", (e) => (e.redacted ? h("em", { class: "muted redacted" }, "(redacted)") : e.detail || "")],
         ["data", "data", (e) => (e.data && Object.keys(e.data).length ? fmtValue(e.data).slice(0, 300) : "")],
-      ], { empty: "No events match.", rowAttrs: (e) => ({ dataset: { eventType: e.event_type } }) }));
+      ], { empty: "No events match.", rowAttrs: (e) => ({ dataset: { eventType: e.event_type, seq: e.seq, redacted: String(e.redacted === true) } }) }));
     } catch (err) {
       clear(box, errorBox(err));
     }
@@ -52,8 +70,9 @@ async function renderAudit(root, ctx) {
   root.append(
     section(
       "Events",
-      h("form", { class: "toolbar", onsubmit: (e) => (e.preventDefault(), load()) }, type, types, "from", since, "until", until, h("button", { class: "btn" }, "Filter")),
+      h("form", { class: "toolbar", onsubmit: (e) => (e.preventDefault(), (cursor = 0), (back = []), load()) }, type, types, "from", since, "until", until, h("button", { class: "btn" }, "Filter")),
       box,
+      h("div", { class: "toolbar pager" }, newer, older, pageInfo),
     ),
   );
   return load;
