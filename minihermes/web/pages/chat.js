@@ -1,7 +1,14 @@
 // Chat with a session: the answer streams in (text deltas), tool calls appear as they start and end, and a
-// call waiting for a person's approval can be decided here by an admin (another person than the requester),
-// or by the requester where the guardrail policy lets them. A reload shows the waiting call again (the
-// session's pending approvals), and a message to a paused session links to the call it waits on.
+// call waiting for a person's approval can be decided here by whoever the guardrails say may decide it (an
+// admin who is not the requester, the requester where the policy lets them, or the only admin there is). A
+// reload shows the waiting call again (the session's pending approvals), and a message to a paused session
+// links to the call it waits on.
+//
+// The picker lists the signed-in person's own sessions. Another person's session (an admin opening it from
+// the Sessions page) is read-only here: its history and waiting calls are shown, the composer is off and
+// says whose session it is; posting goes to a session of one's own. A message the server refuses stays in
+// the log marked "Not sent", with the reason, and back in the box. The header line names the model that
+// answers (the gateway's active provider and model), read again after each turn and after a switch.
 
 import { streamChat } from "../api.js";
 import { badge, clear, errorBox, fmtValue, h, notEnabled, opButton, pre, select, toast } from "../ui.js";
@@ -10,38 +17,108 @@ export const page = { title: "Chat", actors: ["agent", "session_manager"], rende
 
 async function render(root, ctx) {
   if (!ctx.catalog.has("agent")) return root.append(notEnabled("agent"));
+  const me = ctx.me.principal;
+  const mayChat = ctx.catalog.can("agent", "chat");
   const log = h("div", { class: "chat-log", "aria-live": "polite" });
   const picker = h("div", { class: "toolbar" });
+  const model = h("div", { class: "model-now muted", dataset: { provider: "", model: "" }, hidden: true });
+  const readOnly = h("div", { class: "notice read-only", role: "status", hidden: true });
   const input = h("textarea", { name: "message", rows: 2, placeholder: "Message the agent…" });
-  const send = h("button", { class: "btn primary", type: "submit", disabled: !ctx.catalog.can("agent", "chat") }, "Send");
+  const send = h("button", { class: "btn primary", type: "submit" }, "Send");
   let sessionId = new URLSearchParams(location.hash.split("?")[1] || "").get("session") || "";
+  let owner = ""; // whose session this is when it is not the caller's ("": the caller's own, or a new one)
+  let mine = []; // the caller's own active sessions, the most recently active first
+
+  const label = (s) => `${s.title ? s.title.slice(0, 40) : s.session_id.slice(0, 17)} · ${s.channel}`;
+  const ownerOf = (s) => (s.user_id === "anonymous" ? s.created_by : s.user_id);
+
+  // The session's record, or null when the session manager has none (a new id: it becomes the caller's).
+  async function sessionRecord(id) {
+    if (!ctx.catalog.can("session_manager", "get_session")) return null;
+    try {
+      return await ctx.api.call("session_manager", "get_session", { session_id: id });
+    } catch (err) {
+      if (err.status === 404) return null;
+      throw err;
+    }
+  }
 
   async function loadSessions() {
-    let rows = [];
-    if (ctx.catalog.has("session_manager", "list_sessions")) {
-      rows = (await ctx.api.call("session_manager", "list_sessions", { state: "active", limit: 50 })).sessions;
+    mine = [];
+    if (ctx.catalog.can("session_manager", "list_sessions")) {
+      // Filtered to the caller: an admin's list would otherwise be everyone's.
+      const reply = await ctx.api.call("session_manager", "list_sessions", { state: "active", limit: 50, owner: me });
+      mine = reply.sessions || [];
     }
-    if (!sessionId && rows.length) sessionId = rows[0].session_id;
-    const choice = select(
-      "session",
-      rows.map((s) => [s.session_id, `${s.title ? s.title.slice(0, 40) : s.session_id.slice(0, 17)} · ${s.user_id} · ${s.channel}`]),
-      sessionId,
-    );
-    if (sessionId && !rows.some((s) => s.session_id === sessionId)) {
-      choice.prepend(h("option", { value: sessionId, selected: true }, sessionId));
+    if (!sessionId && mine.length) sessionId = mine[0].session_id;
+    owner = "";
+    const choice = select("session", mine.map((s) => [s.session_id, label(s)]), sessionId);
+    if (sessionId && !mine.some((s) => s.session_id === sessionId)) {
+      const record = await sessionRecord(sessionId);
+      if (record && ownerOf(record) !== me) owner = ownerOf(record);
+      const text = record ? `${label(record)}${owner ? ` · ${owner}'s (read-only)` : ""}` : sessionId;
+      choice.prepend(h("option", { value: sessionId, selected: true, dataset: { owner } }, text));
     }
-    choice.addEventListener("change", () => {
-      sessionId = choice.value;
-      loadHistory();
-    });
+    choice.addEventListener("change", () => open(choice.value));
     const create = opButton(ctx, "session_manager", "create_session", "New session", async () => {
-      const made = await ctx.api.call("session_manager", "create_session", { channel: "web", user_id: ctx.me.principal });
-      sessionId = made.session_id;
-      await loadSessions();
-      await loadHistory();
+      const made = await ctx.api.call("session_manager", "create_session", { channel: "web", user_id: me });
+      await open(made.session_id);
     });
-    clear(picker, h("span", {}, "Session "), rows.length || sessionId ? choice : h("em", {}, "none yet"), create);
+    clear(picker, h("span", {}, "Session "), mine.length || sessionId ? choice : h("em", {}, "none yet"), create);
+    composer();
   }
+
+  // Show another session (kept in the address, so a reload stays on it; no re-render of the page).
+  async function open(id) {
+    sessionId = id;
+    window.history.replaceState(null, "", `#/chat${id ? `?session=${encodeURIComponent(id)}` : ""}`);
+    await loadSessions();
+    await loadHistory();
+  }
+
+  // Send only where the server takes a message: the caller's own session, with a role that may chat.
+  function composer() {
+    const foreign = Boolean(owner);
+    input.disabled = foreign || !mayChat;
+    send.disabled = foreign || !mayChat;
+    send.title = foreign ? `${owner}'s session: read-only` : mayChat ? "agent.chat" : "your role cannot call agent.chat";
+    readOnly.hidden = !foreign;
+    if (!foreign) return clear(readOnly);
+    const own = mine[0];
+    clear(
+      readOnly,
+      h("b", {}, `This is ${owner}'s session. `),
+      "You can read it and decide its waiting calls, but not post in it: your messages go to a session of your own. ",
+      h("button", { class: "btn small", type: "button", dataset: { action: "own-session" }, onclick: async () => {
+        if (own) return open(own.session_id);
+        const made = await ctx.api.call("session_manager", "create_session", { channel: "web", user_id: me });
+        await open(made.session_id);
+      } }, own ? "Back to your session" : "Start a session of your own"),
+    );
+  }
+
+  // Which model answers: the gateway's active provider and its model.
+  async function showModel() {
+    if (!model.isConnected && model.dataset.shown) return window.removeEventListener("minihermes:provider-switched", showModel);
+    if (!ctx.catalog.can("llm_gateway", "list_providers")) return;
+    let reply;
+    try {
+      reply = await ctx.api.call("llm_gateway", "list_providers", {});
+    } catch {
+      return; // not readable, or the server is away (the banner says so)
+    }
+    const active = reply.active || {};
+    const entry = (reply.providers || []).find((p) => p.name === active.provider) || {};
+    const name = active.provider || "";
+    const used = active.model || entry.model || "";
+    model.dataset.provider = name;
+    model.dataset.model = used;
+    model.dataset.shown = "true";
+    model.hidden = !name;
+    clear(model, "Answering: ", h("b", {}, used && used !== name ? `${name} · ${used}` : name),
+      entry.kind === "simulated" ? " (the offline model)" : "");
+  }
+  window.addEventListener("minihermes:provider-switched", showModel);
 
   async function loadHistory() {
     clear(log);
@@ -66,12 +143,14 @@ async function render(root, ctx) {
     }
   }
 
-  // An approval record in the shape of the agent's "paused" reply.
+  // An approval record in the shape of the agent's "paused" reply; `you_may_decide` is the server's word on
+  // what approve and deny will do for this caller.
   function fromApproval(a) {
     return {
       approval_id: a.approval_id,
       pending_tool: { name: a.tool, input: a.input },
       requester_may_decide: a.requester_may_decide === true,
+      you_may_decide: a.you_may_decide,
       reason: a.reason || "",
       reason_message: a.reason_message || "",
     };
@@ -148,8 +227,9 @@ async function render(root, ctx) {
       await loadHistory();
       if (result.turn?.response) toast(`Resumed turn: ${result.turn.status}`);
     };
-    // Deciding is the guardrail policy's call: admins, or the requester where the policy lets them.
-    const mayDecide = (ctx.me.roles || []).includes("admin") || reply.requester_may_decide === true;
+    // Deciding is the guardrails' call, and they say who may: a record read from them carries it for this
+    // caller; a streamed pause is the caller's own turn, which they decide only where the requester may.
+    const mayDecide = typeof reply.you_may_decide === "boolean" ? reply.you_may_decide : reply.requester_may_decide === true;
     const buttons = [
       opButton(ctx, "guardrails", "approve", "Approve", decide("approve"), { class: "good" }),
       opButton(ctx, "guardrails", "deny", "Deny", decide("deny"), { class: "bad" }),
@@ -157,7 +237,7 @@ async function render(root, ctx) {
     if (!mayDecide) {
       for (const b of buttons) {
         b.disabled = true;
-        b.title = "an admin decides this call (the guardrail policy does not let requesters approve it)";
+        b.title = "another person decides this call (an admin who did not request it)";
       }
       box.append(h("p", { class: "muted" }, "An admin decides this call: ",
         h("a", { href: "#/approvals", dataset: { link: "approvals" } }, "Approvals"), "."));
@@ -186,22 +266,38 @@ async function render(root, ctx) {
     }
   }
 
+  // The server refused the message (nothing of it is in the session): the bubble says so and why, and the
+  // text goes back in the box to send again.
+  function notSent(el, err, content) {
+    const why = err.status === 409 && err.details?.approval_id
+      ? "this session has a call waiting for approval"
+      : err.message || String(err);
+    el.classList.add("not-sent");
+    el.dataset.sent = "false";
+    el.title = `Not sent: ${why}`;
+    el.append(h("div", { class: "not-sent-reason" }, `Not sent: ${why}`));
+    input.value = content;
+  }
+
   async function submit(event) {
     event.preventDefault();
     const content = input.value.trim();
-    if (!content) return;
+    if (!content || owner || !mayChat) return; // never into another person's session
     if (!sessionId) {
-      const made = await ctx.api.call("session_manager", "create_session", { channel: "web", user_id: ctx.me.principal });
+      const made = await ctx.api.call("session_manager", "create_session", { channel: "web", user_id: me });
       sessionId = made.session_id;
+      window.history.replaceState(null, "", `#/chat?session=${encodeURIComponent(sessionId)}`);
       await loadSessions();
       clear(log);
     }
     input.value = "";
     send.disabled = true;
-    bubble("user", content);
+    const sent = bubble("user", content);
     let current = null;
+    let started = false; // the server took the message: it is in the session's history
     try {
       const reply = await streamChat(sessionId, content, (name, data) => {
+        if (name === "turn_started") started = true;
         if (name === "text_delta") {
           current = current || bubble("assistant", "");
           current.classList.add("streaming");
@@ -223,26 +319,31 @@ async function render(root, ctx) {
         pausedBox(reply);
       }
       else if (reply && !current) bubble("assistant", reply.response);
+      sent.dataset.sent = "true";
       const last = log.querySelector(".msg.assistant:last-of-type");
       if (last) last.dataset.final = "true";
       log.append(h("div", { class: "turn-end", dataset: { status: reply?.status || "" } }, reply?.status || ""));
+      showModel(); // the model that answered (a switch elsewhere shows here after the next answer)
     } catch (err) {
-      if (err.status === 409 && err.details?.approval_id) {
-        [...log.querySelectorAll(".msg.user")].at(-1)?.classList.add("not-sent");
-        await waitingNotice(err, content);
-      } else {
+      if (started) {
+        sent.dataset.sent = "true"; // taken, then the turn failed: the message is in the history
         log.append(errorBox(err));
+      } else {
+        notSent(sent, err, content);
+        if (err.status === 409 && err.details?.approval_id) await waitingNotice(err, content);
       }
     } finally {
-      send.disabled = !ctx.catalog.can("agent", "chat");
+      composer();
       log.scrollTop = log.scrollHeight;
     }
   }
 
   await loadSessions();
   await loadHistory();
+  showModel();
   root.append(
-    picker,
+    h("div", { class: "chat-head" }, picker, model),
+    readOnly,
     log,
     h("form", { class: "composer", onsubmit: submit }, input, send),
   );

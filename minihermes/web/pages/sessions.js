@@ -1,5 +1,6 @@
 // Sessions and their transcripts: every door's sessions (titled by their first message, the most recently
-// active first), found by title; full-text search over the transcripts the caller may see.
+// active first), found by title; full-text search over the transcripts the caller may see. An admin opens
+// another person's session in the chat read-only.
 
 import { badge, clear, errorBox, fmtTime, h, notEnabled, pre, section, select, table } from "../ui.js";
 
@@ -36,8 +37,14 @@ async function render(root, ctx) {
   }
 
   async function show(sessionId) {
-    const title = sessions.find((s) => s.session_id === sessionId)?.title;
-    clear(transcript, h("h3", {}, title || sessionId), title ? h("p", { class: "muted" }, sessionId) : null, h("a", { href: `#/chat?session=${encodeURIComponent(sessionId)}` }, "open in chat"));
+    const found = sessions.find((s) => s.session_id === sessionId);
+    const title = found?.title;
+    // Another person's session opens read-only in the chat (its history and waiting calls; no composer).
+    const owner = found ? (found.user_id === "anonymous" ? found.created_by : found.user_id) : ctx.me.principal;
+    const theirs = owner !== ctx.me.principal;
+    const link = h("a", { href: `#/chat?session=${encodeURIComponent(sessionId)}`, dataset: { link: "chat", readOnly: String(theirs) } },
+      theirs ? `open ${owner}'s session in chat (read-only)` : "open in chat");
+    clear(transcript, h("h3", {}, title || sessionId), title ? h("p", { class: "muted" }, sessionId) : null, link);
     if (!ctx.catalog.has("agent", "get_history")) return transcript.append(notEnabled("agent"));
     try {
       const history = await ctx.api.call("agent", "get_history", { session_id: sessionId });
