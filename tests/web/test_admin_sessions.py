@@ -151,7 +151,9 @@ def test_with_other_admins_an_admins_own_call_waits_without_a_refused_button(
         server.call(ada, "guardrails", "clear_policy", tool_name="calculator")
 
 
-def test_a_refused_message_is_not_sent_and_not_in_the_history(dashboard: Any, server: Server) -> None:
+def test_a_refused_message_is_not_sent_and_not_in_the_history(
+    dashboard: Any, server: Server, shots: Path
+) -> None:
     ada, alice = token(*ADA), token(*ALICE)
     board = dashboard(*ALICE)
     page = board.open("chat")
@@ -177,6 +179,7 @@ def test_a_refused_message_is_not_sent_and_not_in_the_history(dashboard: Any, se
         waiting = page.locator(".msg.user[data-sent='false']").last
         expect(waiting).to_contain_text("Not sent: this session has a call waiting for approval")
         expect(page.locator(".waiting-notice")).to_have_count(1)
+        page.screenshot(path=str(shots / "chat-not-sent.png"))
         sent = [m["content"] for m in history(server, alice, session) if m["role"] == "user"]
         assert sent == ["what is 1 + 1?", "calculate 8 * 8"]
         page.reload()
