@@ -20,6 +20,7 @@ another user's stream never carries it.
 from __future__ import annotations
 
 import hashlib
+import re
 import uuid
 from typing import Any
 from urllib.parse import quote
@@ -43,6 +44,8 @@ MAX_IDS = 500
 MAX_QUOTED_USER = 1024
 """Longest principal once percent-encoded into a key: the whole key stays within what every store holds."""
 _PREFIX = "notif:"
+_ID = re.compile(r"[0-9a-f]{20}")
+"""What ``_id_for`` makes: anything else names no notification."""
 
 
 def topic_for(user_id: str) -> str:
@@ -50,7 +53,18 @@ def topic_for(user_id: str) -> str:
     return f"notifications:{user_id}"
 
 
+def _check_text(op: str, field: str, value: str) -> None:
+    """Text a store can hold as it is: no NUL, no lone surrogate (not UTF-8)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"{op}: {field} is not valid text", op=op, field=field) from None
+    if "\x00" in value:
+        raise InvalidArgument(f"{op}: {field} must not contain NUL characters", op=op, field=field)
+
+
 def _user_prefix(op: str, user_id: str) -> str:
+    _check_text(op, "user_id", user_id)
     quoted = quote(user_id, safe="")
     if not user_id or len(quoted) > MAX_QUOTED_USER:
         raise InvalidArgument(f"{op}: user_id must be 1-{MAX_QUOTED_USER} characters", op=op, field="user_id")
@@ -116,8 +130,8 @@ class Notifications(GenServer):
         prefix = _user_prefix(op, who)
         marked = 0
         for nid in dict.fromkeys(ids):
-            if not nid or len(nid) > 64 or ":" in nid:
-                continue  # not an id this actor makes: nothing of the caller's
+            if not _ID.fullmatch(nid):
+                continue  # not an id this actor makes (nor a key the store takes): nothing of the caller's
             key = f"{prefix}{nid}"
             for _ in range(10):
                 entry = await self.host.kv.get_entry(key)
@@ -143,6 +157,8 @@ class Notifications(GenServer):
             raise InvalidArgument(
                 f"{op}: source and dedupe_key must be at most {MAX_SOURCE_CHARS} characters", op=op
             )
+        for field, value in (("text", text), ("source", source), ("dedupe_key", dedupe_key)):
+            _check_text(op, field, value)
         prefix = _user_prefix(op, user_id)
         nid = _id_for(user_id, dedupe_key)
         rows = await self.host.kv.list(prefix)

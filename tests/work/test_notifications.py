@@ -218,6 +218,13 @@ async def test_only_the_runtime_and_admins_deliver_and_the_inbox_is_bounded_and_
     with pytest.raises(ActorError) as e:
         await inbox(node, ALICE, limit=0)
     assert e.value.code == "invalid_argument"
+    # what the store cannot key on is refused or ignored, never a crash (found by the HTTP fuzzer)
+    weird = ["\x00", "a\ud800", "../x", "x" * 5000]
+    assert (await node.ask("notifications", "mark_read", {"ids": weird}, ctx=ALICE))["marked"] == 0
+    for bad in ({"user_id": "a\ud800"}, {"user_id": "\x00"}, {"text": "a\x00b"}, {"dedupe_key": "\ud800"}):
+        with pytest.raises(ActorError) as e:
+            await node.ask("notifications", "notify", {"user_id": "bob", "text": "t", **bad}, ctx=ADA)
+        assert e.value.code == "invalid_argument", bad
 
 
 async def test_a_new_notification_is_published_to_its_owner_only(app_node):
