@@ -318,6 +318,7 @@ def _scripting() -> None:
     from .mcp_servers import mcp_app
     from .skills import skills_app
     from .skills_io import skills_export  # noqa: F401  (registers skills import / export)
+    from .tools import tools_app
 
     app.command("call")(connected(call, NO_JSON))
     app.add_typer(skills_app, name="skills")
@@ -326,6 +327,7 @@ def _scripting() -> None:
     app.add_typer(memory_app, name="memory")
     app.add_typer(goals_app, name="goals")
     app.add_typer(mcp_app, name="mcp")
+    app.add_typer(tools_app, name="tools")
 
 
 _scripting()
