@@ -223,8 +223,9 @@ def _stored_value(step: Step, outcome: Outcome) -> str:
 
 
 _RECALL = re.compile(
-    r"^(?:(?:what|who)(?:'s|\s+is|\s+are|\s+was|\s+were)|tell\s+me(?:\s+what)?|remind\s+me(?:\s+of|\s+what)?"
-    r"|do\s+you\s+(?:remember|know|recall)|recall|what\s+did\s+i\s+(?:say|tell\s+you)(?:\s+about)?)"
+    r"^(?:(?:what|who|when|where)(?:'s|\s+is|\s+are|\s+was|\s+were)|tell\s+me(?:\s+what)?"
+    r"|remind\s+me(?:\s+of|\s+what)?|do\s+you\s+(?:remember|know|recall)|recall"
+    r"|what\s+did\s+i\s+(?:say|tell\s+you)(?:\s+about)?)"
     r"\s+(?!\s)(?P<phrase>(?:the\s+(?!\s)[\w'-]+(?:\s+(?!\s)[\w'-]+)?\s+of\s+)?(?:my|our)\s+(?!\s).*?\S)"
     r"(?:\s+(?:is|are|was|were))?$",
     re.I,

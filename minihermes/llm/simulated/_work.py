@@ -90,7 +90,8 @@ _KANBAN_CREATE = [
         re.I,
     ),
     re.compile(
-        r"^(?:add|put)\s+(?!\s)(?P<title>.+?)\s+(?:to|on)\s+(?:the\s+|my\s+)?kanban(?:\s+board)?$", re.I
+        r"^(?:add|put)\s+(?!\s)(?P<title>.+?)\s+(?:to|on)\s+(?:the\s+|my\s+)?(?:kanban(?:\s+board)?|board)$",
+        re.I,
     ),
     # The board is the person's to-do list: "add renew insurance to my todo list", "put X on my to-do list".
     re.compile(
