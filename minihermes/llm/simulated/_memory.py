@@ -411,6 +411,9 @@ _FORGET = re.compile(
 )
 
 
+_NOT_ONE = frozenset({"everything", "all", "anything", "us", "him", "her", "them", "about", "what"})
+
+
 class Forget(Intent):
     """'forget my dog's name', "delete 'budget' from memory": a memory deleted by its key, with a tool that
     deletes memories (``memory_delete``); without one, an honest "I can't" that says how to do it."""
@@ -422,8 +425,8 @@ class Forget(Intent):
         if match is None:
             return None
         phrase = match.group("phrase")
-        if phrase.lower() in _NOT_A_NAME:
-            return None  # "forget it": nothing named
+        if phrase.lower() in _NOT_A_NAME | _NOT_ONE:
+            return None  # "forget it", "forget everything": no one memory named
         quoted = strip_quotes(phrase)
         if quoted != phrase or " " not in phrase:
             owner, subject = "", quoted
