@@ -15,6 +15,7 @@ its slot and appends a new one; retired slots are compacted away once they are a
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,11 +23,19 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._text import tokens
+from ._text import kind_terms, tokens
 
 FIELD_WEIGHTS = {"name": 3.0, "triggers": 3.0, "description": 2.0, "procedure": 1.0}
 """Words in a skill's name or triggers say more about what it is for than words in its steps."""
+STRONG = 3.0
+"""A weighted term frequency at which a skill has a term fully (a word of its name or triggers)."""
 DAY = 86_400.0
+TEMPLATE = re.compile(
+    r"\bhandle requests like\b|\(\d+ tool calls? when learned\)|\bthe request\b|\{[a-z_]+\}", re.I
+)
+"""What the learned-skill extraction writes into every skill (``_extract.fallback_name`` and
+``fallback_procedure``: 'Handle requests like "..." (3 tool calls when learned)', "from the request",
+``{key}``): not what a skill is for, so not matched (a request "called notes.txt" is no calculator skill's)."""
 
 _ARRAYS = ("_len", "_alive", "_usable", "_owner", "_uses", "_succ", "_last", "_stale", "_pinned", "_has_vec")
 F32 = npt.NDArray[np.float32]
@@ -51,12 +60,13 @@ class IndexDoc:
 
 
 def weighted_terms(fields: dict[str, str], extra: Counter[str] | None = None) -> dict[str, float]:
-    """Term frequencies over a skill's fields, each field's words counted with its weight. ``extra``:
-    counts already made (e.g. stored procedure terms) added with the procedure weight."""
+    """Term frequencies over a skill's fields, each field's words counted with its weight, without the
+    wording every learned skill shares (``TEMPLATE``). ``extra``: counts already made (e.g. stored
+    procedure terms) added with the procedure weight."""
     out: dict[str, float] = {}
     for name, text in fields.items():
         weight = FIELD_WEIGHTS.get(name, 1.0)
-        for term in tokens(text):
+        for term in tokens(TEMPLATE.sub(" ", text)):
             out[term] = out.get(term, 0.0) + weight
     for term, count in (extra or {}).items():
         out[term] = out.get(term, 0.0) + FIELD_WEIGHTS["procedure"] * count
@@ -73,6 +83,16 @@ class _Postings:
     less than 2% (a slot's length never changes)."""
     weights_avg: float = 0.0
     weights_size: int = 0
+    strengths: F32 | None = None
+    """How strongly each slot has the term, for coverage (``SkillIndex.match``): cached while size holds."""
+    strengths_size: int = 0
+
+    def strength(self) -> F32:
+        s = self.strengths
+        if s is None or self.strengths_size != self.size:
+            s = np.minimum(self.tfs[: self.size] / STRONG, 1.0).astype(np.float32)
+            self.strengths, self.strengths_size = s, self.size
+        return s
 
     def bm25(self, lengths: F32, avg: float, k1: float, b: float) -> F32:
         w = self.weights
@@ -239,7 +259,7 @@ class SkillIndex:
                 continue
             new_slots = remap[slots[live]].astype(np.int32)
             p.slots, p.tfs, p.size = new_slots, tfs[live].copy(), len(new_slots)
-            p.weights = None
+            p.weights = p.strengths = None
         cap = max(16, len(keep) * 2)
         for name in _ARRAYS:
             old = getattr(self, name)
@@ -257,16 +277,49 @@ class SkillIndex:
     # -- reads --------------------------------------------------------------------------------------------
 
     def search(
-        self, query: str, limit: int = 3, *, user_id: str = "", now: float = 0.0, usable_only: bool = True
+        self,
+        query: str,
+        limit: int = 3,
+        *,
+        user_id: str = "",
+        now: float = 0.0,
+        usable_only: bool = True,
+        min_coverage: float = 0.0,
     ) -> list[tuple[str, float]]:
         """The best ``limit`` skills for ``query`` that ``user_id`` may use: (skill_id, score), best first.
-        Tenant-wide skills are visible to everyone; a user's own skills only to that user."""
+        Tenant-wide skills are visible to everyone; a user's own skills only to that user. ``min_coverage``:
+        see ``match``."""
+        hits = self.match(
+            query, limit, user_id=user_id, now=now, usable_only=usable_only, min_coverage=min_coverage
+        )
+        return [(sid, score) for sid, score, _coverage in hits]
+
+    def match(
+        self,
+        query: str,
+        limit: int = 3,
+        *,
+        user_id: str = "",
+        now: float = 0.0,
+        usable_only: bool = True,
+        min_coverage: float = 0.0,
+    ) -> list[tuple[str, float, float]]:
+        """``search`` with each hit's coverage: (skill_id, score, coverage), best score first.
+
+        Coverage is how much of what the request asks for the skill speaks to: over the request's kind
+        terms (``kind_terms``: its words without quoted text, file names and numbers), the share the skill
+        has, each counted by how strongly the skill has it (``min(1, weighted tf / 3)``: a word of its name
+        or triggers counts 1, one in its description 2/3, one only in its steps 1/3). A skill below
+        ``min_coverage`` is not a match, however it ranks: BM25 alone ranks whatever shares a word with
+        the request, and with few skills (a user's first learned one) every shared word looks rare."""
         terms = set(tokens(query))
+        kind = kind_terms(query)
         n = len(self._ids)
         live = len(self._slot_of)
         if not terms or not live:
             return []
         scores = np.zeros(n, np.float32)
+        cover = np.zeros(n, np.float32)
         avg = max(self._total_len / live, 1e-6)
         k1, b = self.k1, self.b
         for term in terms:
@@ -275,25 +328,34 @@ class SkillIndex:
                 continue
             idf = math.log(1.0 + (live - p.size + 0.5) / (p.size + 0.5))
             scores[p.slots[: p.size]] += np.float32(idf) * p.bm25(self._len, avg, k1, b)
+            if term in kind:
+                cover[p.slots[: p.size]] += p.strength()
         cand = np.flatnonzero(scores)
         if not len(cand):
             return []
         keep = self._alive[cand] if not usable_only else self._usable[cand]
         cand = cand[keep & self._visible(cand, user_id)]
+        coverage = cover[cand] / max(len(kind), 1)
+        if min_coverage > 0:
+            cand, coverage = cand[coverage >= min_coverage], coverage[coverage >= min_coverage]
         if not len(cand):
             return []
         # The usage and recency factors stay within about 4x of each other, so the best `limit` after them
         # are among the best few hundred by text relevance: only those get them.
         shortlist = max(200, limit * 20)
         if len(cand) > shortlist:
-            cand = cand[np.argpartition(-scores[cand], shortlist - 1)[:shortlist]]
+            best = np.argpartition(-scores[cand], shortlist - 1)[:shortlist]
+            cand, coverage = cand[best], coverage[best]
         final = scores[cand].astype(np.float64) * self._boost(cand, now)
         if len(cand) > limit:
             top = np.argpartition(-final, limit - 1)[:limit]
         else:
             top = np.arange(len(cand))
         order = top[np.argsort(-final[top], kind="stable")]
-        return [(str(self._ids[int(cand[i])]), round(float(final[i]), 6)) for i in order]
+        return [
+            (str(self._ids[int(cand[i])]), round(float(final[i]), 6), round(float(coverage[i]), 4))
+            for i in order
+        ]
 
     def _boost(self, cand: npt.NDArray[Any], now: float) -> npt.NDArray[np.float64]:
         """Usage and recency as gentle multipliers, so text relevance still decides."""

@@ -12,7 +12,7 @@ _WORD = re.compile(r"[a-z0-9]+(?:_[a-z0-9]+)*")
 STOPWORDS = frozenset(
     "a an and are as at be by can do does for from how i if in into is it its me my of on or our please "
     "so than that the their them then there these this to up us was we what when where which while who "
-    "will with you your".split()
+    "will with you your s t".split()
 )
 # On RE2 (linear time): with Python's re a long run of digits is rescanned from each of its positions
 # (quadratic). \d and \s are spelled as Python's (Unicode) classes, not RE2's ASCII ones.
@@ -69,6 +69,20 @@ def tokens(text: str) -> list[str]:
             if part and part not in STOPWORDS:
                 out.append(stem(part))
     return out
+
+
+_QUOTED = re.compile(
+    r"(?<!\w)'[^'\n]{1,200}'(?!\w)|\"[^\"\n]{1,200}\"|\u201c[^\u201d\n]{1,200}\u201d|\u2018[^\u2019\n]{1,200}\u2019"
+)
+_FILE_NAME = re.compile(r"(?<![\w.])[\w-]+(?:\.(?=[A-Za-z0-9]{0,7}[A-Za-z])[A-Za-z0-9]{1,8})+(?![\w.])")
+"""A word with an extension that has a letter (``todo.txt``, ``a.tar.gz``; not ``3.5``)."""
+
+
+def kind_terms(text: str) -> set[str]:
+    """The terms of a request that say what kind of request it is: ``tokens`` without what varies from one
+    request of a kind to the next, i.e. quoted text (``'buy milk'``, an apostrophe inside a word is not a
+    quote) and file names (``todo.txt``); numbers are never terms. Skill matching's coverage counts these."""
+    return set(tokens(_FILE_NAME.sub(" ", _QUOTED.sub(" ", text))))
 
 
 def term_counts(text: str) -> Counter[str]:
