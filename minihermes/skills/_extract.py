@@ -76,6 +76,34 @@ def collapse(calls: list[TurnCall]) -> list[TurnCall]:
     return out
 
 
+NEUTRAL_TOOLS = frozenset({"find_tools", "skill_view"})
+"""Tools that look up tools or read skills: calling them neither follows a skill nor strays from it."""
+
+
+def steps(names: list[str]) -> list[str]:
+    """A tool sequence as steps: neutral tools left out, consecutive calls of one tool as one step."""
+    out: list[str] = []
+    for name in names:
+        if name not in NEUTRAL_TOOLS and (not out or out[-1] != name):
+            out.append(name)
+    return out
+
+
+def followed(skill_tools: list[str], call_names: list[str]) -> bool:
+    """Whether a turn whose tool calls were ``call_names`` (in order, failed calls included) followed a
+    skill whose procedure's steps name ``skill_tools``: the skill's steps are a subsequence of the turn's
+    calls (each step's tool called, in the skill's order; a step may be called several times and other
+    steps' tools in between) and the turn called no tool outside the skill's tools. ``find_tools`` and
+    ``skill_view`` (``NEUTRAL_TOOLS``) are left out on both sides. A skill without tool steps is followed
+    by no turn's tool sequence (the store looks at ``skill_view`` for those)."""
+    want = steps(skill_tools)
+    got = steps(call_names)
+    if not want or not set(got) <= set(want):
+        return False
+    calls = iter(got)
+    return all(any(name == step for name in calls) for step in want)
+
+
 def intent_words(intent: str, limit: int = 6) -> list[str]:
     words = [w for w in re.findall(r"[a-z]+", intent.lower()) if len(w) > 2 and w not in STOPWORDS]
     seen: list[str] = []

@@ -19,6 +19,8 @@ from collections import Counter
 from collections.abc import Awaitable
 from typing import Any, Literal
 
+from pydantic import Field
+
 from minihermes.context.embeddings import fuse
 from minihermes.runtime import (
     ActorArgs,
@@ -32,6 +34,7 @@ from minihermes.runtime import (
 )
 
 from . import _access as access
+from . import _extract as extract
 from . import _store_io as io
 from ._model import (
     MAX_QUERY_CHARS,
@@ -49,6 +52,10 @@ CORRECTED = "corrected by the user"
 """The reason a skill learned from a turn the user corrected is archived (``turn_completed``)."""
 _RETRACTED = "retracted:"
 """KV: ``retracted:<workflow key>`` marks a turn the user corrected; a proposal from it is refused."""
+MIN_MATCH_COVERAGE = 0.3
+"""The least coverage of a request (``SkillIndex.match``) at which a skill matches it. ``bench/skills.py``
+measures what it costs (docs/benchmarks.md): an unrelated request that shares a word or two with a skill
+("the result", "a file") stays under it; a request of the skill's kind covers 0.4-1."""
 
 StatusFilter = Literal["", "candidate", "active", "stale", "archived", "pinned"]
 
@@ -60,13 +67,15 @@ def _turn_marker(user: str, turn_id: str) -> str:
 
 class SkillStore(SkillFolderOps):
     """Per-tenant skill store; see the module docstring. Args: ``learn_min_tool_calls`` (3),
-    ``duplicate_similarity`` (0.6), ``workflow`` (the extraction workflow's actor name),
-    ``relearn_after_days`` (30: how long a taught request is not taught again)."""
+    ``min_match_coverage`` (0.3), ``duplicate_similarity`` (0.6), ``workflow`` (the extraction workflow's
+    actor name), ``relearn_after_days`` (30: how long a taught request is not taught again)."""
 
     class Args(ActorArgs):
         """Read by ``SkillStoreCore.on_init``."""
 
         learn_min_tool_calls: int = 3
+        min_match_coverage: float = Field(default=MIN_MATCH_COVERAGE, ge=0, le=1)
+        """``match_skills`` returns no skill covering less of the request (``SkillIndex.match``)."""
         duplicate_similarity: float = DUPLICATE_SIMILARITY
         workflow: str = "skill_workflow"
         relearn_after_days: float = 30
@@ -83,6 +92,10 @@ class SkillStore(SkillFolderOps):
         """One import (an archive, and what it unpacks to)."""
 
     state_version = 1
+
+    async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
+        await super().on_init(actor_id, args)
+        self.min_match_coverage = float(args.get("min_match_coverage", MIN_MATCH_COVERAGE))
 
     # -- proposals and versions ---------------------------------------------------------------------------
 
@@ -208,7 +221,10 @@ class SkillStore(SkillFolderOps):
         self, query: str, limit: int = 3, user_id: str = "", session_id: str = ""
     ) -> dict[str, Any]:
         """The usable skills (active or stale) best matching ``query`` that the user may use:
-        ``skills: [{skill_id, name, description, procedure, score, version, status}]``, best first."""
+        ``skills: [{skill_id, name, description, procedure, score, coverage, version, status}]``, best
+        first. A skill whose words cover less of the request than ``min_match_coverage`` is not a match
+        (``coverage``: ``SkillIndex.match``; 0 for a skill found by meaning alone), so a request that only
+        shares a word or two with every skill ("the result", "a file") gets none."""
         op = "match_skills"
         if len(query) > MAX_QUERY_CHARS:
             query = query[:MAX_QUERY_CHARS]  # the agent passes the user's message; its head says enough
@@ -216,13 +232,21 @@ class SkillStore(SkillFolderOps):
             raise InvalidArgument(f"{op}: limit must be 1..20", op=op, field="limit")
         user = access.acting_user(user_id)
         query_vec = await self._query_vector(query)
+        floor = self.min_match_coverage
+        wide = self.index.match(
+            query,
+            limit if query_vec is None else max(limit, 10),
+            user_id=user,
+            now=self.host.now(),
+            min_coverage=floor,
+        )
+        coverage = {sid: cov for sid, _score, cov in wide}
         if query_vec is None:
-            hits = self.index.search(query, limit, user_id=user, now=self.host.now())
+            hits = [(sid, score) for sid, score, _cov in wide]
         else:
             # Semantic fusion: skills that mean the same without sharing words join the ranking.
             close = self.index.semantic_search(query_vec, max(limit, 10), user_id=user)
-            wide = self.index.search(query, max(limit, 10), user_id=user, now=self.host.now())
-            hits = fuse(wide, close, limit)
+            hits = fuse([(sid, score) for sid, score, _cov in wide], close, limit)
         skills = []
         for sid, score in hits:
             record = self._records[sid]
@@ -233,6 +257,7 @@ class SkillStore(SkillFolderOps):
                     "description": record["description"],
                     "procedure": await self._prompt_procedure(record),
                     "score": score,
+                    "coverage": coverage.get(sid, 0.0),
                     "version": record["version"],
                     "status": record["status"],
                 }
@@ -295,12 +320,28 @@ class SkillStore(SkillFolderOps):
     # -- usage and lifecycle ------------------------------------------------------------------------------
 
     @call
-    async def record_usage(self, skill_id: str, session_id: str = "", success: bool = True) -> dict[str, Any]:
-        """A matched skill was used in a turn (call or cast). A stale skill in use is active again."""
+    async def record_usage(
+        self, skill_id: str, session_id: str = "", success: bool = True, followed: bool = True
+    ) -> dict[str, Any]:
+        """A matched skill was given to a turn (call or cast). ``followed`` (the turn's tool calls were the
+        skill's steps, ``turn_completed``): a use, a success or a failure with the turn, and a stale skill
+        in use is active again. Not followed: only ``ignored`` grows (the turn's outcome says nothing about a
+        skill it did not use, and an ignored match is no use: it keeps no skill from going stale); the
+        turns a skill was matched in are ``uses + ignored``."""
         record = self._records.get(skill_id)
         if record is None:
             raise NotFound(f"no skill '{skill_id}'", op="record_usage", field="skill_id")
         record = dict(record)
+        if not followed:
+            record["ignored"] = int(record.get("ignored", 0)) + 1
+            await self._save(record, previous_status=record["status"], reindex=False)
+            return {
+                "status": "ok",
+                "skill_id": skill_id,
+                "uses": record["uses"],
+                "ignored": record["ignored"],
+                "skill_status": record["status"],
+            }
         record["uses"] += 1
         record["successes" if success else "failures"] += 1
         record["last_used_at"] = self.host.now()
@@ -314,6 +355,7 @@ class SkillStore(SkillFolderOps):
             "status": "ok",
             "skill_id": skill_id,
             "uses": record["uses"],
+            "ignored": int(record.get("ignored", 0)),
             "skill_status": record["status"],
         }
 
@@ -467,9 +509,12 @@ class SkillStore(SkillFolderOps):
         ``tool_calls`` is the turn's count of calls, or the calls themselves. Nothing new is learned from
         a turn that a matched skill (``skill_ids``, injected into its prompt) carried to success, nor from
         a request the same user already taught with the same tools (within ``relearn_after_days``): each
-        extraction costs several model calls, and a repeat teaches nothing the first one did not. Nothing
-        is learned from a turn that fell short (``success`` false: a failed tool call, the step limit, an
-        answer contradicting its tool results)."""
+        extraction costs several model calls, and a repeat teaches nothing the first one did not. A matched
+        skill carried the turn only when the turn followed it (``_followed``: its calls were the skill's
+        steps); a turn that was given a skill and did something else is learned as any other (given only a
+        count of calls, a matched skill is taken as followed). Nothing is learned from a turn that fell
+        short (``success`` false: a failed tool call, the step limit, an answer contradicting its tool
+        results)."""
         count = len(tool_calls) if isinstance(tool_calls, list) else tool_calls
         if count < self.learn_min_tool_calls or not self.host.has_actor(self.workflow):
             return
@@ -477,7 +522,10 @@ class SkillStore(SkillFolderOps):
             self.host.incr_counter("skill_extractions_skipped_total", reason="fell_short")
             return
         user = access.acting_user(user_id)
-        if success and any(sid in self._records for sid in skill_ids or []):
+        given = [sid for sid in skill_ids or [] if sid in self._records]
+        if isinstance(tool_calls, list):
+            given = self._followed(given, tool_calls)
+        if given:
             self.host.incr_counter("skill_extractions_skipped_total", reason="skill_used")
             return
         names = (
@@ -496,6 +544,30 @@ class SkillStore(SkillFolderOps):
         args = {"session_id": session_id, "turn_id": turn_id, "user_intent": user_intent, "user_id": user}
         self.host.send(f"{self.workflow}/{io.workflow_key(turn_id)}", "start", args)
         self.host.incr_counter("skill_extractions_started_total")
+
+    def _followed(self, skill_ids: list[str], tool_calls: list[dict[str, Any]]) -> list[str]:
+        """The skills of ``skill_ids`` the turn whose calls were ``tool_calls`` followed: for a skill with
+        tool steps, ``extract.followed`` (its steps a subsequence of the turn's calls, no tool outside its
+        tools; ``find_tools`` and ``skill_view`` aside); for one without (instructions only), the turn read
+        it with ``skill_view``."""
+        calls = [c for c in tool_calls if isinstance(c, dict)]
+        names = [str(c.get("name", "")) for c in calls]
+        out = []
+        for sid in skill_ids:
+            record = self._records.get(sid)
+            if record is None:
+                continue
+            if record["tools"]:
+                if extract.followed(record["tools"], names):
+                    out.append(sid)
+            elif any(
+                c.get("name") == "skill_view"
+                and isinstance(c.get("input"), dict)
+                and c["input"].get("name") in (record["name"], sid)
+                for c in calls
+            ):
+                out.append(sid)
+        return out
 
     async def _learned_recently(self, key: str) -> bool:
         at = self._learned.get(key)
@@ -526,18 +598,23 @@ class SkillStore(SkillFolderOps):
     ) -> None:
         """A finished turn (the turn listener, ``minihermes.turn_event``; published by the agent, never
         awaited): when it corrects the session's previous turn (``corrects_turn``), what was learned from
-        that turn is taken back (``_retract``); each skill the turn was given is counted as used
-        (``record_usage``, a success when the turn is one: ok, no failed tool call, a truthful answer), then
-        the turn is considered for learning (``evaluate_for_learning``). A step that fails (a skill deleted
-        since) is logged and the next runs."""
+        that turn is taken back (``_retract``); each skill the turn was given is counted (``record_usage``):
+        as used, a success when the turn is one (ok, no failed tool call, a truthful answer), when the turn
+        followed it (``_followed``), else as ignored; then the turn is considered for learning
+        (``evaluate_for_learning``). A step that fails (a skill deleted since) is logged and the next runs."""
         if corrects_turn:
             await self._turn_step("retract", self._retract(corrects_turn, user_id))
-        for skill_id in skill_ids or []:
-            if isinstance(skill_id, str) and skill_id:
-                await self._turn_step(
-                    "record_usage",
-                    self.record_usage(skill_id=skill_id, session_id=session_id, success=success),
-                )
+        given = [sid for sid in skill_ids or [] if isinstance(sid, str) and sid]
+        used = set(self._followed(given, list(tool_calls or [])))
+        for skill_id in given:
+            if skill_id not in used:
+                self.host.incr_counter("skill_matches_ignored_total")
+            await self._turn_step(
+                "record_usage",
+                self.record_usage(
+                    skill_id=skill_id, session_id=session_id, success=success, followed=skill_id in used
+                ),
+            )
         await self._turn_step(
             "evaluate_for_learning",
             self.evaluate_for_learning(
@@ -546,7 +623,7 @@ class SkillStore(SkillFolderOps):
                 user_intent=user_message,
                 user_id=user_id,
                 tool_calls=list(tool_calls or []),
-                skill_ids=[sid for sid in skill_ids or [] if sid],
+                skill_ids=given,
                 success=success,
             ),
         )

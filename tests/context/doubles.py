@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from minihermes.runtime import ActorError, GenServer, call, cast
+from minihermes.skills import procedure_tools
 from minihermes.skills.skill_store import SkillStore
 
 REQUESTS: list[dict[str, Any]] = []
@@ -93,10 +94,20 @@ class FakeSkills(GenServer):
     turn_completed = SkillStore.turn_completed
     """The skill store's own turn listener: the turn becomes ``record_usage`` and ``evaluate_for_learning``."""
     _turn_step = SkillStore._turn_step
+    _followed = SkillStore._followed
+
+    @property
+    def _records(self) -> dict[str, dict[str, Any]]:
+        """The matched skills as the store's records (what ``_followed`` reads)."""
+        return {s["skill_id"]: {**s, "tools": procedure_tools(s.get("procedure", ""))} for s in SKILLS}
 
     @cast
-    async def record_usage(self, skill_id: str, session_id: str = "", success: bool = True) -> None:
-        CASTS.append(("skill_store", "record_usage", {"skill_id": skill_id, "success": success}))
+    async def record_usage(
+        self, skill_id: str, session_id: str = "", success: bool = True, followed: bool = True
+    ) -> None:
+        CASTS.append(
+            ("skill_store", "record_usage", {"skill_id": skill_id, "success": success, "followed": followed})
+        )
 
     @cast
     async def evaluate_for_learning(

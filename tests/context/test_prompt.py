@@ -144,7 +144,10 @@ async def test_skills_are_injected_in_the_format_the_simulated_model_follows(mak
     match = next(c for c in CASTS if c[1] == "match_skills")
     assert match[2] == {"query": "calculate 6*7 and remember it", "limit": 3, "user_id": "alice"}
     usage = [c for c in CASTS if c[1] == "record_usage"]
-    assert usage == [("skill_store", "record_usage", {"skill_id": "sk-1", "success": True})]
+    # The scripted turn answered without calling the skill's tools: matched, not followed (not a use).
+    assert usage == [
+        ("skill_store", "record_usage", {"skill_id": "sk-1", "success": True, "followed": False})
+    ]
     learn = next(c for c in CASTS if c[1] == "evaluate_for_learning")
     assert learn[2]["user_id"] == "alice" and learn[2]["tool_calls"] == [] and reply["status"] == "ok"
 

@@ -58,7 +58,16 @@ async def test_a_candidate_is_never_matched_until_its_evaluation_passes(make_nod
     assert await _match(node, "sum these arithmetic expressions") == []
     await _activate(node, p["skill_id"])
     [hit] = await _match(node, "sum these arithmetic expressions")
-    assert set(hit) == {"skill_id", "name", "description", "procedure", "score", "version", "status"}
+    assert set(hit) == {
+        "skill_id",
+        "name",
+        "description",
+        "procedure",
+        "score",
+        "coverage",
+        "version",
+        "status",
+    }
     assert hit["skill_id"] == p["skill_id"] and hit["procedure"] == CALC and hit["status"] == "active"
     got = await node.ask("skill_store", "get_skill", {"skill_id": p["skill_id"]}, ctx=ACME_USER)
     assert got["skill"]["provenance"] == {"session_id": "s1", "user_id": "bob", "turn_id": "t1"}
