@@ -218,8 +218,14 @@ def _previous_sections(messages: list[dict[str, Any]]) -> dict[str, list[str]]:
     return out
 
 
-def fallback_summary(head: list[dict[str, Any]], middle: list[dict[str, Any]]) -> str:
-    """A deterministic summary in the same template, for when the LLM cannot make one."""
+def fallback_summary(
+    head: list[dict[str, Any]],
+    middle: list[dict[str, Any]],
+    counter: TokenCounter | None = None,
+    max_tokens: int = 0,
+) -> str:
+    """A deterministic summary in the same template, for when the LLM cannot make one. With ``counter``
+    and ``max_tokens`` it fits that budget, as the LLM's summary is asked to (``fit_sections``)."""
     previous = _previous_sections(middle)
     first = next((str(m.get("content") or "") for m in head if m.get("role") == "user"), "")
     requests = [
@@ -259,7 +265,37 @@ def fallback_summary(head: list[dict[str, Any]], middle: list[dict[str, Any]]) -
         "Facts": facts[-20:],
         "Next steps": next_steps,
     }
+    if counter is not None and max_tokens > 0:
+        return fit_sections(body, counter, max_tokens)
     return render_sections(body)
+
+
+_TRIM_ORDER = ("Progress", "Facts", "Decisions", "Goal")
+"""Which section gives up its oldest line first when a summary is over its budget (the goal's first line,
+the request that started the session, goes last)."""
+
+
+def fit_sections(body: dict[str, list[str]], counter: TokenCounter, max_tokens: int) -> str:
+    """``render_sections(body)`` within ``max_tokens``: the oldest lines of the longest trimmable section
+    go first (one line stays in each), then every line is shortened, then the text is cut."""
+    body = {k: list(v) for k, v in body.items()}
+    text = render_sections(body)
+    while counter.count(text) > max_tokens:
+        longest = max(_TRIM_ORDER, key=lambda s: len(body.get(s) or []))
+        lines = body.get(longest) or []
+        if len(lines) <= 1:
+            break
+        # Progress, facts and decisions are oldest first; the goal keeps its first line (the session's start).
+        del lines[1 if longest == "Goal" else 0]
+        text = render_sections(body)
+    for limit in (120, 60, 30):
+        if counter.count(text) <= max_tokens:
+            return text
+        body = {k: [_short(line, limit) for line in v] for k, v in body.items()}
+        text = render_sections(body)
+    while counter.count(text) > max_tokens and len(text) > 16:
+        text = text[: int(len(text) * 0.9)].rstrip() + " ..."
+    return text
 
 
 def render_sections(body: dict[str, list[str]]) -> str:

@@ -210,4 +210,5 @@ class ContextCompressor(GenServer):
             if text and _compress.looks_structured(text):
                 return redact(text), "llm"
         self.fallback_count += 1
-        return redact(_compress.fallback_summary(plan.head, plan.middle)), "fallback"
+        summary = _compress.fallback_summary(plan.head, plan.middle, self.counter, self.summary_max_tokens)
+        return redact(summary), "fallback"

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from minihermes.context import ContextCompressor
-from minihermes.context._compress import SECTIONS, SUMMARY_PREFIX, check_pairs
+from minihermes.context._compress import SECTIONS, SUMMARY_PREFIX, check_pairs, fit_sections, render_sections
+from minihermes.context.tokens import default_counter
 from minihermes.llm._anthropic import to_anthropic_messages
 from minihermes.llm._types import CompletionRequest
 from minihermes.runtime import ActorSpec, InvalidArgument, NotFound
@@ -126,6 +127,34 @@ async def test_without_a_gateway_the_fallback_is_used(make_node):
     node = await make_node(specs(gateway=False))
     out = await compress(node, conversation(12))
     assert out["compressed"] and out["summary_source"] == "fallback"
+
+
+@pytest.mark.parametrize("limit", [200, 400, 1024])
+async def test_the_fallback_summary_keeps_within_its_token_budget(make_node, limit):
+    # A long session (many turns, long tool results and answers) used to give a fallback summary over the
+    # budget the LLM's summary is held to (1,761 tokens against 1,125 in a newcomer's session).
+    node = await make_node(
+        [
+            ActorSpec(
+                "context_compressor", ContextCompressor, per_tenant=True, args={"summary_max_tokens": limit}
+            )
+        ]
+    )
+    out = await compress(node, conversation(60, filler=120), budget=4000)
+    assert out["compressed"] and out["summary_source"] == "fallback"
+    summary = out["messages"][1]["content"].removeprefix(SUMMARY_PREFIX).strip()
+    assert all(f"## {s}" in summary for s in SECTIONS)
+    assert default_counter().count(summary) <= limit
+    # What matters most survives the trimming: the session's first request and the newest tool results.
+    assert "turn 0" in summary.split("## Progress")[0]
+    if limit >= 400:
+        facts = summary.split("## Facts")[1].split("## Next steps")[0]
+        assert "calculator" in facts
+
+
+def test_fit_sections_leaves_a_summary_within_budget_alone():
+    body = {"Goal": ["plan a trip"], "Progress": ["booked"], "Facts": ["x"]}
+    assert fit_sections(body, default_counter(), 1000) == render_sections(body)
 
 
 async def test_the_archive_holds_the_original_redacted(make_node):
