@@ -22,6 +22,11 @@ tenant's KV instead (unbounded key sets), written behind by ``UsageLedger``.
 Credentials are phantom tokens resolved by ``CredentialVault`` only when a provider client is built;
 provider clients are cached per provider (not durable) and rebuilt when the registration, the active
 provider or the credential changes.
+
+Where a ``base_url`` may point is the node operator's (``allowed_egress``, ``minihermes.llm.egress``): unset,
+a tenant reaches public addresses only; loopback, private, link-local and other internal addresses are
+refused at ``register_provider``, again before a client is built (and by ``test_provider``), and at every
+connection the adapters' guarded transports make. A one-owner node (no auth) allows everything.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from minihermes.llm import (
     ProviderConfig,
     UnknownProviderError,
     create_provider,
+    egress,
 )
 from minihermes.llm.protocol import CompletionReply
 from minihermes.runtime import (
@@ -73,6 +79,9 @@ ADMIN_ROLES = frozenset({"admin", "system"})
 SESSION_ROLES = ADMIN_ROLES | {"user"}
 """A user may pin their session to another registered provider; changing the tenant's needs an admin."""
 DEFAULT_PROVIDER = policy.OFFLINE_KIND
+EGRESS_SETTING = (
+    f"the llm_gateway arg allowed_egress (or {egress.ENV_VAR} for the whole node; docs/configuration.md)"
+)
 
 BudgetScope = Literal["tenant", "user", "session", "cron_job"]
 
@@ -87,13 +96,16 @@ class LLMGateway(GenServer):
         """The ``GatewaySettings`` fields and the vault's ``credential_key``."""
 
         credential_key: str | None = None
+        allowed_egress: list[str] | None = None
+        """Internal addresses a provider's ``base_url`` may reach (``minihermes.llm.egress``): None only
+        public ones, ``["*"]`` any (a one-owner node), else ``"host:port"``, ``"host"``, CIDR networks."""
 
         @field_validator("*", mode="before")
         @classmethod
         def _a_number(cls, value: Any, info: ValidationInfo) -> Any:  # type: ignore[override]
             # Replaces the settings' check of the same name (pydantic: by name; it needs ``info`` to tell
             # the fields apart): the key is a string, the settings numbers.
-            if info.field_name == "credential_key":
+            if info.field_name in ("credential_key", "allowed_egress"):
                 return value
             return policy.GatewaySettings._a_number(value)
 
@@ -116,6 +128,7 @@ class LLMGateway(GenServer):
     counters: dict[str, int] = state(default_factory=dict)
 
     _settings: policy.GatewaySettings
+    _egress: egress.EgressPolicy
     _vault: CredentialVault
     _ledger: policy.UsageLedger
     _pool: policy.ProviderPool
@@ -127,7 +140,13 @@ class LLMGateway(GenServer):
     _tick_due: float
 
     async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
-        self._settings = policy.GatewaySettings.from_args(args, extra=frozenset({"credential_key"}))
+        self._settings = policy.GatewaySettings.from_args(
+            args, extra=frozenset({"credential_key", "allowed_egress"})
+        )
+        try:
+            self._egress = egress.EgressPolicy.parse(args.get("allowed_egress"), EGRESS_SETTING)
+        except ValueError as e:
+            raise ConfigError("llm_gateway.args.allowed_egress", str(e)) from None
         key = args.get("credential_key")
         if key is not None and not isinstance(key, str | bytes):
             raise ConfigError("llm_gateway.args.credential_key", "must be a string")
@@ -440,6 +459,10 @@ class LLMGateway(GenServer):
                     "llm_gateway: the credential of %s is missing or does not decrypt", name
                 )
                 raise policy.BuildFailed(ErrorKind.AUTH)
+        refused = await self._egress_refusal(entry)
+        if refused is not None:
+            self.host.log.warning("llm_gateway: provider %s: %s", name, refused)
+            raise policy.BuildFailed("misconfigured")
         config = ProviderConfig(
             model=entry["model"],
             base_url=entry["base_url"] or None,
@@ -447,6 +470,7 @@ class LLMGateway(GenServer):
             timeout=entry["timeout"],
             name=name,
             options=entry["options"],
+            egress=None if self._egress.allow_all else self._egress,
         )
         try:
             await policy.import_adapter(entry["kind"])
@@ -455,6 +479,18 @@ class LLMGateway(GenServer):
             # The type only: a constructor's message may quote its config.
             self.host.log.warning("llm_gateway: cannot build provider %s (%s)", name, type(exc).__name__)
         raise policy.BuildFailed("misconfigured")
+
+    async def _egress_refusal(self, entry: dict[str, Any]) -> str | None:
+        """Why the registration's ``base_url`` may not be reached now (a registration older than the
+        operator's setting, a name that resolves elsewhere since), or None. The adapters' transports check
+        every connection too; this names the setting where a person reads it."""
+        if not entry["base_url"] or self._egress.allow_all:
+            return None
+        try:
+            await egress.check_url(entry["base_url"], self._egress, op="provider", field="base_url")
+        except PermissionDenied as refused:
+            return refused.message
+        return None
 
     # -- recovery ticks ---------------------------------------------------------------------------------
 
@@ -482,7 +518,7 @@ class LLMGateway(GenServer):
     # -- administration ---------------------------------------------------------------------------------
 
     @call(access="admin")
-    def register_provider(
+    async def register_provider(
         self,
         name: str,
         kind: str,
@@ -496,7 +532,8 @@ class LLMGateway(GenServer):
         test: bool = False,
     ) -> dict[str, Any] | Deferred:
         """Add or replace a provider. ``credential`` is a phantom token from ``register_credential``.
-        With ``test``, the reply also carries ``test``: what ``test_provider`` answers for it."""
+        With ``test``, the reply also carries ``test``: what ``test_provider`` answers for it. A ``base_url``
+        that is, or resolves to, an internal address this node does not allow is ``permission_denied``."""
         _require(ADMIN_ROLES, "register_provider")
         policy.check_name(name, "name")
         if credential:
@@ -516,6 +553,8 @@ class LLMGateway(GenServer):
             pricing=pricing or {},
             slow_call_seconds=slow_call_seconds,
         )
+        if base_url:  # before any state changes: nothing awaits after this
+            await egress.check_url(base_url, self._egress, op="register_provider", field="base_url")
         replaced = name in self.providers
         self.providers[name] = typing.cast(
             "dict[str, Any]", entry
@@ -614,6 +653,9 @@ class LLMGateway(GenServer):
         unusable = policy.unusable(name, entry, model, self.credentials)
         if unusable is not None:
             return {**out, "error": connection.failure(*unusable)}
+        refused = await self._egress_refusal(entry)
+        if refused is not None:
+            return {**out, "error": connection.failure("misconfigured", refused)}
         try:
             client = await self._build_provider(name, entry)
         except policy.BuildFailed as failed:

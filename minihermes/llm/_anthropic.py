@@ -14,7 +14,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._common import ensure_object, httpx2_ssl_context, settle_stop_reason
+from ._common import ensure_object, httpx2_options, settle_stop_reason
 from ._errors import ErrorKind, ProviderError, error_for, guarded, kind_for_status, parse_retry_after
 from ._provider import Provider, ProviderConfig
 from ._streaming import ToolCallAssembler
@@ -208,7 +208,7 @@ class AnthropicProvider(Provider):
             timeout=config.timeout,
             max_retries=0,
             default_headers=config.extra_headers or None,
-            http_client=anthropic.DefaultAsyncHttpxClient(verify=httpx2_ssl_context()),
+            http_client=anthropic.DefaultAsyncHttpxClient(**httpx2_options(config.egress)),
         )
         self._cache = bool(config.options.get("prompt_caching", True))
 

@@ -1,4 +1,4 @@
-"""Small helpers every adapter shares: tool-argument parsing, stable ids, token estimates."""
+"""Small helpers every adapter shares: tool-argument parsing, stable ids, token estimates, HTTP client options."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 from ._errors import ErrorKind, error_for
 from ._types import CompletionRequest, StopReason, ToolCall
+from .egress import EgressPolicy, httpx2_transport, httpx_transport
 
 
 def parse_arguments(raw: str | None, *, tool: str, provider: str, secret: str | None) -> dict[str, Any]:
@@ -116,3 +117,19 @@ def httpx2_ssl_context() -> ssl.SSLContext:
     import httpx2
 
     return httpx2.create_ssl_context()
+
+
+def httpx_options(egress: EgressPolicy | None) -> dict[str, Any]:
+    """The TLS and transport arguments of an adapter's ``httpx.AsyncClient``: the shared TLS context, and,
+    when ``egress`` restricts where the client may connect, a transport that checks every request's address
+    (``minihermes.llm.egress``)."""
+    if egress is None or egress.allow_all:
+        return {"verify": httpx_ssl_context()}
+    return {"transport": httpx_transport(egress, verify=httpx_ssl_context())}
+
+
+def httpx2_options(egress: EgressPolicy | None) -> dict[str, Any]:
+    """The same for an official SDK's ``httpx2`` client."""
+    if egress is None or egress.allow_all:
+        return {"verify": httpx2_ssl_context()}
+    return {"transport": httpx2_transport(egress, verify=httpx2_ssl_context())}

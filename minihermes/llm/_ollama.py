@@ -17,7 +17,7 @@ import httpx
 
 from ._common import (
     ensure_object,
-    httpx_ssl_context,
+    httpx_options,
     loads_or,
     parse_arguments,
     settle_stop_reason,
@@ -88,7 +88,7 @@ class OllamaProvider(Provider):
             base_url=config.base_url or DEFAULT_BASE_URL,
             timeout=httpx.Timeout(config.timeout),
             headers=headers,
-            verify=httpx_ssl_context(),
+            **httpx_options(config.egress),
         )
         self._keep_alive = config.options.get("keep_alive")
         self._options: dict[str, Any] = dict(config.options.get("ollama_options", {}))

@@ -12,7 +12,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._common import httpx2_ssl_context, parse_arguments, settle_stop_reason, stable_call_id
+from ._common import httpx2_options, parse_arguments, settle_stop_reason, stable_call_id
 from ._errors import ErrorKind, ProviderError, error_for, guarded, kind_for_status, parse_retry_after
 from ._provider import Provider, ProviderConfig
 from ._streaming import ToolCallAssembler
@@ -132,7 +132,7 @@ class OpenAIProvider(Provider):
             timeout=config.timeout,
             max_retries=0,
             default_headers=config.extra_headers or None,
-            http_client=openai.DefaultAsyncHttpxClient(verify=httpx2_ssl_context()),
+            http_client=openai.DefaultAsyncHttpxClient(**httpx2_options(config.egress)),
         )
         # The client fills these from OPENAI_ORG_ID / OPENAI_PROJECT_ID when not given; the config decides.
         self._client.organization = _option_str(config, "organization")

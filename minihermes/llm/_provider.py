@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Self
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from ._types import Completion, CompletionRequest, StreamEvent
+from .egress import EgressPolicy
 
 
 class ProviderConfig(BaseModel):
@@ -21,7 +22,7 @@ class ProviderConfig(BaseModel):
     holds kind-specific settings (documented on each provider class).
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
     model: str = ""
     base_url: str | None = None
@@ -31,6 +32,9 @@ class ProviderConfig(BaseModel):
     name: str | None = None
     """A label for this provider in completions and errors (e.g. "openrouter"); defaults to the kind."""
     options: dict[str, Any] = Field(default_factory=dict)
+    egress: EgressPolicy | None = None
+    """Where the client may connect (``minihermes.llm.egress``; None: anywhere). An adapter builds its HTTP
+    client with ``_common.httpx_options`` / ``httpx2_options``, which add the guarded transport."""
 
     def secret(self) -> str | None:
         """The API key in clear, for the adapter that sends it and for redaction; never log it."""

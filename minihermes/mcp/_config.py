@@ -8,7 +8,8 @@ A stdio program runs on the node's machine as the node's user, outside the sandb
 which (``stdio_commands``). Where that is a list rather than ``["*"]``, the tenant admin names neither a
 folder of the machine (``cwd`` is refused) nor the variables that decide which program runs or what it
 loads (``PATH``, ``LD_PRELOAD``, ``PYTHONPATH``, ``NODE_OPTIONS``, ... are refused): the listed program is
-the one that runs.
+the one that runs. An http server's ``url`` is checked here for its form only; where its host may point
+(``allowed_egress``) is checked by the manager, which resolves it (``minihermes.llm.egress``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ REDACTED = "***"
 RESERVED_ARGS = ("mcp_server", "mcp_tool")
 """Input fields the ``mcp_call`` tool kind reads itself: an MCP tool may not have arguments named so."""
 STDIO_SETTING = "the mcp_manager arg stdio_commands (docs/mcp.md)"
+EGRESS_SETTING = (
+    "the mcp_manager arg allowed_egress (or MINIHERMES_ALLOWED_EGRESS for the whole node; docs/mcp.md)"
+)
 _LOADER_ENV = re.compile(
     r"^(?:PATH|HOME|SHELL|ENV|BASH_ENV|SHELLOPTS|BASHOPTS|IFS|TMPDIR|GCONV_PATH|LOCPATH|HOSTALIASES|"
     r"LD_\w*|DYLD_\w*|XDG_\w*|PYTHON\w*|NODE_\w*|NPM_CONFIG_\w*|NPX_\w*|UV_\w*|PIP_\w*|VIRTUAL_ENV|"

@@ -5,6 +5,9 @@ for streamable HTTP) lives in task groups that must be entered and left by the s
 owns one task that opens the client, signals that it is ready and holds it open until ``close``; requests
 from any task of the loop go through the open client. A transport that dies (the server process exits, the
 HTTP session is gone) ends that task; the next request sees ``alive`` is false and the owner reconnects.
+
+With an ``egress`` policy, the streamable HTTP client is built on ``minihermes.llm.egress``'s guarded
+transport: every request (redirects too) goes only to an address the node's operator allows.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TextIO
 
+from minihermes.llm.egress import EgressPolicy, httpx2_transport
 from minihermes.runtime import ActorError
 
 from ._scrub import (
@@ -70,8 +74,10 @@ class MCPConnection:
         record: dict[str, Any],
         log_file: Path | None = None,
         spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Future[None]] = asyncio.ensure_future,
+        egress: EgressPolicy | None = None,
     ) -> None:
         self.record = record
+        self.egress = egress
         self.log_file = log_file
         # The actor passes host.spawn: a crash or stop of the actor then cancels the holder task, and leaving
         # the client ends the server process with it.
@@ -107,6 +113,19 @@ class MCPConnection:
                 command=rec["command"], args=rec["args"], env=rec["env"] or None, cwd=rec["cwd"] or None
             )
             return Client(stdio_client(params, errlog=errlog), read_timeout_seconds=rec["timeout"])
+        if self.egress is not None:
+            import httpx2
+            from mcp.client.streamable_http import streamable_http_client
+
+            # The SDK's own client's timeouts (a long read for the event stream), on the guarded transport.
+            http = httpx2.AsyncClient(
+                headers=rec["headers"] or None,
+                timeout=httpx2.Timeout(rec["timeout"], read=max(rec["timeout"], 300.0)),
+                transport=httpx2_transport(self.egress),
+            )
+            return Client(
+                streamable_http_client(rec["url"], http_client=http), read_timeout_seconds=rec["timeout"]
+            )
         if rec["headers"]:
             import httpx2
             from mcp.client.streamable_http import streamable_http_client

@@ -13,7 +13,10 @@ Args: ``log_dir`` (stdio servers' stderr goes to ``<log_dir>/<tenant>/<server>.l
 ``credential_key`` (encrypts the servers' env and header values at rest; the app passes the data dir's
 ``credential.key``), ``stdio_commands`` (the executables a tenant admin may start: ``["*"]`` any, a list
 those, ``[]`` none; unset: none, except on a one-owner node (no auth: ``agent.app.single_owner`` sets
-``["*"]``), since a stdio program runs on the node's machine outside the sandbox), ``max_servers``.
+``["*"]``), since a stdio program runs on the node's machine outside the sandbox), ``allowed_egress``
+(the internal addresses an http server's ``url`` may reach, ``minihermes.llm.egress``: unset, public ones
+only, checked at ``add_server`` and at every request the client makes; ``["*"]`` on a one-owner node),
+``max_servers``.
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from minihermes.audit import fire_audit
+from minihermes.llm import egress
 from minihermes.runtime import (
     ActorArgs,
     ActorError,
+    ConfigError,
     Conflict,
     Deferred,
     GenServer,
@@ -40,6 +45,7 @@ from minihermes.tools.workspace import safe_component
 
 from . import _tool
 from ._config import (
+    EGRESS_SETTING,
     MAX_TIMEOUT,
     MAX_TOOLS_PER_SERVER,
     RESERVED_ARGS,
@@ -78,6 +84,8 @@ class MCPManager(GenServer):
         """None: ``[]`` (no stdio programs), unless the composition root marks the node one owner's."""
         max_servers: int = MAX_SERVERS
         credential_key: str | None = None
+        allowed_egress: list[str] | None = None
+        """None: an http server's ``url`` reaches public addresses only; ``["*"]`` any (a one-owner node)."""
 
     state_version = 1
     servers: dict[str, dict[str, Any]] = state(default_factory=dict)
@@ -89,6 +97,10 @@ class MCPManager(GenServer):
         commands = args.get("stdio_commands")
         self.stdio_commands: list[str] = [str(c) for c in commands or []]
         self.max_servers = int(args.get("max_servers", MAX_SERVERS))
+        try:
+            self.egress = egress.EgressPolicy.parse(args.get("allowed_egress"), EGRESS_SETTING)
+        except ValueError as e:
+            raise ConfigError("mcp_manager.args.allowed_egress", str(e)) from None
         self._secrets = ServerSecrets(
             self.host.private_kv, current_context().tenant, args.get("credential_key")
         )
@@ -239,6 +251,8 @@ class MCPManager(GenServer):
     async def _sync(self, record: dict[str, Any], op: str) -> dict[str, Any]:
         """Connect with ``record``, register the tools it offers, drop the ones it no longer offers."""
         name = record["name"]
+        if record["transport"] == "http":  # before connecting: the refusal names the setting
+            await egress.check_url(record["url"], self.egress, op=op, field="url")
         conn = self._new_connection(record)
         await conn.open()
         try:
@@ -334,7 +348,8 @@ class MCPManager(GenServer):
     def _new_connection(self, record: dict[str, Any]) -> MCPConnection:
         if record["transport"] == "stdio":  # the node's setting now, not the one it was added under
             check_program("mcp_connect", record["command"], record["env"], record["cwd"], self.stdio_commands)
-        return MCPConnection(record, self._log_file(record["name"]), spawn=self.host.spawn)
+        guard = None if self.egress.allow_all else self.egress
+        return MCPConnection(record, self._log_file(record["name"]), spawn=self.host.spawn, egress=guard)
 
     def _log_file(self, server: str) -> Path | None:
         if self.log_dir is None:

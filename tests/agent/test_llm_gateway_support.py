@@ -178,6 +178,8 @@ def tree(audit: bool = True, **args: Any) -> SupervisorSpec:
     # Usage per user/session is written after every call unless a test asks for the delayed flush, whose
     # sleeps would otherwise mix with the backoff sleeps the tests watch.
     args.setdefault("usage_flush_interval", 0)
+    # The tests' servers are on loopback: a node whose operator allows it (a served node's default is public only).
+    args.setdefault("allowed_egress", ["*"])
     children: list[ActorSpec | SupervisorSpec] = [
         ActorSpec("llm_gateway", LLMGateway, per_tenant=True, args={"credential_key": KEY_MATERIAL, **args})
     ]

@@ -35,9 +35,13 @@ def specs(mcp_args: dict[str, Any] | None = None) -> list[ActorSpec]:
     return [
         ActorSpec("tool_executor", ToolExecutor, per_tenant=True, args={"toolsets": TOOLSETS}),
         ActorSpec("guardrails", Guardrails, per_tenant=True),
-        # The tests' own programs: a node whose operator allows any (a served node's default is none).
+        # The tests' own programs and loopback servers: a node whose operator allows any (a served node's
+        # default is none, and public addresses only).
         ActorSpec(
-            "mcp_manager", MCPManager, per_tenant=True, args={"stdio_commands": ["*"], **(mcp_args or {})}
+            "mcp_manager",
+            MCPManager,
+            per_tenant=True,
+            args={"stdio_commands": ["*"], "allowed_egress": ["*"], **(mcp_args or {})},
         ),
     ]
 
