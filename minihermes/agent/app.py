@@ -16,6 +16,7 @@ from cryptography.fernet import Fernet
 from minihermes.context import ContextCompressor
 from minihermes.context.search_tool import SESSION_SEARCH_TOOLSET
 from minihermes.context.toolsets import check_names
+from minihermes.llm import egress
 from minihermes.mcp import MCP_TOOLSET, MCPManager
 from minihermes.runtime import AppConfig, Clock, ConfigError, Node, build_node, register_actor_type
 from minihermes.skills import SKILL_ROLES, SKILLS_TOOLSET, SkillTools
@@ -274,11 +275,16 @@ def prepare_data_dir(data_dir: Path) -> dict[str, str]:
 def build_agent_node(config: AppConfig, *, clock: Clock | None = None) -> Node:
     """A node for an agent app config: data dir prepared, data-dir-bound args given to the services."""
     paths = prepare_data_dir(config.data_dir)
+    # The operator's node-wide egress allow-list, where an actor's own allowed_egress arg is unset.
+    egress_env = os.environ.get(egress.ENV_VAR)
+    allowed = egress.split_env(egress_env) if egress_env is not None else None
     executors = [s for s in config.tree.walk() if s.cls is ToolExecutor]
     for spec in executors:
         spec.args["toolsets"] = toolsets_for(spec.args.get("toolsets"), f"{spec.name}.args.toolsets")
     known = sorted({t.name for s in executors for t in s.args["toolsets"]}) if executors else None
     for spec in config.tree.walk():
+        if spec.cls in (LLMGateway, MCPManager) and allowed is not None:
+            spec.args.setdefault("allowed_egress", allowed)
         if spec.cls is LLMGateway:
             spec.args.setdefault("credential_key", paths["credential_key"])
         elif spec.cls is ToolExecutor:
@@ -309,11 +315,15 @@ def default_config(data_dir: str | Path | None = None) -> AppConfig:
 
 def single_owner(config: AppConfig) -> AppConfig:
     """Mark a config as one person's (no auth, or an embedding program): guardrails then let that owner
-    approve their own paused tool calls, since nobody else could, and MCP servers may be any stdio program
-    (the owner's own machine; a node with auth starts none unless its operator lists them)."""
+    approve their own paused tool calls, since nobody else could, MCP servers may be any stdio program, and
+    provider and MCP URLs may reach loopback and private addresses (a local Ollama) (the owner's own machine;
+    a node with auth starts no program and reaches no internal address unless its operator lists them)."""
     for spec in config.tree.walk():
         if spec.cls is Guardrails:
             spec.args.setdefault("self_approval", True)
         elif spec.cls is MCPManager:
             spec.args.setdefault("stdio_commands", ["*"])
+            spec.args.setdefault("allowed_egress", ["*"])
+        elif spec.cls is LLMGateway:
+            spec.args.setdefault("allowed_egress", ["*"])
     return config
