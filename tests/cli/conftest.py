@@ -45,6 +45,9 @@ def core_config() -> AppConfig:
     """The agent app without the optional subsystems (skills, goals, kanban, cron, MCP)."""
     model = AppConfig.from_toml(AGENT_CONFIG, "<agent>").model
     model.supervisor.children = [c for c in model.supervisor.children if c.name in _CORE]
+    for child in model.supervisor.children:  # one owner's machine: providers may be on loopback
+        if child.name == "llm_gateway":
+            child.args["allowed_egress"] = ["*"]
     return AppConfig(model, "<agent core>")
 
 

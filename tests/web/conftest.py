@@ -75,7 +75,9 @@ def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 def _serve(factory: pytest.TempPathFactory, name: str, options: list[str]) -> Iterator[Server]:
     data = factory.mktemp(name) / "data"
-    with serve_process(data, options, env={"WEB_JWT_SECRET": SECRET}, ready_timeout=90) as url:
+    # The operator lets tenants' providers reach loopback: the tests' fake models listen there.
+    env = {"WEB_JWT_SECRET": SECRET, "MINIHERMES_ALLOWED_EGRESS": "127.0.0.1"}
+    with serve_process(data, options, env=env, ready_timeout=90) as url:
         yield Server(url)
 
 
