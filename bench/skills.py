@@ -23,6 +23,12 @@ paraphrased requests, each labelled with the skill(s) that should match.
 Metrics: p50/p99 latency per query; P@3 = relevant skills in the top 3 / 3 (the usual definition, so a query
 with one relevant skill scores at most 0.33); hit@1 = the first result is relevant; R@3 = share of the
 relevant skills found in the top 3.
+
+Then the matching threshold (``skill_store``'s ``min_match_coverage``, ``SkillIndex.match``'s
+``min_coverage``), on the 40 labelled skills alone (a tenant's own few skills, where BM25 alone matches
+whatever shares a word) and on the 1k corpus: per threshold, the relevant skills still among the (at most
+3) returned, hit@1, the share of returned skills that are relevant (precision), and "unrelated": each query
+asked again with its relevant skills removed, so that any skill it gets is one it should not get.
 """
 
 from __future__ import annotations
@@ -232,6 +238,40 @@ async def actor_run(
     return {"populate_s": populate, "activation_s": activation, "times": times, "results": got, "ids": ids}
 
 
+# -------------------------------------------------------------------------------------------- threshold
+
+THRESHOLDS = (0.0, 0.2, 0.3, 0.4)
+
+
+def threshold_rows(skills: list[dict[str, Any]], queries: list[dict[str, Any]], label: str) -> None:
+    """What ``min_coverage`` costs: relevant matches kept, hit@1, precision, unrelated requests matched."""
+    ids = {s["name"]: s["skill_id"] for s in skills}
+    index = build_index(skills)
+    without: dict[str, SkillIndex] = {}
+    for q in queries:  # the corpus without each query's relevant skills (unrelated: it should get none)
+        key = ",".join(sorted(q["relevant"]))
+        if key not in without:
+            without[key] = build_index([s for s in skills if s["name"] not in q["relevant"]])
+    relevant_total = sum(len(q["relevant"]) for q in queries)
+    for t in THRESHOLDS:
+        kept = hit1 = returned = right = unrelated = 0
+        for q in queries:
+            relevant = {ids[name] for name in q["relevant"]}
+            got = [sid for sid, _score in index.search(q["query"], 3, min_coverage=t)]
+            kept += len(relevant & set(got))
+            hit1 += bool(got) and got[0] in relevant
+            returned += len(got)
+            right += len(relevant & set(got))
+            other = without[",".join(sorted(q["relevant"]))]
+            unrelated += bool(other.search(q["query"], 3, min_coverage=t))
+        n = len(queries)
+        print(
+            f"{label:>8} {t:>9.2f} {kept:>5}/{relevant_total:<4} {hit1 / n:>6.3f} "
+            f"{(right / returned if returned else 0.0):>9.3f} {unrelated:>6}/{n:<3}",
+            flush=True,
+        )
+
+
 # ------------------------------------------------------------------------------------------------- main
 
 
@@ -287,6 +327,14 @@ def main() -> None:
             lambda q, m=seed: m.search(q, 3), texts, 1 if size >= 100_000 else args.rounds
         )
         row(size, "seed", build, times, cpu, quality(got, queries, ids))
+    print()
+    header = f"{'skills':>8} {'coverage':>9} {'kept':>10} {'hit@1':>6} {'precision':>9} {'unrelated':>10}"
+    print(header)
+    print("-" * len(header))
+    labelled = corpus(len(data["skills"]), data["skills"])
+    threshold_rows(labelled, queries, str(len(labelled)))
+    if sizes:
+        threshold_rows(corpus(min(sizes), data["skills"]), queries, str(min(sizes)))
     if not actor_size:
         return
     skills = corpus(actor_size, data["skills"])
