@@ -258,6 +258,10 @@ class HostText(_Scoped):
     async def search(self, index: str, query: str, limit: int = 10) -> list[SearchHit]:
         return await self._store.text.search(_scope(), index, query, limit)
 
+    async def compact(self, *indexes: str) -> int:
+        """After forgetting: no trace of removed documents left in these indexes' storage."""
+        return await self._store.text.compact(_scope(), indexes)
+
 
 class HostVectors(_Scoped):
     async def upsert(self, index: str, doc_id: str, vector: Sequence[float], meta: JSON = None) -> None:

@@ -141,6 +141,16 @@ class PgText(Part):
 
         return op
 
+    async def compact(self, scope: Scope, indexes: Sequence[str]) -> int:
+        """Nothing to merge: a removed row's tsvector is in no index structure a query or ``pg_dump`` reads.
+        Its dead tuple stays in the table's heap file until (auto)vacuum reuses the space: see
+        docs/security.md for what that means for erasure."""
+        tenant, ns = check_scope(scope)
+        names = list(dict.fromkeys(check_name("index", index) for index in indexes))
+        sql = "SELECT COUNT(DISTINCT idx) FROM text_docs WHERE tenant = %s AND ns = %s AND idx = ANY(%s)"
+        rows = await self._db.fetchall(sql, (tenant, ns, names))
+        return int(rows[0][0]) if rows else 0
+
     async def documents(self, scope: Scope, index: str, prefix: str = "") -> list[tuple[str, JSON]]:
         tenant, ns = check_scope(scope)
         check_name("index", index)

@@ -297,4 +297,7 @@ def prepare(conn: sqlite3.Connection, *, synchronous: str) -> None:
     if str(mode).lower() != "wal":
         raise sqlite3.OperationalError(f"could not enable WAL journal mode (got {mode!r})")
     conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+    # What is deleted is overwritten with zeros, not left in free space (forgetting must leave no bytes of
+    # it in the file). Only this connection writes; readers never free a page.
+    conn.execute("PRAGMA secure_delete = ON")
     migrate(conn)

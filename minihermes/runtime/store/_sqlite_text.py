@@ -5,12 +5,20 @@
 index's own (no tenant's ranking moves with another's data) and a search reads only its index's postings.
 Queries are user text: they are reduced to words (shared ``search_terms``) and each word is quoted, so FTS5
 operators, column filters and stray quotes in the input are never parsed as syntax.
+
+Removing a document deletes its rows, but FTS5 records a deletion as a marker in a new segment: the words
+stay in the older segments' pages until a merge rewrites them (SQLite 3.42's ``secure-delete`` option would
+avoid that; older SQLite has none). ``compact`` (run by forgetting) merges each named index into one segment
+(``optimize``), so nothing of a removed document is left in a live page; the freed pages are zeroed because
+the writer connection runs with ``PRAGMA secure_delete`` (``_sqlite_schema.prepare``), and the WAL, which
+still holds the pages as they were, is checkpointed and truncated after it.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ._common import (
     check_count,
@@ -177,3 +185,29 @@ class SqliteText(Part):
                 meta = None
             hits.append(SearchHit(doc_id, -float(rank), snippet, meta))
         return hits
+
+    async def compact(self, scope: Scope, indexes: Sequence[str]) -> int:
+        tenant, ns = check_scope(scope)
+        names = list(dict.fromkeys(check_name("index", index) for index in indexes))
+
+        def op(conn: sqlite3.Connection) -> int:
+            found = 0
+            for index in names:
+                table = _table(conn, tenant, ns, index, create=False)
+                if table is not None:
+                    found += 1
+                    # Cost grows with the index (every segment is read and rewritten): see
+                    # docs/context.md for a measured number.
+                    conn.execute(f"INSERT INTO {table} ({table}) VALUES ('optimize')")
+            return found
+
+        found = await self._db.write(op)
+        await self._db.write(truncate_wal, transactional=False)
+        return found
+
+
+def truncate_wal(conn: sqlite3.Connection) -> Any:
+    """Copy the WAL into the database and truncate it to nothing, so the page images it held (deleted
+    content as it was before) are gone from the -wal file. Best effort: a reader holding an old snapshot
+    keeps the frames it needs until the next checkpoint (at the latest, when the store closes)."""
+    return conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()

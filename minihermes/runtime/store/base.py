@@ -509,6 +509,13 @@ class TextIndex(Protocol):
         """Free text query (user input: never a syntax error; punctuation is ignored); best first."""
         ...
 
+    async def compact(self, scope: Scope, indexes: Sequence[str]) -> int:
+        """After removals that must leave no trace (forgetting): merge each index so removed documents'
+        words are gone from its structures too, not only unreachable, and let the store drop the old
+        pages (SQLite: FTS5 ``optimize`` per index, then the WAL checkpointed and truncated; PostgreSQL:
+        nothing to merge, a removed row is dead at once). Returns how many of the indexes exist."""
+        ...
+
 
 @runtime_checkable
 class VectorIndex(Protocol):
