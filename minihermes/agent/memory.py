@@ -43,6 +43,16 @@ fact again rewrites all of them.
 A fact named with a session (``session_id``, ``source_session``) is tied to it (forgetting the session takes
 it along), so a user may name only their own sessions (admins any): one whose recorded owner (the session
 owner index, or the session manager's record) is another principal is refused.
+
+**Expiry** (issue 25): a fact may carry ``expires_at``, from ``store_memory``'s ``ttl_seconds`` (0: its kind's
+default from ``ttl_defaults``, episodes 90 days and the others none unless configured; -1: never). From that
+moment on it is absent from every read (recall, list, search, the core snapshot and so the prompt), checked
+against the actor's clock on what was read anyway (the record, or the index meta, which carries
+``expires_at`` too): no extra store round trip. The record's own ``expires_at``, not the store's KV TTL, is
+the source of truth, because the KV TTL would hide and purge the record alone and leave its index entry,
+tuple and embedding behind. A durable reminder runs the retention pass (``purge_expired``) at the end of the
+``retention_interval`` (1 h) in which the earliest expiry falls: it removes each expired fact's record, index
+entry, tuple and embedding in one transaction, so passes are batched, at most one per interval.
 """
 
 from __future__ import annotations
@@ -50,17 +60,22 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 from urllib.parse import quote, unquote
+
+from pydantic import field_validator
 
 from minihermes.agent.audit_event import fire_audit, is_restricted
 from minihermes.context import forget as forgetting
 from minihermes.context import query_terms, search_query_terms, search_stem, search_terms, snippet
 from minihermes.context.recall import (
     DEFAULT_HALF_LIFE_DAYS,
+    expired,
     final_score,
     fuse,
     is_fact,
@@ -79,6 +94,8 @@ from minihermes.runtime import (
     call,
     cast,
     current_context,
+    reset_context,
+    set_context,
     state,
 )
 from minihermes.runtime.store import (
@@ -123,6 +140,42 @@ LOOKUP_TOOLS = frozenset({"memory_search", "memory_recall", "session_search"})
 """The tools that only read back what is remembered: a turn that called nothing else leaves no episode."""
 _LAST_EPISODE = "episode_last:"
 """kv prefix of a session's last episode (``{turn_id, key}``): what a correction retracts."""
+DAY_SECONDS = 86_400
+NEVER = -1
+"""``ttl_seconds`` (or a ``ttl_defaults`` value) of a memory that never expires."""
+MAX_TTL_SECONDS = 100 * 365 * DAY_SECONDS
+DEFAULT_TTLS: dict[str, int] = {"episodic": 90 * DAY_SECONDS}
+"""Per kind, the ``ttl_seconds`` a memory stored without one gets (a kind not named: never expires)."""
+RETENTION_INTERVAL = 3600.0
+"""Seconds: expired memories are removed by one pass at the end of the interval they expired in."""
+_PURGE_REMINDER = "memory_expiry"
+_PURGE_BATCH = 100
+"""Expired facts removed per transaction by the retention pass."""
+
+
+def _check_ttl(op: str, field: str, ttl: int, *, default_allowed: bool) -> None:
+    if type(ttl) is not int or not (
+        ttl == NEVER or 1 <= ttl <= MAX_TTL_SECONDS or (default_allowed and ttl == 0)
+    ):
+        default = ", 0 (its kind's default)" if default_allowed else ""
+        raise InvalidArgument(
+            f"{op}: {field} must be an integer: -1 (never expires){default} or 1..{MAX_TTL_SECONDS} seconds",
+            op=op,
+            field=field,
+        )
+
+
+def ttl_defaults(configured: Mapping[str, Any]) -> dict[str, int]:
+    """The per-kind default TTLs: ``DEFAULT_TTLS`` overridden by ``configured`` (kind -> seconds, -1 never),
+    checked (an unknown kind or a bad value is an ``InvalidArgument`` naming it)."""
+    for kind, ttl in configured.items():
+        if kind not in KINDS:
+            raise InvalidArgument(
+                f"ttl_defaults: unknown kind '{kind}' (known: {', '.join(KINDS)})", field="ttl_defaults"
+            )
+        _check_ttl("ttl_defaults", f"ttl_defaults.{kind}", ttl, default_allowed=False)
+    return {**DEFAULT_TTLS, **configured}
+
 
 _ADMIN_ROLES = frozenset({"admin", "system"})
 _WRITER_ROLES = _ADMIN_ROLES | {"user"}
@@ -175,8 +228,13 @@ def _record_key(scope: str, owner: str, key: str, holder: str = "") -> str:
     return f"memp:{quote(holder, safe='')}:{base}" if holder else f"mem:{base}"
 
 
+def _ids(record: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    """``(scope, owner, key, holder)`` of a record."""
+    return record["scope"], record["owner"], record["key"], str(record.get("holder") or "")
+
+
 def _rkey(record: Mapping[str, Any]) -> str:
-    return _record_key(record["scope"], record["owner"], record["key"], str(record.get("holder") or ""))
+    return _record_key(*_ids(record))
 
 
 def _parse_rkey(rkey: str) -> tuple[str, str, str, str] | None:
@@ -296,6 +354,7 @@ def _visible(record: Mapping[str, Any], agent_id: str, session_id: str) -> bool:
 
 def _view(record: dict[str, Any]) -> dict[str, Any]:
     out = {k: record[k] for k in ("key", "value", "scope", "tier", "user_id", "created_at", "updated_at")}
+    out["expires_at"] = record.get("expires_at")
     out["kind"] = record.get("kind", "semantic")
     out["pinned"] = bool(record.get("pinned"))
     out["private"] = bool(_holder(record))
@@ -369,7 +428,10 @@ class Memory(GenServer):
 
     Args: ``max_memories`` (per tenant), ``max_value_chars`` (per tier, a dict), ``core_snapshot_chars``,
     ``half_life_days`` (temporal decay of search scores; 0 turns decay off), ``semantic`` (fuse cosine
-    similarity from the semantic extra when it is installed; default false).
+    similarity from the semantic extra when it is installed; default false), ``ttl_defaults`` (kind ->
+    seconds a memory of that kind lives when stored without ``ttl_seconds``, -1 never; over
+    ``DEFAULT_TTLS``), ``retention_interval`` (seconds; expired memories are removed at the end of the
+    interval they expired in).
     """
 
     class Args(ActorArgs):
@@ -379,9 +441,30 @@ class Memory(GenServer):
         core_snapshot_chars: int = CORE_SNAPSHOT_CHARS
         half_life_days: float = DEFAULT_HALF_LIFE_DAYS
         semantic: bool = False
+        ttl_defaults: dict[Kind, int] = {}
+        """Per kind, over ``DEFAULT_TTLS`` (episodes 90 days); -1: never expires."""
+        retention_interval: float = RETENTION_INTERVAL
+
+        @field_validator("ttl_defaults")
+        @classmethod
+        def _ttls(cls, v: dict[str, int]) -> dict[str, int]:
+            try:
+                ttl_defaults(v)
+            except InvalidArgument as e:
+                raise ValueError(e.message) from None
+            return v
+
+        @field_validator("retention_interval")
+        @classmethod
+        def _interval(cls, v: float) -> float:
+            if not v > 0:
+                raise ValueError("retention_interval must be > 0 seconds")
+            return v
 
     state_version = 1
     memory_count: int = state(default=0)
+    purge_at: float | None = state(default=None)
+    """When the retention pass's reminder is armed for (None: nothing stored expires)."""
 
     async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
         self.max_memories = int(args.get("max_memories", MAX_MEMORIES))
@@ -389,6 +472,12 @@ class Memory(GenServer):
         self.core_snapshot_chars = int(args.get("core_snapshot_chars", CORE_SNAPSHOT_CHARS))
         self._core: list[dict[str, Any]] | None = None
         """Every core record: read for each system prompt, so cached; every write here invalidates it."""
+        self._core_expiry: float | None = None
+        """The earliest ``expires_at`` in ``_core``: once it passes, expired records leave the cache."""
+        self.ttl_defaults = ttl_defaults(args.get("ttl_defaults") or {})
+        self.retention_interval = float(args.get("retention_interval", RETENTION_INTERVAL))
+        if not self.retention_interval > 0:
+            raise InvalidArgument("retention_interval must be > 0 seconds", field="retention_interval")
         self.half_life_days = float(args.get("half_life_days", DEFAULT_HALF_LIFE_DAYS))
         # Opt-in: loading the model costs seconds and each store an embedding.
         self._embedder = load_embedder() if args.get("semantic", False) else None
@@ -415,20 +504,35 @@ class Memory(GenServer):
         pinned: bool = False,
         private: bool | None = None,
         source_session: str = "",
+        ttl_seconds: int = 0,
     ) -> dict[str, Any]:
         """Store (or overwrite) the fact ``key`` in a scope. Values are text (others are stored as JSON);
         secrets in the key or value are redacted first. A user's facts are private to them (``private``
         false is refused: tenant-shared facts are written by admins); an admin's are tenant-shared unless
         ``private`` (then they belong to ``user_id``, default the admin). ``source_session`` (the session the
-        fact came from, default ``session_id``) lets forgetting a session take its facts along."""
+        fact came from, default ``session_id``) lets forgetting a session take its facts along.
+        ``ttl_seconds``: the fact expires that many seconds from now (1..``MAX_TTL_SECONDS``); 0, its kind's
+        default (``ttl_defaults``); -1, never. Overwriting a fact sets its expiry anew."""
         op = "store_memory"
         _require_writer(op)
+        _check_ttl(op, "ttl_seconds", ttl_seconds, default_allowed=True)
         _check_ids(
             op, agent_id=agent_id, session_id=session_id, user_id=user_id, source_session=source_session
         )
         await self._check_sessions(op, session_id=session_id, source_session=source_session)
         return await self._store(
-            key, value, scope, tier, agent_id, session_id, user_id, kind, pinned, private, source_session
+            key,
+            value,
+            scope,
+            tier,
+            agent_id,
+            session_id,
+            user_id,
+            kind,
+            pinned,
+            private,
+            source_session,
+            ttl_seconds,
         )
 
     async def _check_sessions(self, op: str, **sessions: str) -> None:
@@ -467,9 +571,11 @@ class Memory(GenServer):
         pinned: bool,
         private: bool | None,
         source_session: str,
+        ttl_seconds: int = 0,
     ) -> dict[str, Any]:
         """``store_memory`` once its sessions are checked (a turn's episode names the turn's own)."""
         op = "store_memory"
+        _check_ttl(op, "ttl_seconds", ttl_seconds, default_allowed=True)
         ctx = current_context()
         if _privileged(ctx):
             holder = (user_id or ctx.principal) if private else ""
@@ -507,7 +613,10 @@ class Memory(GenServer):
                 f"{op}: this tenant has {self.max_memories} memories already", code="quota_exceeded"
             )
         now = self.host.now()
-        earlier = previous or replaced
+        ttl = ttl_seconds or self.ttl_defaults.get(kind, NEVER)
+        expires_at = None if ttl == NEVER else now + ttl
+        # A fact that expired but is not removed yet is gone to every reader: storing it again creates it.
+        earlier = next((r for r in (previous, replaced) if r is not None and not expired(r, now)), None)
         record = {
             "key": key,
             "value": text,
@@ -522,6 +631,7 @@ class Memory(GenServer):
             "user_id": user_id or ctx.principal,
             "created_at": earlier["created_at"] if earlier else now,
             "updated_at": now,
+            "expires_at": expires_at,
         }
         analysed = " ".join(index_terms(f"{key} {text}"))
         meta = {
@@ -536,6 +646,7 @@ class Memory(GenServer):
             "user_id": record["user_id"],
             "source_session": record["source_session"],
             "updated_at": now,
+            "expires_at": expires_at,  # search leaves an expired fact out without reading its record
             "analysis": ANALYSIS,
             # Distinct words for query coverage (bounded: deep values can be long).
             "terms": " ".join(list(dict.fromkeys(analysed.split()))[:400]),
@@ -567,6 +678,8 @@ class Memory(GenServer):
             self._dropped(replaced, counted=False)
         if tier == "core" or (previous and previous.get("tier") == "core"):
             self._core = None
+        if expires_at is not None:
+            await self._plan_purge(expires_at)
         self._stats["stores"] += 1
         self.host.incr_counter("memory_stores_total", tier=tier)
         self._audit("memory_stored", f"scope={scope} key={key} tier={tier}", session_id, record)
@@ -578,6 +691,7 @@ class Memory(GenServer):
             "kind": kind,
             "private": bool(holder),
             "created": earlier is None,
+            "expires_at": expires_at,
         }
 
     @call(access="write")
@@ -702,9 +816,12 @@ class Memory(GenServer):
         ctx = current_context()
         reader = _reader(ctx, user_id)
         record: dict[str, Any] | None = None
+        now = self.host.now()
         for candidate in await self._candidates(scope, owner, key, reader.me):
             if not include_episodes and candidate.get("kind") == "episodic":
                 continue
+            if expired(candidate, now):
+                continue  # gone from the moment it expired (the retention pass removes it later)
             if await self._sees(reader, [candidate]):
                 record = candidate
                 break
@@ -745,7 +862,8 @@ class Memory(GenServer):
         elif scope == "session" and session_id:
             owner = session_id
         rows = await self._rows(["memory", scope or None, owner, None, tier or None])
-        records = await self._records(rows)
+        now = self.host.now()
+        records = [r for r in await self._records(rows) if not expired(r, now)]
         reader = _reader(current_context(), user_id)
         sessions = await self._session_owners(reader, records)
         shown = sorted(
@@ -847,6 +965,8 @@ class Memory(GenServer):
             probe = probes[rkey]
             if not probe.get("scope") or not _visible(probe, agent_id, session_id):
                 continue
+            if expired(probe, now):
+                continue
             if not reader.sees(probe, sessions):
                 continue
             if (scope and probe["scope"] != scope) or (tier and probe.get("tier") != tier):
@@ -867,7 +987,7 @@ class Memory(GenServer):
         found: list[dict[str, Any]] = []
         gone = 0
         for (score, relevance, _key, _fact), record in zip(ranked, records, strict=False):
-            if not isinstance(record, dict) or not reader.sees(record, sessions):
+            if not isinstance(record, dict) or not reader.sees(record, sessions) or expired(record, now):
                 gone += 1
                 continue  # an index entry whose record is gone (see the module docstring)
             found.append(
@@ -1010,6 +1130,86 @@ class Memory(GenServer):
                 await self._purge([t])  # a tuple whose record is gone: with whatever else it left
         await self.host.kv.delete(_LAST_EPISODE + quote(session_id, safe=""))
 
+    @call
+    async def purge_expired(self) -> dict[str, Any]:
+        """The retention pass (admin; the memory's own reminder runs it): every part of each expired fact
+        (record, index entry, tuple, embedding) is removed in one transaction per batch. Expired facts are
+        absent from every read already; this frees their storage. ``{purged, next_purge_at}``."""
+        op = "purge_expired"
+        if not _privileged(current_context()):
+            raise PermissionDenied(f"{op}: the retention pass is run by admins and the runtime", op=op)
+        now = self.host.now()
+        due: list[str] = []
+        later: list[float] = []
+        # The index meta carries every fact's expires_at: one scan, no record read for the live ones.
+        for rkey, meta in await self.host.text.documents(INDEX):
+            if not isinstance(meta, dict) or meta.get("expires_at") is None:
+                continue
+            if expired(meta, now):
+                due.append(rkey)
+            else:
+                later.append(float(meta["expires_at"]))
+        purged = 0
+        for start in range(0, len(due), _PURGE_BATCH):
+            batch = due[start : start + _PURGE_BATCH]
+            records: list[dict[str, Any]] = []
+            fragments: list[tuple[str, str, str, str]] = []
+            for rkey, record in zip(batch, await self._raw(batch), strict=True):
+                if isinstance(record, dict) and expired(record, now):
+                    records.append(record)
+                elif isinstance(record, dict) and record.get("expires_at") is not None:
+                    later.append(float(record["expires_at"]))
+                elif record is None and (ids := _parse_rkey(rkey)) is not None:
+                    fragments.append(ids)  # an index entry whose record is gone: with what else it left
+            purged += await self._forget_all(records)
+            await self._purge(fragments)
+        self.purge_at = None
+        if later:
+            await self._plan_purge(min(later))
+        else:
+            await self.host.cancel_reminder(_PURGE_REMINDER)
+        if purged:
+            self._audit("memories_expired", f"purged={purged}", "", None)
+        return {"status": "ok", "purged": purged, "next_purge_at": self.purge_at}
+
+    async def _forget_all(self, records: list[dict[str, Any]]) -> int:
+        """Remove every part of each of ``records`` in one transaction; how many records were there."""
+        if not records:
+            return 0
+        writes = [w for r in records for w in _removal(*_ids(r))]
+        results = await self.host.write_batch(writes)
+        removed = 0
+        for i, record in enumerate(records):
+            if results[4 * i]:
+                self._dropped(record)
+                removed += 1
+            else:
+                self._drop_vector(_rkey(record))
+        return removed
+
+    async def _plan_purge(self, expires_at: float) -> None:
+        """Arm the retention pass for a fact expiring at ``expires_at``: at the end of the
+        ``retention_interval`` it falls in, unless a pass is armed for no later than that already (so one
+        pass per interval removes everything that expired in it, and most stores arm nothing)."""
+        step = self.retention_interval
+        at = math.ceil(expires_at / step) * step
+        if self.purge_at is not None and self.host.now() < self.purge_at <= at:
+            return
+        with self._as_memory():
+            await self.host.set_reminder(_PURGE_REMINDER, "purge_expired", at=at)
+        self.purge_at = at
+
+    @contextmanager
+    def _as_memory(self) -> Iterator[None]:
+        """The reminder fires in the context it was set in: the tenant's, as the memory service itself
+        (``system``), never as the user whose store armed it."""
+        ctx = current_context()
+        token = set_context(replace(ctx, principal="memory", roles=frozenset({"system"})))
+        try:
+            yield
+        finally:
+            reset_context(token)
+
     @call(access="read")
     def get_stats(self) -> dict[str, Any]:
         """Stored facts (durable count) and operations since this instance started."""
@@ -1066,11 +1266,30 @@ class Memory(GenServer):
             pinned=False,
             private=True,
             source_session=session_id,
+            ttl_seconds=self._episode_ttl(tool_calls or []),
         )
         if turn_id and session_id:
             # What a correction in the session's next message retracts (one entry per session).
             entry = {"turn_id": turn_id, "key": f"episode:{digest}"}
             await self.host.kv.put(_LAST_EPISODE + quote(session_id, safe=""), entry)
+
+    def _episode_ttl(self, tool_calls: list[dict[str, Any]]) -> int:
+        """The episode's ``ttl_seconds``: the episodic default (0), or sooner when the turn stored a memory
+        that expires sooner (its text quotes the user's message, so it would outlive the fact)."""
+        ttls = [
+            ttl
+            for c in tool_calls
+            if isinstance(c, dict)
+            and c.get("name") == "memory_store"
+            and not c.get("is_error")
+            and isinstance(c.get("input"), dict)
+            and type(ttl := c["input"].get("ttl_seconds")) is int
+            and 1 <= ttl <= MAX_TTL_SECONDS
+        ]
+        if not ttls:
+            return 0
+        default = self.ttl_defaults.get("episodic", NEVER)
+        return min(ttls) if default == NEVER else min(*ttls, default)
 
     async def _retract_episode(self, session_id: str, turn_id: str, user: str) -> None:
         """Delete ``user``'s episode of ``turn_id`` if it is the session's last one (they said it was wrong)."""
@@ -1175,9 +1394,19 @@ class Memory(GenServer):
         return list(parts.values())
 
     async def _core_records(self) -> list[dict[str, Any]]:
+        """The core records that have not expired (cached: once the earliest expiry in the cache passes,
+        the expired ones leave it, without reading the store again)."""
+        now = self.host.now()
         if self._core is None:
             records = await self._records(await self._rows(["memory", None, None, None, "core"]))
             self._core = sorted((r for r in records if r.get("tier") == "core"), key=_order)
+            self._core_expiry = None
+        elif self._core_expiry is None or now < self._core_expiry:
+            return self._core
+        self._core = [r for r in self._core if not expired(r, now)]
+        self._core_expiry = min(
+            (float(r["expires_at"]) for r in self._core if r.get("expires_at") is not None), default=None
+        )
         return self._core
 
     def _audit(self, event_type: str, detail: str, session_id: str, record: dict[str, Any] | None) -> None:

@@ -8,6 +8,7 @@
   the lexical score.
 - Decay: ``score * 0.5 ** (age / half_life)``; pinned memories and the core tier are exempt, so what was
   declared important never fades, while old clutter stops diluting recall.
+- Expiry (``expired``): a memory past its ``expires_at`` is never a candidate, whatever its score.
 
 For a prompt's "Relevant memories" (``for_prompt``), what the user stated comes first: semantic and
 declarative facts rank above episodic memories (a record of a past turn), and an episode of a turn that fell
@@ -20,7 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from minihermes.context.consistency import could_not
@@ -50,6 +51,14 @@ def lexical(query_terms: Sequence[str], doc_terms: set[str], bm25: float, best_b
 
 def exempt(record: dict[str, Any]) -> bool:
     return bool(record.get("pinned")) or record.get("tier") == "core"
+
+
+def expired(record: Mapping[str, Any], now: float) -> bool:
+    """Whether a memory (its record, index meta or view) has expired at ``now``: from the moment of its
+    ``expires_at`` on, it is absent from every read (recall, list, search, core, the prompt), before the
+    retention pass removes it. None (or no such field: stored before expiry existed) never expires."""
+    at = record.get("expires_at")
+    return at is not None and float(at) <= now
 
 
 def final_score(relevance: float, record: dict[str, Any], now: float, half_life_days: float) -> float:

@@ -35,6 +35,7 @@ async def test_store_recall_overwrite_delete(make_node):
         "kind": "semantic",
         "private": False,
         "created": True,
+        "expires_at": None,  # facts do not expire unless asked (or configured)
     }
     got = await mem(node, "recall_memory", key="favourite_colour")
     assert got["found"] is True and got["value"] == "teal" and got["user_id"] == "alice"
