@@ -101,6 +101,8 @@ def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
+_MAX_TTL_SECONDS = 100 * 365 * 86_400
+"""``memory.MAX_TTL_SECONDS`` (tools sit below the agent package: the memory actor checks it again)."""
 _REDACTED = "[REDACTED]"
 """What ``minihermes/context/redact.py`` puts where a secret was: a chat message is redacted on entry, so a
 model asked to remember a password sees this, never the password."""
@@ -136,9 +138,11 @@ async def _memory_store(args: dict[str, Any], env: ToolEnv) -> Any:
             "tier": args.get("tier", "reachable"),
             "agent_id": args.get("agent_id", ""),
             "session_id": env.session_id,
+            "ttl_seconds": args.get("ttl_seconds", 0),
         },
     )
-    return {k: reply[k] for k in ("key", "scope", "tier", "created") if k in reply} | {"stored": True}
+    fields = ("key", "scope", "tier", "created", "expires_at")
+    return {k: reply[k] for k in fields if k in reply} | {"stored": True}
 
 
 async def _memory_recall(args: dict[str, Any], env: ToolEnv) -> Any:
@@ -280,7 +284,9 @@ MEMORY = Toolset(
         Tool(
             "memory_store",
             "Remember a fact under a short key for later conversations (e.g. favourite_colour = teal). "
-            "Tier core is shown in every conversation; reachable is recalled on demand; deep is archival.",
+            "Tier core is shown in every conversation; reachable is recalled on demand; deep is archival. "
+            "ttl_seconds: forget it that many seconds from now (e.g. 86400 for a day); omitted or 0, the "
+            "default for facts (kept until changed, unless the operator set one); -1, never.",
             _obj(
                 {
                     "key": _KEY,
@@ -288,6 +294,7 @@ MEMORY = Toolset(
                     "scope": _SCOPE,
                     "tier": {"type": "string", "enum": ["core", "reachable", "deep"]},
                     "agent_id": {"type": "string", "maxLength": 200},
+                    "ttl_seconds": {"type": "integer", "minimum": -1, "maximum": _MAX_TTL_SECONDS},
                 },
                 ["key", "value"],
             ),
