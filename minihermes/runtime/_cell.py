@@ -387,7 +387,9 @@ class Cell:
                 env.reply.set_exception(
                     ActorCrashed(f"{self.address} crashed while handling '{env.op}'", actor=self.address)
                     if reason.startswith("crash")
-                    else ActorCrashed(f"{self.address} stopped ({reason})", actor=self.address, reason=reason)
+                    else self.node.stopped_error(
+                        ActorCrashed(f"{self.address} stopped ({reason})", actor=self.address, reason=reason)
+                    )
                 )
 
     # -- durability ---------------------------------------------------------------------------------------

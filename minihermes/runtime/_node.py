@@ -224,6 +224,14 @@ class Node:
         """Whether the node takes new work from outside (false once it is stopping)."""
         return self._accepting
 
+    def stopped_error(self, error: ActorError) -> ActorError:
+        """What a caller gets whose message an actor will not finish: ``error``, or ``ShuttingDown`` (503,
+        retry later) when the actor stopped because the node is stopping; durable work cut off by the stop
+        is resumed at the next start."""
+        if self._accepting:
+            return error
+        return ShuttingDown(f"the node is shutting down ({error.message})", **error.details)
+
     def install_signal_handlers(self, on_stop: Callable[[], Any]) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -516,7 +524,9 @@ class Node:
             # The work is a task of this instance (cancelled if it dies): its completion settles the reply,
             # no waiter task. Its outcome is the reply's, so it is not also logged as a failed task.
             work.remove_done_callback(_log_task_error)
-            work.add_done_callback(functools.partial(_settle_deferred, cell.address, reply))
+            work.add_done_callback(
+                functools.partial(_settle_deferred, cell.address, reply, self.stopped_error)
+            )
             return
 
         async def waiter() -> None:
@@ -543,7 +553,8 @@ class Node:
                 return
             except asyncio.CancelledError:
                 if reply is not None and not reply.done():
-                    reply.set_exception(ActorError(f"{cell.address} stopped before replying", code="stopped"))
+                    stopped = ActorError(f"{cell.address} stopped before replying", code="stopped")
+                    reply.set_exception(self.stopped_error(stopped))
                 raise
             if reply is not None and not reply.done():
                 reply.set_result(result)
@@ -636,7 +647,9 @@ class Node:
             if isinstance(env, Envelope):
                 self._release(env)
                 if env.reply is not None and not env.reply.done():
-                    env.reply.set_exception(ActorNotFound(f"{cell.address} is gone ({reason})"))
+                    env.reply.set_exception(
+                        self.stopped_error(ActorNotFound(f"{cell.address} is gone ({reason})"))
+                    )
 
     async def _restore(
         self, cell: Cell, inst: Actor, reader: Callable[[], Any] | None = None
@@ -772,11 +785,18 @@ def valid_key(key: str) -> bool:
     return 0 < len(key) <= MAX_KEY_CHARS and key.isprintable()
 
 
-def _settle_deferred(address: str, reply: asyncio.Future[Any] | None, work: asyncio.Task[Any]) -> None:
+def _settle_deferred(
+    address: str,
+    reply: asyncio.Future[Any] | None,
+    stopped_error: Callable[[ActorError], ActorError],
+    work: asyncio.Task[Any],
+) -> None:
     """A deferred reply from its task's outcome (as ``Node._spawn_reply``'s waiter does)."""
     if work.cancelled():
         if reply is not None and not reply.done():
-            reply.set_exception(ActorError(f"{address} stopped before replying", code="stopped"))
+            reply.set_exception(
+                stopped_error(ActorError(f"{address} stopped before replying", code="stopped"))
+            )
         return
     error = work.exception()
     if error is not None and not isinstance(error, ActorError):

@@ -48,6 +48,20 @@ async def test_graceful_stop_finishes_running_and_queued_work_and_refuses_new(ma
     assert await node2.store.locks.get(lock_scope, "leader") is None
 
 
+async def test_work_cut_off_by_a_stop_past_its_deadline_answers_shutting_down(make_node):
+    """A message still running at the shutdown deadline is answered ``shutting_down`` (503: retry later),
+    not ``actor_crashed``: the node stopped, nothing crashed."""
+    GATES.clear()
+    GATES["gate"] = asyncio.Event()  # never set: the work outlives the deadline
+    node = await make_node(tree(ActorSpec("slow", Slow), ActorSpec("c", Counter)), shutdown_deadline=0.2)
+    running = asyncio.ensure_future(node.ask("slow", "work", {"n": 1}, timeout=30))
+    await until(entered)
+    await node.stop()
+    with pytest.raises(ShuttingDown) as e:
+        await running
+    assert e.value.code == "shutting_down" and e.value.http_status == 503
+
+
 async def test_compaction_applies_retention_rules(make_node, clock: ManualClock):
     rules = [RetentionRule("events", "audit", max_age=86400), RetentionRule("kv", "run:", max_age=3600)]
     node = await make_node(tree(ActorSpec("c", Counter)), retention=rules, retention_interval=600)
