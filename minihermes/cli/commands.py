@@ -123,7 +123,7 @@ def call(
 # -- memory ---------------------------------------------------------------------------------------------------
 
 memory_app = ConnectedTyper(help="Memories: list, search, store, forget.", no_args_is_help=True)
-_MEMORY_COLUMNS = ["key", "value", "scope", "tier", "score", "updated_at"]
+_MEMORY_COLUMNS = ["key", "value", "scope", "tier", "score", "updated_at", "expires_at"]
 
 
 @memory_app.command("list")

@@ -41,6 +41,7 @@ async function render(root, ctx) {
           ["tier", "tier", (m) => badge(m.tier)],
           ["user_id", "user"],
           ["updated_at", "updated", (m) => fmtTime(m.updated_at)],
+          ["expires_at", "expires", (m) => (m.expires_at == null ? "never" : fmtTime(m.expires_at))],
           [
             "delete",
             "",
