@@ -109,6 +109,12 @@ class LLMGateway(GenServer):
                 return value
             return policy.GatewaySettings._a_number(value)
 
+        @field_validator("allowed_egress")
+        @classmethod
+        def _egress_entries(cls, value: list[str] | None) -> list[str] | None:
+            egress.EgressPolicy.parse(value, EGRESS_SETTING)  # a bad entry fails when the config loads
+            return value
+
     state_version = 1
     # Every session of the tenant calls through this one instance, and a completion holds the mailbox only
     # while it is validated (the call itself runs in a task): a deep mailbox absorbs bursts of new turns.

@@ -187,6 +187,8 @@ def forbidden_kind(address: IPAddress) -> str | None:
         return "link-local"
     if address.is_multicast:
         return "multicast"
+    if address.is_reserved:
+        return "reserved"
     if address.is_private:
         return "private"
     if not address.is_global:

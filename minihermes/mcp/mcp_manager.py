@@ -26,6 +26,8 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
+from pydantic import field_validator
+
 from minihermes.audit import fire_audit
 from minihermes.llm import egress
 from minihermes.runtime import (
@@ -86,6 +88,12 @@ class MCPManager(GenServer):
         credential_key: str | None = None
         allowed_egress: list[str] | None = None
         """None: an http server's ``url`` reaches public addresses only; ``["*"]`` any (a one-owner node)."""
+
+        @field_validator("allowed_egress")
+        @classmethod
+        def _egress_entries(cls, value: list[str] | None) -> list[str] | None:
+            egress.EgressPolicy.parse(value, EGRESS_SETTING)  # a bad entry fails when the config loads
+            return value
 
     state_version = 1
     servers: dict[str, dict[str, Any]] = state(default_factory=dict)
