@@ -278,6 +278,10 @@ def build_agent_node(config: AppConfig, *, clock: Clock | None = None) -> Node:
     # The operator's node-wide egress allow-list, where an actor's own allowed_egress arg is unset.
     egress_env = os.environ.get(egress.ENV_VAR)
     allowed = egress.split_env(egress_env) if egress_env is not None else None
+    try:
+        egress.EgressPolicy.parse(allowed, egress.ENV_VAR)
+    except ValueError as e:
+        raise ConfigError(egress.ENV_VAR, str(e)) from None
     executors = [s for s in config.tree.walk() if s.cls is ToolExecutor]
     for spec in executors:
         spec.args["toolsets"] = toolsets_for(spec.args.get("toolsets"), f"{spec.name}.args.toolsets")
