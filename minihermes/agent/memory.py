@@ -1058,12 +1058,14 @@ class Memory(GenServer):
         session_id: str = "",
         user_id: str = "",
         everything: bool = False,
+        tenant: bool = False,
     ) -> dict[str, Any]:
         """Forget one memory (``key`` in ``scope``), a session (its session-scoped facts, the facts that came
         from it, its transcript, archives, history and skill provenance), a user (all of that for each of
-        their sessions, and their facts) or, with ``everything`` (admin), the whole tenant. End users may
-        forget only their own memories, sessions and themselves: of a session whose owner is not recorded,
-        only their own facts."""
+        their sessions, and their facts) or, with ``everything`` or ``tenant`` (admin), the whole tenant,
+        from every store (``minihermes.context.forget``); ``cleared`` counts what went, per store. End users
+        may forget only their own memories, sessions and themselves: of a session whose owner is not
+        recorded, only their own facts."""
         op = "forget"
         _require_writer(op)
         _check_ids(op, agent_id=agent_id, session_id=session_id, user_id=user_id)
@@ -1082,12 +1084,12 @@ class Memory(GenServer):
             mode = "user"
             if is_restricted(ctx) and user_id != ctx.principal:
                 raise PermissionDenied(f"{op}: users can forget only themselves", op=op, field="user_id")
-        elif everything:
+        elif everything or tenant:
             mode = "tenant"
             if not ctx.roles & _ADMIN_ROLES:
                 raise PermissionDenied(f"{op}: forgetting a tenant needs the admin role", op=op)
         else:
-            raise InvalidArgument(f"{op}: give key, session_id, user_id or everything", op=op, field="key")
+            raise InvalidArgument(f"{op}: give key, session_id, user_id or tenant", op=op, field="key")
         deleted = 0
         fragments: list[tuple[str, str, str, str]] = []
         for part in await self._parts():
@@ -1111,8 +1113,9 @@ class Memory(GenServer):
         if session_id:
             await self.host.kv.delete(_LAST_EPISODE + quote(session_id, safe=""))
         elsewhere = await forgetting.forget_elsewhere(
-            self.host, session_id=session_id, user_id="" if session_id else user_id
+            self.host, session_id=session_id, user_id="" if session_id else user_id, indexes=[INDEX]
         )
+        elsewhere["cleared"]["memories"] = deleted + partial
         self._stats["forgets"] += 1
         self._audit("memories_forgotten", f"mode={mode} deleted={deleted}", session_id, None)
         return {"status": "ok", "mode": mode, "memories": deleted, "partial_memories": partial, **elsewhere}

@@ -1,20 +1,92 @@
 """Forgetting across stores: what is deleted is deleted everywhere it went.
 
 ``memory.forget`` deletes its own records and then calls ``forget_elsewhere`` for the rest of what a session,
-a user or a tenant left behind: the session-search index, the compressor's archives of full histories, the
-agents' durable histories, and skill provenance (``skill_store.forget``). Every store here is in the
-caller's tenant scope, so nothing outside the tenant can be named. Agents and the skill store are told with
-casts: an agent may be in a turn that is waiting on the caller, and an ``ask`` would wait on it in turn.
-The casts are queued before this returns, so a later request to the same agent sees the history gone.
+a user or a tenant (the *subject*) left behind:
+
+- here: the session-search index (its documents and vectors) and the compressor's archives of full
+  histories;
+- the agents' durable histories (``forget_session``, a cast: an agent may be in a turn that is waiting on
+  the caller, and an ``ask`` would wait on it in turn; the casts are queued before this returns, so a later
+  request to the same agent sees the history gone, and the agent's next checkpoint overwrites the old one);
+- every actor type that takes ``forget_subject`` (``FORGET_OP``; ``Host.actors_taking``, as turn listeners
+  are found): session records and their workspaces, kanban cards, cron jobs, goals, notifications, skills,
+  and last the audit trail, so that nothing written while forgetting names the subject in clear. Each gets
+  ``{user_id, session_id, tenant}`` (exactly one set), runs as the caller, checks what it may forget
+  (``subject``) and answers ``{"cleared": {store: count}}``;
+- finally the full-text indexes that lost documents are compacted (``host.text.compact``), so no deleted
+  word stays in an old FTS5 segment, and the WAL is truncated.
+
+Every store here is in the caller's tenant scope, so nothing outside the tenant can be named.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
-from minihermes.runtime import ActorError, ActorNotFound, Host
+from minihermes.runtime import (
+    ActorError,
+    ActorNotFound,
+    Host,
+    InvalidArgument,
+    PermissionDenied,
+    RequestContext,
+    current_context,
+)
 
 from . import session_index
+
+FORGET_OP = "forget_subject"
+"""The op every store that keeps something of a session, a user or the tenant takes (see the module)."""
+AUDIT_ACTOR = "audit_event"
+"""Told last: the other stores may write audit events while they forget."""
+FORGET_TIMEOUT = 120.0
+_ADMIN_ROLES = frozenset({"admin", "system"})
+
+
+@dataclass(frozen=True, slots=True)
+class Subject:
+    """What is forgotten: one session, one user, or (``tenant``) everything of the tenant."""
+
+    user_id: str = ""
+    session_id: str = ""
+    tenant: bool = False
+
+    @property
+    def kind(self) -> str:
+        return "session" if self.session_id else "user" if self.user_id else "tenant"
+
+    def payload(self) -> dict[str, Any]:
+        return {"user_id": self.user_id, "session_id": self.session_id, "tenant": self.tenant}
+
+
+def is_admin(ctx: RequestContext | None = None) -> bool:
+    """An admin or the runtime: may forget any user, any session, the tenant."""
+    return bool((ctx or current_context()).roles & _ADMIN_ROLES)
+
+
+def subject(op: str, *, user_id: str = "", session_id: str = "", tenant: bool = False) -> Subject:
+    """The subject a ``forget_subject`` call names, checked against the caller: exactly one of the three;
+    a user (anybody but an admin or the runtime) may name only themselves, and only an admin the tenant. A
+    session is checked by each store item by item (a user's forget of a session takes only what is theirs
+    in it: ``may_forget``)."""
+    if sum((bool(user_id), bool(session_id), bool(tenant))) != 1:
+        raise InvalidArgument(
+            f"{op}: give exactly one of user_id, session_id, tenant", op=op, field="user_id"
+        )
+    ctx = current_context()
+    if tenant and not is_admin(ctx):
+        raise PermissionDenied(f"{op}: forgetting a tenant needs the admin role", op=op, field="tenant")
+    if user_id and user_id != ctx.principal and not is_admin(ctx):
+        raise PermissionDenied(f"{op}: users can forget only themselves", op=op, field="user_id")
+    return Subject(user_id=user_id, session_id=session_id, tenant=tenant)
+
+
+def may_forget(owner: str, ctx: RequestContext | None = None) -> bool:
+    """Whether the caller may forget an item owned by ``owner`` (theirs, or they are an admin)."""
+    ctx = ctx or current_context()
+    return is_admin(ctx) or owner == ctx.principal
 
 
 async def record_session(host: Host, session_id: str, user_id: str) -> None:
@@ -30,6 +102,21 @@ async def session_owner(host: Host, session_id: str) -> str | None:
     return None if row is None else str(row[2])
 
 
+async def subject_sessions(host: Host, who: Subject) -> set[str]:
+    """The sessions a subject had, as the tenant's indexes know them: the session itself; a user's sessions
+    (recorded owner, transcript documents, archived histories); every session of the tenant. A store with
+    its own record of sessions (the session manager) adds its own."""
+    if who.session_id:
+        return {who.session_id}
+    user = who.user_id or None
+    rows = [
+        *(await host.tuples.read_all(["session_owner", None, user])),
+        *(await host.tuples.read_all(["transcript_doc", None, user, None])),
+        *(await host.tuples.read_all(["history_archive", None, user, None])),
+    ]
+    return {str(r[1]) for r in rows if r[1]}
+
+
 def _cast(host: Host, target: str, op: str, payload: dict[str, Any]) -> bool:
     try:
         host.send(target, op, payload)
@@ -39,15 +126,44 @@ def _cast(host: Host, target: str, op: str, payload: dict[str, Any]) -> bool:
         return False
 
 
-async def forget_elsewhere(host: Host, *, session_id: str = "", user_id: str = "") -> dict[str, Any]:
-    """Forget a session, a user, or (neither given) the whole tenant outside the memory store. Returns
-    counts per store."""
-    docs, sessions = await session_index.forget(host, session_id=session_id, user_id=user_id)
+def _merge(into: dict[str, int], reply: Any, actor: str) -> None:
+    """Add a store's ``cleared`` counts (an audit reply may count ``forgotten`` events instead)."""
+    if not isinstance(reply, dict):
+        return
+    cleared = reply.get("cleared")
+    if isinstance(cleared, dict):
+        for store, n in cleared.items():
+            if isinstance(n, int) and not isinstance(n, bool):
+                into[str(store)] = into.get(str(store), 0) + n
+    elif actor == AUDIT_ACTOR and isinstance(reply.get("forgotten"), int):
+        into["audit_events"] = into.get("audit_events", 0) + int(reply["forgotten"])
+
+
+async def ask_stores(host: Host, who: Subject, *, skip: Iterable[str] = ()) -> dict[str, int]:
+    """``forget_subject`` asked of every actor type that takes it (the audit trail last), as the caller;
+    their counts summed per store."""
+    cleared: dict[str, int] = {}
+    names = [n for n in host.actors_taking(FORGET_OP) if n not in set(skip)]
+    names.sort(key=lambda n: n == AUDIT_ACTOR)  # stable: the others in name order, then the audit trail
+    for name in names:
+        _merge(cleared, await host.ask(name, FORGET_OP, who.payload(), timeout=FORGET_TIMEOUT), name)
+    return cleared
+
+
+async def forget_elsewhere(
+    host: Host, *, session_id: str = "", user_id: str = "", indexes: Iterable[str] = ()
+) -> dict[str, Any]:
+    """Forget a session, a user, or (neither given) the whole tenant outside the memory store; ``indexes``:
+    the caller's own full-text indexes that lost documents, compacted with the session index's. Returns the
+    counts of before (``transcript_docs``, ``archives``, ``sessions_cleared``, ``skill_store_notified``) and
+    ``cleared``: per store, what went."""
+    who = Subject(user_id=user_id, session_id=session_id, tenant=not (session_id or user_id))
+    sessions = await subject_sessions(host, who)
+    docs, indexed, touched = await session_index.forget(host, session_id=session_id, user_id=user_id)
+    sessions |= indexed
     owners = await host.tuples.read_all(["session_owner", session_id or None, user_id or None])
     sessions |= {str(r[1]) for r in owners}
     users = {str(r[2]) for r in owners if r[2]}
-    if session_id:
-        sessions.add(session_id)
     if user_id:
         users.add(user_id)
     archives = 0
@@ -55,15 +171,16 @@ async def forget_elsewhere(host: Host, *, session_id: str = "", user_id: str = "
         reply = await host.ask(
             "context_compressor",
             "forget",
-            {"session_id": session_id, "user_id": user_id, "everything": not (session_id or user_id)},
+            {"session_id": session_id, "user_id": user_id, "everything": who.tenant},
         )
         archives = int(reply.get("deleted", 0))
     cleared = 0
     if host.has_actor("agent"):
         for sid in sorted(sessions):
             cleared += _cast(host, f"agent/{sid}", "forget_session", {"session_id": sid})
-    skills = 0
-    if host.has_actor("skill_store"):
+    stores = await ask_stores(host, who, skip=("memory",))
+    skills = int("skill_store" in host.actors_taking(FORGET_OP))
+    if not skills and host.has_actor("skill_store"):  # a skill store without forget_subject: told
         if session_id:
             skills += _cast(host, "skill_store", "forget", {"session_id": session_id, "user_id": ""})
         else:
@@ -71,9 +188,12 @@ async def forget_elsewhere(host: Host, *, session_id: str = "", user_id: str = "
                 skills += _cast(host, "skill_store", "forget", {"session_id": "", "user_id": uid})
     for row in owners:
         await host.tuples.take_all(list(row))
+    await host.text.compact(*dict.fromkeys([*indexes, *touched]))
+    counts = {"transcripts": cleared, "session_index": docs, "archives": archives, **stores}
     return {
         "transcript_docs": docs,
         "archives": archives,
         "sessions_cleared": cleared,
         "skill_store_notified": skills,
+        "cleared": counts,
     }

@@ -404,20 +404,22 @@ async def search(
     return out
 
 
-async def forget(host: Host, *, session_id: str = "", user_id: str = "") -> tuple[int, set[str]]:
+async def forget(host: Host, *, session_id: str = "", user_id: str = "") -> tuple[int, set[str], list[str]]:
     """Remove the documents of a session, of a user, or (neither given) of the whole tenant. Returns the
-    count and the sessions they belonged to. The documents' tuples go first, then their vectors (see
-    ``embed_turn`` for why that order)."""
+    count, the sessions they belonged to and the text indexes that lost documents (for the caller to
+    ``compact``: until then FTS5 keeps their words in old segments). The documents' tuples go first, then
+    their vectors (see ``embed_turn`` for why that order)."""
     rows = await host.tuples.read_all(["transcript_doc", session_id or None, user_id or None, None])
     sessions: set[str] = set()
+    touched: dict[str, None] = {}
     removals: list[Awaitable[Any]] = []
     for row in rows:
         sid, uid, did = str(row[1]), str(row[2]), str(row[3])
         sessions.add(sid)
         removals.append(host.tuples.take_all(list(row)))
-        removals.extend(
-            host.text.remove(index, did) for index in [INDEX] + ([user_index(uid)] if uid else [])
-        )
+        for index in [INDEX] + ([user_index(uid)] if uid else []):
+            touched[index] = None
+            removals.append(host.text.remove(index, did))
     await asyncio.gather(*removals)
     if rows and await host.kv.get(SEMANTIC_MARKER) is not None:
         await asyncio.gather(
@@ -428,4 +430,4 @@ async def forget(host: Host, *, session_id: str = "", user_id: str = "") -> tupl
                 for vindex in vector_indexes(index)
             )
         )
-    return len(rows), sessions
+    return len(rows), sessions, list(touched)

@@ -124,7 +124,7 @@ class Transcripts(GenServer):
 
     @call
     async def forget(self, session: str) -> int:
-        count, _ = await session_index.forget(self.host, session_id=session)
+        count, _, _ = await session_index.forget(self.host, session_id=session)
         return count
 
 
