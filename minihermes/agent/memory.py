@@ -515,7 +515,6 @@ class Memory(GenServer):
         default (``ttl_defaults``); -1, never. Overwriting a fact sets its expiry anew."""
         op = "store_memory"
         _require_writer(op)
-        _check_ttl(op, "ttl_seconds", ttl_seconds, default_allowed=True)
         _check_ids(
             op, agent_id=agent_id, session_id=session_id, user_id=user_id, source_session=source_session
         )
@@ -575,7 +574,7 @@ class Memory(GenServer):
     ) -> dict[str, Any]:
         """``store_memory`` once its sessions are checked (a turn's episode names the turn's own)."""
         op = "store_memory"
-        _check_ttl(op, "ttl_seconds", ttl_seconds, default_allowed=True)
+        _check_ttl(op, "ttl_seconds", ttl_seconds, default_allowed=True)  # before anything is read
         ctx = current_context()
         if _privileged(ctx):
             holder = (user_id or ctx.principal) if private else ""
@@ -1241,7 +1240,8 @@ class Memory(GenServer):
         tool results, searches that found nothing, an answer saying it could not do the request: nothing is
         remembered from such a turn) or the turn only looked memories up (every tool call in
         ``LOOKUP_TOOLS``: its episode would repeat other memories). A turn that corrects the session's
-        previous one (``corrects_turn``) first deletes that turn's episode."""
+        previous one (``corrects_turn``) first deletes that turn's episode. The episode expires after the
+        episodic default (``ttl_defaults``), or with the shortest-lived memory the turn stored."""
         if corrects_turn:
             await self._retract_episode(session_id, corrects_turn, user_id)
         if not episodic or not success:
