@@ -291,7 +291,7 @@ def build_agent_node(config: AppConfig, *, clock: Clock | None = None) -> Node:
             spec.args.setdefault("allowed_egress", allowed)
         if spec.cls is LLMGateway:
             spec.args.setdefault("credential_key", paths["credential_key"])
-        elif spec.cls is ToolExecutor:
+        elif spec.cls in (ToolExecutor, SessionManager):  # the session manager: to forget workspaces
             spec.args.setdefault("workspace_root", paths["workspace_root"])
         elif spec.cls is Agent:
             check_offered(spec.args, known, f"{spec.name}.args")

@@ -18,6 +18,11 @@ changed. ``list_sessions`` orders by last activity and finds sessions by title (
 
 Secrets a user types are redacted before anything is stored (``minihermes.context.redact``, as in chat
 history): in the title taken from the first message and in the ``metadata`` of ``create_session``.
+
+Forgetting (``forget_subject``, asked by ``memory.forget``): a session's record, title included, and its
+index entries are deleted, and so is its workspace folder (``workspace_root``: the app gives the session
+workspaces' folder), for one session, every session of a user, or the tenant's. A user forgets only their
+own sessions; a session whose owner is not known (no record, no recorded owner) only an admin.
 """
 
 from __future__ import annotations
@@ -26,9 +31,11 @@ import asyncio
 import json
 import re
 import uuid
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from minihermes.context import forget as forgetting
 from minihermes.context.redact import redact, redact_text
 from minihermes.runtime import (
     ActorArgs,
@@ -44,6 +51,7 @@ from minihermes.runtime import (
     current_context,
     state,
 )
+from minihermes.tools.workspace import erase_workspaces
 
 from .audit_event import fire_audit, is_restricted, sees_own_only
 
@@ -71,12 +79,15 @@ class SessionManager(GenServer):
     """Create, find, touch, end and list the tenant's sessions."""
 
     class Args(ActorArgs):
-        """No arguments."""
+        workspace_root: str | None = None
+        """The session workspaces' folder (``<data_dir>/workspaces``): forgetting a session deletes its own."""
 
     total_created: int = state(default=0)
     total_ended: int = state(default=0)
 
     async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
+        root = args.get("workspace_root")
+        self.workspace_root = Path(root) if root else None
         self.host.join("svc:session_manager")
 
     @call(access="write")
@@ -255,6 +266,52 @@ class SessionManager(GenServer):
             _new_record(session_id, channel, ctx.principal, "agent", ctx.principal, now, title=title, turns=1)
         )
 
+    @call(access="write")
+    async def forget_subject(
+        self, user_id: str = "", session_id: str = "", tenant: bool = False
+    ) -> dict[str, Any]:
+        """Forget a session, a user's sessions or (admin) the tenant's: records (titles included) and their
+        index entries, and workspace folders. ``cleared``: ``sessions`` (records), ``workspace_files``
+        (files and folders deleted)."""
+        who = forgetting.subject("forget_subject", user_id=user_id, session_id=session_id, tenant=tenant)
+        if session_id and not _SESSION_ID.fullmatch(session_id):
+            return {"status": "ok", "cleared": {"sessions": 0, "workspace_files": 0}}  # never stored here
+        metas = [m for _, m in await self.host.kv.list(_SESSION) if isinstance(m, dict)]
+        if who.session_id:
+            metas = [m for m in metas if m.get("session_id") == who.session_id]
+        elif who.user_id:
+            metas = [m for m in metas if _owned_by(m, who.user_id)]
+        metas = [m for m in metas if forgetting.may_forget(_owner(m))]
+        for meta in metas:
+            await self._erase(meta)
+        sessions = {str(m["session_id"]) for m in metas}
+        if who.user_id:
+            sessions |= await forgetting.subject_sessions(self.host, who)
+        elif who.session_id and not metas:
+            owner = await forgetting.session_owner(self.host, who.session_id)
+            if owner is not None and forgetting.may_forget(owner):
+                sessions.add(who.session_id)
+        files = 0
+        if self.workspace_root is not None and (sessions or who.tenant):
+            ctx = current_context()
+            files = await asyncio.to_thread(
+                erase_workspaces,
+                self.workspace_root,
+                ctx.tenant,
+                ctx.namespace,
+                None if who.tenant else sorted(sessions),
+            )
+        return {"status": "ok", "cleared": {"sessions": len(metas), "workspace_files": files}}
+
+    async def _erase(self, meta: dict[str, Any]) -> None:
+        """A session's record and every index entry that points at it."""
+        session_id = str(meta["session_id"])
+        await self.host.kv.delete(_SESSION + session_id)
+        await self.host.kv.delete(_user_key(str(meta.get("user_id")), session_id))
+        index = _index_key(str(meta.get("channel")), str(meta.get("user_id")))
+        if await self.host.kv.get(index) == session_id:
+            await self.host.kv.delete(index)
+
     async def _start(self, meta: dict[str, Any]) -> None:
         """A new session: its record and its owner's index entry stored, counted and audited."""
         session_id, channel, user_id = meta["session_id"], meta["channel"], meta["user_id"]
@@ -325,6 +382,11 @@ async def session_user(host: Host, session_id: str) -> str | None:
     meta = await host.kv.get(_SESSION + session_id)
     if not isinstance(meta, dict):
         return None
+    return _owner(meta)
+
+
+def _owner(meta: dict[str, Any]) -> str:
+    """The principal a session record belongs to (``session_user``'s rule)."""
     user = meta.get("user_id")
     return str(meta.get("created_by") if user == "anonymous" else user)
 

@@ -16,8 +16,9 @@ import hashlib
 import os
 import re
 import secrets
+import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -563,3 +564,24 @@ def workspace_path(root: Path, tenant: str, namespace: str, session_id: str) -> 
     """``<root>/<tenant>/<session>`` (the tenant folder carries the namespace when it is not the default)."""
     tenant_dir = tenant if namespace == "default" else f"{tenant}~{safe_component(namespace)}"
     return root / safe_component(tenant_dir) / safe_component(session_id)
+
+
+def erase_workspaces(root: Path, tenant: str, namespace: str, session_ids: Iterable[str] | None) -> int:
+    """Delete the workspace folders of these sessions of a tenant (``None``: the tenant's whole folder, every
+    session's), for forgetting; returns how many files and folders went. Blocking (run it in a thread).
+    Links are removed, never followed (``shutil.rmtree`` works relative to each folder's descriptor here), so
+    a link a sandboxed program left cannot send the deletion outside the workspace."""
+    tenant_dir = workspace_path(root, tenant, namespace, "_").parent
+    folders = [tenant_dir] if session_ids is None else [tenant_dir / safe_component(s) for s in session_ids]
+    removed = 0
+    for folder in folders:
+        if not folder.is_dir() or folder.is_symlink():
+            continue
+        entries = sum(len(dirs) + len(files) for _, dirs, files in os.walk(folder, followlinks=False))
+
+        def failed(_fn: Any, path: str, exc: Any) -> None:
+            raise WorkspaceError("io_error", f"could not delete {path}: {exc[1]}") from None
+
+        shutil.rmtree(folder, onerror=failed)
+        removed += entries
+    return removed
