@@ -4,7 +4,8 @@ The agent is the durable turn; what follows a turn is other actors' work. When a
 or ``max_iterations``; a turn that failed or waits for approval publishes nothing, so nothing is learned or
 remembered from it), the agent casts one ``TurnCompleted`` record to every *turn listener*: each actor type
 on the node that takes the ``turn_completed`` cast (``listeners``). Memory writes the turn's episode, the skill
-store records the use of the skills the turn was given and considers the turn for learning, goals judges the
+store counts each skill the turn was given as used or ignored (by ``tool_calls``: whether the turn followed
+it) and considers the turn for learning, goals judges the
 session's active goals. A record whose ``success`` is false (a failed tool call, the step limit, an answer
 that contradicts its tool results, searches that found nothing, an answer saying it could not do the request)
 leaves no episode and teaches no skill; one whose ``corrects_turn`` names
