@@ -80,6 +80,25 @@ async function request(method, path, body, contentType = "application/json") {
   return data;
 }
 
+// A file the server sends (GET, with the caller's credential like every request): `{blob, filename, headers}`;
+// a refusal is an ApiError as anywhere else.
+async function download(path) {
+  const response = await send(path, { method: "GET", headers: headers({ accept: "*/*" }) });
+  if (!response.ok) {
+    const text = await response.text();
+    let data = null;
+    try {
+      data = JSON.parse(text);
+    } catch {
+      data = null;
+    }
+    throw new ApiError(response.status, data, text);
+  }
+  const disposition = response.headers.get("content-disposition") || "";
+  const filename = /filename="?([^";]+)"?/.exec(disposition)?.[1] || "download";
+  return { blob: await response.blob(), filename, headers: response.headers };
+}
+
 export const api = {
   whoami: () => request("GET", "/api/v1/whoami"),
   actors: () => request("GET", "/api/v1/actors"),
@@ -91,6 +110,9 @@ export const api = {
   // An archive of skill folders, as the body (the JSON op route caps bodies at 1 MiB).
   importSkills: (file, approve) =>
     request("POST", `/api/v1/skills/import${approve ? "?approve=true" : ""}`, file, "application/octet-stream"),
+  // Every skill (of one status) as a zip of skill folders (admins; GET /api/v1/skills/export).
+  exportSkills: (status = "") =>
+    download(`/api/v1/skills/export${status ? `?status=${encodeURIComponent(status)}` : ""}`),
   // The caller's own inbox (GET /api/v1/notifications, POST /api/v1/notifications/read).
   notifications: {
     list: ({ unreadOnly = false, limit = 50 } = {}) =>

@@ -1,5 +1,6 @@
 // Skills by status; a skill's procedure, files and versions; pin, unpin, archive, recover, roll back; import
-// skill folders by uploading an archive (POST /api/v1/skills/import); self-written tools, deleted here.
+// skill folders by uploading an archive (POST /api/v1/skills/import) and download them all as one
+// (GET /api/v1/skills/export); self-written tools, deleted here.
 
 import { badge, clear, errorBox, fmtTime, h, notEnabled, opButton, pre, section, select, table, toast } from "../ui.js";
 
@@ -207,13 +208,25 @@ async function render(root, ctx) {
     );
   }
 
+  // Download all: the skills of the chosen status as one zip of skill folders (imports back unchanged).
+  const downloadAll = opButton(ctx, "skill_store", "export_skills", "Download all", async () => {
+    const { blob, filename, headers } = await ctx.api.exportSkills(status.value);
+    const url = URL.createObjectURL(blob);
+    const link = h("a", { href: url, download: filename, hidden: true });
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60_000); // the browser reads it after this click returns
+    toast(`Downloaded ${headers.get("x-skill-count") ?? "the"} skill(s) as ${filename}`);
+  });
+
   status.addEventListener("change", load);
   await load();
   const hasTools = ctx.catalog.has("skill_tools");
   if (hasTools) await loadTools();
   root.append(
     h("div", { class: "split" },
-      section("Skills", h("div", { class: "toolbar" }, status), listBox, h("h4", {}, "Import skill folders"), importForm()),
+      section("Skills", h("div", { class: "toolbar" }, status, downloadAll), listBox, h("h4", {}, "Import skill folders"), importForm()),
       section("Skill", detail)),
   );
   if (hasTools) root.append(section("Self-written tools", toolsBox));
