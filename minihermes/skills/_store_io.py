@@ -142,6 +142,23 @@ async def versions(host: Host, skill_id: str) -> list[dict[str, Any]]:
     return [v for _k, v in rows if isinstance(v, dict)]
 
 
+async def erase(host: Host, record: dict[str, Any]) -> None:
+    """Every trace of a skill in the store (forgetting the person it was learned from): its record, its
+    versions' meta and procedures, its text index entry and its tuples. The content-addressed files of an
+    imported folder (``skill_file/``) may be shared with other skills and stay."""
+    sid = record["skill_id"]
+    for key, _ in await host.kv.list(f"skill_v:{sid}:"):
+        await host.kv.delete(key)
+    for version in range(1, int(record.get("version") or 1) + 1):
+        await host.blobs.delete(blob_name(sid, version))
+    await host.text.remove(TEXT_INDEX, sid)
+    for trigger in {t.lower() for t in record.get("triggers", [])}:
+        await host.tuples.take_all(["skill_trigger", trigger, sid])
+    for tag in record.get("tags", []):
+        await host.tuples.take_all(["skill_tag", tag, sid, None])
+    await host.kv.delete(record_key(sid))
+
+
 async def forget_author(host: Host, skill_id: str, user_id: str) -> None:
     for key, meta in await host.kv.list(f"skill_v:{skill_id}:"):
         if isinstance(meta, dict) and meta.get("author") == user_id:

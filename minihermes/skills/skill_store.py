@@ -9,7 +9,8 @@ rebuilt from the KV records on activation: a store query per match would not mee
 
 Lifecycle: ``candidate`` (learned, not yet evaluated or approved: never matched) -> ``active`` -> ``stale``
 (unused for a while; a use makes it active again) -> ``archived`` (``recover`` brings it back). An admin's
-``reject_skill`` archives a candidate, noting who rejected it and why. Nothing is ever deleted. ``pinned`` skills are left alone by the curator. A skill learned in a user's sessions serves
+``reject_skill`` archives a candidate, noting who rejected it and why. Nothing is ever deleted, except
+what forgetting a person erases (``forget_subject``). ``pinned`` skills are left alone by the curator. A skill learned in a user's sessions serves
 only that user (``scope: user``) until an admin promotes it to the tenant. Every transition is audited.
 """
 
@@ -22,6 +23,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from minihermes.context.embeddings import fuse
+from minihermes.context.forget import may_forget, subject
 from minihermes.runtime import (
     ActorArgs,
     ActorError,
@@ -669,26 +671,53 @@ class SkillStore(SkillFolderOps):
 
     @cast
     async def forget(self, session_id: str = "", user_id: str = "") -> None:
-        """Forgetting a session or a user (sent by ``memory.forget``): their ids leave every skill's
-        provenance; a user's own skills, learned from their conversations, are archived (serving nobody
-        now) with their owner cleared. Skills promoted to the tenant stay, without the provenance."""
+        """``forget_subject`` told, not asked (kept for callers from before it)."""
         if user_id and not access.is_admin() and user_id != current_context().principal:
             self.host.log.warning("forget: %s may not forget user %s", current_context().principal, user_id)
             return
-        if not session_id and not user_id:
-            return
+        if session_id or user_id:
+            await self._forget(session_id if session_id else "", "" if session_id else user_id, False)
+
+    @call(access="write")
+    async def forget_subject(
+        self, user_id: str = "", session_id: str = "", tenant: bool = False
+    ) -> dict[str, Any]:
+        """Forgetting a session, a user or (admin) the tenant (asked by ``memory.forget``). A user's own
+        skills (``scope: user``), learned from or written in what is forgotten, are erased: record,
+        every version's procedure, index entries. Skills of the tenant (promoted or imported: an admin
+        adopted them) stay, with the forgotten ids gone from their provenance and history. ``cleared:
+        {skills, skill_provenance}``."""
+        who = subject("forget_subject", user_id=user_id, session_id=session_id, tenant=tenant)
+        erased, cleared = await self._forget(who.session_id, who.user_id, who.tenant)
+        return {"status": "ok", "cleared": {"skills": erased, "skill_provenance": cleared}}
+
+    async def _forget(self, session_id: str, user_id: str, tenant: bool) -> tuple[int, int]:
+        erased = cleared = 0
         if user_id:
             prefix = io.learned_prefix(user_id)
             for key, _ in await self.host.kv.list(prefix):
                 await self.host.kv.delete(key)
             for key in [k for k in self._learned if k.startswith(prefix)]:
                 del self._learned[key]
+        elif tenant:
+            for key, _ in await self.host.kv.list("learned:"):
+                await self.host.kv.delete(key)
+            self._learned.clear()
         for record in list(self._records.values()):
             prov = record["provenance"]
             by_session = bool(session_id) and prov.get("session_id") == session_id
             by_user = bool(user_id) and (prov.get("user_id") == user_id or record["owner"] == user_id)
-            if not (by_session or by_user):
+            if not (by_session or by_user or tenant):
                 continue
+            if by_session and not may_forget(str(prov.get("user_id") or record["owner"])):
+                continue  # a session is forgotten by its owner: another's skill learned there is theirs
+            if record["scope"] == "user" and (tenant or by_session or record["owner"] == user_id):
+                await self._erase(record)
+                erased += 1
+                continue
+            if tenant:
+                continue  # the tenant's own skills: what it imported or adopted, nobody's words
+            cleared += 1
             record = dict(record)
             record["provenance"] = {"session_id": "", "user_id": "", "turn_id": "", "forgotten": True}
             previous = record["status"]
@@ -702,6 +731,18 @@ class SkillStore(SkillFolderOps):
                     record["status"] = "archived"
             await self._save(record, previous_status=previous, reindex=False)
             self._event("skill_provenance_forgotten", record, f"from={previous} to={record['status']}")
+        if erased:
+            await self.host.text.compact(io.TEXT_INDEX)
+        return erased, cleared
+
+    async def _erase(self, record: dict[str, Any]) -> None:
+        sid = record["skill_id"]
+        await io.erase(self.host, record)
+        self._records.pop(sid, None)
+        self.index.remove(sid)
+        for key in [k for k in self._procedures if k[0] == sid]:
+            del self._procedures[key]
+        self.host.incr_counter("skills_forgotten_total")
 
     # -- import / export ----------------------------------------------------------------------------------
 

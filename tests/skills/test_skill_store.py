@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from minihermes.runtime import ActorError, ActorSpec
+from minihermes.runtime import ActorError, ActorSpec, NotFound, PermissionDenied
 from minihermes.skills import SkillStore
 
 from .collection import export_folder, folder_archive
@@ -323,7 +323,7 @@ async def test_the_agent_may_send_the_turns_calls_instead_of_a_count(make_node):
     assert stats["skills"] == 0  # two calls: under the threshold, and the cast was accepted
 
 
-async def test_forgetting_a_user_clears_provenance_and_retires_their_own_skills(make_node):
+async def test_forgetting_a_user_clears_provenance_and_erases_their_own_skills(make_node):
     node = await make_node(skills_tree())
     own = await _propose(node)
     await _activate(node, own["skill_id"])
@@ -337,12 +337,26 @@ async def test_forgetting_a_user_clears_provenance_and_retires_their_own_skills(
     )
     await _activate(node, shared["skill_id"])
     await node.ask("skill_store", "promote_skill", {"skill_id": shared["skill_id"]}, ctx=ACME)
-    node.send("skill_store", "forget", {"user_id": "bob"}, ctx=ACME)
-    a = (await node.ask("skill_store", "get_skill", {"skill_id": own["skill_id"]}, ctx=ACME))["skill"]
+    out = await node.ask("skill_store", "forget_subject", {"user_id": "bob"}, ctx=ACME)
+    assert out["cleared"] == {"skills": 1, "skill_provenance": 1}
+    with pytest.raises(NotFound):  # their own skill: record, procedure and index entries erased
+        await node.ask("skill_store", "get_skill", {"skill_id": own["skill_id"]}, ctx=ACME)
+    assert own["skill_id"] not in str(await node.ask("skill_store", "list_skills", {}, ctx=ACME))
     b = (await node.ask("skill_store", "get_skill", {"skill_id": shared["skill_id"]}, ctx=ACME))["skill"]
-    assert a["status"] == "archived" and a["owner"] == "(forgotten)" and a["provenance"]["user_id"] == ""
     assert b["status"] == "active" and b["provenance"]["session_id"] == "" and b["scope"] == "tenant"
     assert "bob" not in str(await node.ask("skill_store", "search_skills", {"query": "weather"}, ctx=ACME))
+
+
+async def test_a_user_forgets_only_their_own_skills(make_node):
+    node = await make_node(skills_tree())
+    own = await _propose(node)
+    with pytest.raises(PermissionDenied):
+        await node.ask("skill_store", "forget_subject", {"user_id": "carol"}, ctx=ACME_USER)
+    with pytest.raises(PermissionDenied):
+        await node.ask("skill_store", "forget_subject", {"tenant": True}, ctx=ACME_USER)
+    out = await node.ask("skill_store", "forget_subject", {"session_id": "s1"}, ctx=ACME_CAROL)
+    assert out["cleared"] == {"skills": 0, "skill_provenance": 0}  # bob's session: not carol's to forget
+    await node.ask("skill_store", "get_skill", {"skill_id": own["skill_id"]}, ctx=ACME)
 
 
 async def test_a_users_proposal_never_rewrites_a_tenant_skill(make_node):
