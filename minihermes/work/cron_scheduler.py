@@ -20,6 +20,10 @@ system see and change every job. Only an admin sets a ``deliver`` link, and it i
 A job's ``action`` says what a run does: ``run`` (the default) runs the prompt as an agent turn and delivers
 its answer to the owner; ``notify`` (a reminder) delivers the prompt's text itself, with no model call.
 Delivered means a notification in the owner's inbox (``notifications.py``), once per run.
+
+Forgetting a user (``forget_subject``, asked by ``memory.forget``) deletes the jobs they own with their runs,
+due and retry entries (a run already queued is cancelled when picked up, as after ``delete_job``);
+forgetting the tenant, every job. A job is its owner's, not a session's: forgetting a session leaves it.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import uuid
 from typing import Any, Literal
 
 from minihermes.audit import fire_audit
-from minihermes.context.forget import session_owner
+from minihermes.context.forget import session_owner, subject
 from minihermes.runtime import (
     MAX_KEY_CHARS,
     ActorArgs,
@@ -303,6 +307,32 @@ class CronScheduler(GenServer):
         await asyncio.gather(*(self.host.kv.delete(k) for k, _ in runs))
         self._audit_event("cron_job_deleted", f"job_id={job_id}")
         return {"status": "ok", "job_id": job_id, "deleted": True}
+
+    @call(access="write")
+    async def forget_subject(
+        self, user_id: str = "", session_id: str = "", tenant: bool = False
+    ) -> dict[str, Any]:
+        """Delete a user's jobs or (admin) the tenant's, with their runs and schedule entries: ``cleared:
+        {cron_jobs, cron_runs}``. Nothing is audited per job (a job id is the user's own words)."""
+        who = subject("forget_subject", user_id=user_id, session_id=session_id, tenant=tenant)
+        if who.session_id:
+            return {"status": "ok", "cleared": {"cron_jobs": 0, "cron_runs": 0}}
+        jobs = [
+            v
+            for _, v in await self.host.kv.list("cron:job:")
+            if isinstance(v, dict) and (who.tenant or v.get("owner") == who.user_id)
+        ]
+        gone = {str(j["job_id"]) for j in jobs}
+        runs = 0
+        for job in jobs:
+            await self.host.kv.delete(job_key(job["job_id"]))
+            for key, _ in await self.host.kv.list(f"cron:run:{job['job_id']}:"):
+                runs += await self.host.kv.delete(key)
+        for prefix in ("cron:due:", "cron:retry:"):
+            for key, value in await self.host.kv.list(prefix):
+                if isinstance(value, dict) and value.get("job_id") in gone:
+                    await self.host.kv.delete(key)
+        return {"status": "ok", "cleared": {"cron_jobs": len(jobs), "cron_runs": runs}}
 
     @call(access="write")
     async def run_now(self, job_id: str) -> dict[str, Any]:

@@ -22,6 +22,9 @@ admin may set one for a user with ``user_id``). A user lists, completes, clears,
 their prompts, only their own goals and the tenant's (session ``*``, which only admins set); another user's
 goal is ``not_found`` to them, and a session another user owns takes no goal of theirs. Admins and the
 system see every goal. The text is stored with recognisable secrets redacted.
+
+Forgetting (``forget_subject``, asked by ``memory.forget``) deletes the goals of a session, the goals a user
+set (the tenant's goals, session ``*``, are an admin's and stay), or every goal of the tenant.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Any, Literal
 from urllib.parse import quote, unquote
 
 from minihermes.audit import fire_audit
-from minihermes.context.forget import session_owner
+from minihermes.context.forget import session_owner, subject
 from minihermes.runtime import (
     MAX_KEY_CHARS,
     ActorArgs,
@@ -252,6 +255,26 @@ class Goals(GenServer):
             await self.host.kv.delete(_key(g["session_id"], g["goal_id"]))
             self._fire("goal_cleared", f"goal_id={g['goal_id']}", g["session_id"], g)
         return {"status": "ok", "cleared": len(goals)}
+
+    @call(access="write")
+    async def forget_subject(
+        self, user_id: str = "", session_id: str = "", tenant: bool = False
+    ) -> dict[str, Any]:
+        """Delete the goals of a session, of a user (the goals they set) or of the tenant (admin), as far as
+        the caller may change them: ``cleared: {goals}``. Nothing is audited per goal (its text would be)."""
+        who = subject("forget_subject", user_id=user_id, session_id=session_id, tenant=tenant)
+        goals = await self._read_goals("", "")
+        if who.session_id:
+            goals = [g for g in goals if g["session_id"] == who.session_id]
+        elif who.user_id:
+            goals = [g for g in goals if g["session_id"] != EVERY_SESSION]
+            sessions = {g["session_id"] for g in goals if g.get("owner") is None}
+            owners = {sid: await session_owner(self.host, sid) for sid in sessions}
+            goals = [g for g in goals if (g.get("owner") or owners.get(g["session_id"])) == who.user_id]
+        goals = await self._mine(goals, changing=True)
+        for g in goals:
+            await self.host.kv.delete(_key(g["session_id"], g["goal_id"]))
+        return {"status": "ok", "cleared": {"goals": len(goals)}}
 
     @cast
     async def turn_completed(

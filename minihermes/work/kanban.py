@@ -19,6 +19,11 @@ unblock, start, heartbeat, complete, fail, cancel, archive, delete) is refused (
 the caller is its author, its assignee, an admin or the runtime (``system``). A comment's author is the
 caller; admins and the system may name another. Free text (title, body, comments, reasons, summaries,
 metadata) is stored with recognisable secrets redacted.
+
+Forgetting a user (``forget_subject``, asked by ``memory.forget``) deletes the cards they created and the
+comments they wrote on other cards (the rest of another's card is that author's: its assignee, and what a
+worker wrote into it, stay); forgetting the tenant, every card. A card whose dependency was deleted no longer
+waits for it. Cards are not tied to sessions: forgetting a session leaves the board as it is.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from minihermes.audit import fire_audit
+from minihermes.context.forget import subject
 from minihermes.runtime import (
     ActorArgs,
     Conflict,
@@ -210,6 +216,45 @@ class Kanban(GenServer):
         await self.host.kv.delete(_key(task_id))
         await self._event(task_id, "deleted")
         return {"status": "ok", "task_id": task_id, "deleted": True}
+
+    @call(access="write")
+    async def forget_subject(
+        self, user_id: str = "", session_id: str = "", tenant: bool = False
+    ) -> dict[str, Any]:
+        """Delete the cards a user created and the comments they wrote elsewhere, or (admin) every card:
+        ``cleared: {kanban, kanban_comments}``."""
+        who = subject("forget_subject", user_id=user_id, session_id=session_id, tenant=tenant)
+        if who.session_id:
+            return {"status": "ok", "cleared": {"kanban": 0, "kanban_comments": 0}}
+        cards = await self._all()
+        doomed = [c for c in cards if who.tenant or c.get("created_by") == who.user_id]
+        gone = {c["task_id"] for c in doomed}
+        for card in doomed:
+            await self.host.kv.delete(_key(card["task_id"]))
+        comments = 0
+        for card in cards:
+            if card["task_id"] in gone:
+                continue
+            theirs = sum(1 for m in card["comments"] if m.get("author") == who.user_id)
+            if theirs:
+
+                def change(c: dict[str, Any]) -> str:
+                    c["comments"] = [m for m in c["comments"] if m.get("author") != who.user_id]
+                    return "comments_forgotten"
+
+                await self._change("forget_subject", card["task_id"], change)
+                comments += theirs
+            if card["status"] == "todo" and gone & set(card["depends_on"]) and await self._deps_done(card):
+
+                def release(c: dict[str, Any]) -> str:
+                    if c["status"] != "todo":
+                        return ""
+                    c["status"] = "ready"
+                    return "ready"
+
+                await self._change("forget_subject", card["task_id"], release)
+                self._nudge()
+        return {"status": "ok", "cleared": {"kanban": len(doomed), "kanban_comments": comments}}
 
     @call(access="write")
     async def assign(self, task_id: str, assignee: str) -> dict[str, Any]:

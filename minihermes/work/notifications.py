@@ -15,6 +15,9 @@ is stored with recognisable secrets redacted, as chat and memory are.
 A new notification is also published to the live topic ``notifications:<user>`` of the tenant (what the
 HTTP API's ``GET /api/v1/notifications/stream`` forwards as the ``notification`` event): per user, so
 another user's stream never carries it.
+
+Forgetting a user (``forget_subject``, asked by ``memory.forget``) deletes their inbox; forgetting the tenant,
+every inbox. A session has no notifications of its own (a run's notification is its job owner's).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import uuid
 from typing import Any
 from urllib.parse import quote
 
+from minihermes.context.forget import subject
 from minihermes.runtime import (
     ActorArgs,
     GenServer,
@@ -181,6 +185,20 @@ class Notifications(GenServer):
         self.host.publish(topic_for(user_id), {"type": "notification", **_view(record)})
         self.host.incr_counter("notifications_delivered_total")
         return {"status": "ok", "id": nid, "created": True}
+
+    @call(access="write")
+    async def forget_subject(
+        self, user_id: str = "", session_id: str = "", tenant: bool = False
+    ) -> dict[str, Any]:
+        """Delete a user's inbox, or (admin) every inbox of the tenant: ``cleared: {notifications}``."""
+        who = subject("forget_subject", user_id=user_id, session_id=session_id, tenant=tenant)
+        if who.session_id:
+            return {"status": "ok", "cleared": {"notifications": 0}}
+        prefix = _PREFIX if who.tenant else _user_prefix("forget_subject", who.user_id)
+        rows = await self.host.kv.list(prefix)
+        for key, _ in rows:
+            await self.host.kv.delete(key)
+        return {"status": "ok", "cleared": {"notifications": len(rows)}}
 
 
 __all__ = ["DEFAULT_KEEP", "Notifications", "topic_for"]
