@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._clock import Clock
@@ -23,6 +23,7 @@ from .store import (
     ChannelDepth,
     ChannelMessage,
     DeadLetter,
+    Erasure,
     EventRecord,
     KVEntry,
     LockInfo,
@@ -115,12 +116,28 @@ class HostBlobs(_Scoped):
 
 
 class HostEvents(_Scoped):
-    async def append(self, stream: str, data: JSON) -> EventRecord:
-        return await self._store.events.append(self._scope_fn(), stream, data)
+    async def append(
+        self, stream: str, data: JSON, *, kind: str | None = None, subjects: Sequence[str] | None = None
+    ) -> EventRecord:
+        """Append ``data``; with ``subjects`` (opaque strings) it is sealed under their key, so that
+        ``forget`` can make it unreadable (see ``EventLog``)."""
+        return await self._store.events.append(self._scope_fn(), stream, data, kind=kind, subjects=subjects)
 
-    def append_nowait(self, stream: str, data: JSON) -> asyncio.Future[EventRecord]:
+    def append_nowait(
+        self, stream: str, data: JSON, *, kind: str | None = None, subjects: Sequence[str] | None = None
+    ) -> asyncio.Future[EventRecord]:
         """Queue an append now; the future resolves once it is committed (appends keep call order)."""
-        return self._store.events.append_nowait(self._scope_fn(), stream, data)
+        return self._store.events.append_nowait(self._scope_fn(), stream, data, kind=kind, subjects=subjects)
+
+    async def forget(
+        self, stream: str, subjects: Sequence[str] | None, *, legacy: Callable[[JSON], bool] | None = None
+    ) -> Erasure:
+        """Make the entries of ``subjects`` (None: all) unreadable; the chain still verifies."""
+        return await self._store.events.forget(self._scope_fn(), stream, subjects, legacy=legacy)
+
+    async def anchors(self, stream: str) -> list[dict[str, Any]]:
+        """The signed anchors retention wrote for ``stream``, as exported."""
+        return await self._store.events.anchors(self._scope_fn(), stream)
 
     async def read(self, stream: str, after_seq: int = 0, limit: int = 100) -> list[EventRecord]:
         return await self._store.events.read(self._scope_fn(), stream, after_seq, limit)
@@ -128,8 +145,8 @@ class HostEvents(_Scoped):
     async def last_seq(self, stream: str) -> int:
         return await self._store.events.last_seq(self._scope_fn(), stream)
 
-    async def verify(self, stream: str) -> ChainCheck:
-        return await self._store.events.verify(self._scope_fn(), stream)
+    async def verify(self, stream: str, *, anchor: dict[str, Any] | None = None) -> ChainCheck:
+        return await self._store.events.verify(self._scope_fn(), stream, anchor=anchor)
 
 
 class HostChannels(_Scoped):

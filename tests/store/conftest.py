@@ -63,7 +63,7 @@ async def postgres_store(clock: ManualClock, **options: object) -> AsyncIterator
 
 
 def _postgres(tmp_path: Path, clock: ManualClock) -> AbstractAsyncContextManager[Store]:
-    return postgres_store(clock)
+    return postgres_store(clock, anchor_key_file=tmp_path / "anchor.key")  # a node passes its data dir's
 
 
 BACKENDS: dict[str, BackendFactory] = {"sqlite": _sqlite, "postgres": _postgres}

@@ -27,13 +27,13 @@ def columns(path: Path, table: str) -> list[str]:
 async def test_fresh_file_settings(tmp_path: Path) -> None:
     path = tmp_path / "fresh.db"
     store = await opened(path, synchronous="full")
-    assert await store.schema_version() == LATEST_VERSION == 7
+    assert await store.schema_version() == LATEST_VERSION == 8
     await store.close()
     conn = sqlite3.connect(path)
     try:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental
-        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "7"
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "8"
     finally:
         conn.close()
     assert "receipt" in columns(path, "channel_messages")

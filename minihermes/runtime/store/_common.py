@@ -452,6 +452,8 @@ class ParsedRule:
     """None means "everything" (selector "*" or ""); otherwise a name, prefix or first tuple element."""
     max_age: float | None
     max_count: int | None
+    event_types: tuple[str, ...] = ()
+    """kind "events": the format-2 kinds whose content the rule removes (empty: trim the stream's prefix)."""
 
     def cutoff(self, now: float) -> float | None:
         """Entries with a timestamp strictly before this are too old."""
@@ -473,8 +475,22 @@ def parse_rules(rules: Sequence[RetentionRule]) -> list[ParsedRule]:
         max_count = None if rule.max_count is None else check_count("max_count", rule.max_count)
         if max_age is None and max_count is None:
             raise ValueError(f"retention rule for {rule.kind!r} needs max_age and/or max_count")
-        parsed.append(ParsedRule(rule.kind, None if selector in ("*", "") else selector, max_age, max_count))
+        event_types = _event_types(rule)
+        scope = None if selector in ("*", "") else selector
+        parsed.append(ParsedRule(rule.kind, scope, max_age, max_count, event_types))
     return parsed
+
+
+def _event_types(rule: RetentionRule) -> tuple[str, ...]:
+    types = rule.event_types
+    if isinstance(types, str) or not isinstance(types, Sequence):
+        raise TypeError("retention event_types must be a sequence of str")
+    if types and rule.kind != "events":
+        raise ValueError(f"retention event_types apply to kind 'events' only, not {rule.kind!r}")
+    for name in types:
+        if not isinstance(name, str) or not name or name.startswith("~"):
+            raise ValueError(f"retention event_types: {name!r} is not an event kind")
+    return tuple(dict.fromkeys(types))
 
 
 def merge_counts(into: dict[str, int], kind: str, count: int) -> None:

@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ._anchors import AnchorKey
+from ._chain import ROW_COLUMNS, erasure_record, rows_of
 from ._common import ParsedRule, encode_element, merge_counts
 from ._pg_common import prefix_clause
 from ._pg_engine import Conn, logger
+from ._pg_events import Key, append_erasure, blank_content, write_anchor
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,14 +79,20 @@ _TARGETS = {
 }
 
 
-async def _events(conn: Conn, rule: ParsedRule, now: float) -> int:
+async def _events(conn: Conn, rule: ParsedRule, now: float, signer: AnchorKey) -> int:
     """Trim a prefix of each stream and move its anchor to the last trimmed entry, so the remainder still
-    verifies and sequence numbers continue."""
+    verifies and sequence numbers continue; or, with ``event_types``, remove the content of those kinds'
+    entries (``_kinds``). Each stream trimmed gets a signed anchor."""
     sql = "SELECT tenant, ns, stream, last_seq, anchor_seq FROM event_streams"
     params: tuple[object, ...] = ()
     if rule.selector is not None:
         sql, params = sql + " WHERE stream = %s", (rule.selector,)
     heads = await (await conn.execute(sql + " FOR UPDATE", params)).fetchall()
+    if rule.event_types:
+        deleted = 0
+        for tenant, ns, stream, _, _ in heads:
+            deleted += await _kinds(conn, rule, now, signer, (tenant, ns, stream))
+        return deleted
     cutoff = rule.cutoff(now)
     deleted = 0
     for tenant, ns, stream, last_seq, anchor_seq in heads:
@@ -119,16 +128,53 @@ async def _events(conn: Conn, rule: ParsedRule, now: float) -> int:
             "UPDATE event_streams SET anchor_seq = %s, anchor_hash = %s WHERE tenant = %s AND ns = %s AND stream = %s",
             (upto, row[0], *key),
         )
+        await write_anchor(conn, key, signer, now, {"through_seq": upto, "entries": cur.rowcount})
     return deleted
 
 
-async def apply_rules(conn: Conn, rules: list[ParsedRule], now: float) -> dict[str, int]:
+async def _kinds(conn: Conn, rule: ParsedRule, now: float, signer: AnchorKey, key: Key) -> int:
+    """Blank the content of the format-2 entries of ``rule.event_types`` in stream ``key`` that are older
+    than max_age or beyond the newest max_count of those kinds; record them in an erasure entry."""
+    kinds = list(rule.event_types)
+    live = (
+        "FROM events WHERE tenant = %s AND ns = %s AND stream = %s AND v = 2 AND kind = ANY(%s)"
+        " AND (body IS NOT NULL OR data <> '')"
+    )
+    seqs: set[int] = set()
+    cutoff = rule.cutoff(now)
+    if cutoff is not None:
+        cur = await conn.execute(f"SELECT seq {live} AND ts < %s", (*key, kinds, cutoff))
+        seqs.update(int(r[0]) for r in await cur.fetchall())
+    if rule.max_count is not None:
+        cur = await conn.execute(
+            f"SELECT seq {live} ORDER BY seq DESC OFFSET %s", (*key, kinds, rule.max_count)
+        )
+        seqs.update(int(r[0]) for r in await cur.fetchall())
+    if not seqs:
+        return 0
+    cur = await conn.execute(
+        f"SELECT {ROW_COLUMNS} FROM events WHERE tenant = %s AND ns = %s AND stream = %s AND seq = ANY(%s)"
+        " ORDER BY seq",
+        (*key, sorted(seqs)),
+    )
+    blanked, _, kept = await blank_content(conn, key, list(rows_of(await cur.fetchall())), "trimmed")
+    if kept:
+        logger.warning("retention left %d damaged entries of stream %s in scope %r", kept, key[2], key[:2])
+    if not blanked:
+        return 0
+    record = erasure_record("trimmed", blanked, ())
+    await append_erasure(conn, key, now, record | {"event_types": kinds})
+    await write_anchor(conn, key, signer, now, {"event_types": kinds, "entries": len(blanked)})
+    return len(blanked)
+
+
+async def apply_rules(conn: Conn, rules: list[ParsedRule], now: float, signer: AnchorKey) -> dict[str, int]:
     """Apply every rule (all scopes) and purge expired KV rows; returns deleted counts per kind, plus
     "kv_expired" for the TTL purge."""
     counts: dict[str, int] = {}
     for rule in rules:
         if rule.kind == "events":
-            deleted = await _events(conn, rule, now)
+            deleted = await _events(conn, rule, now, signer)
         else:
             deleted = await _TARGETS[rule.kind].trim(conn, rule, now)
         merge_counts(counts, rule.kind, deleted)

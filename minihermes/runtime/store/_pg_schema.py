@@ -136,7 +136,39 @@ async def _v2_to_v3(conn: Conn) -> None:
     )
 
 
-MIGRATIONS: dict[int, Callable[[Conn], Awaitable[None]]] = {2: _v1_to_v2, 3: _v2_to_v3}
+async def _v3_to_v4(conn: Conn) -> None:
+    """v4: event chain format 2 and forgettable events, as SQLite's v8 (``_chain``, ``_sealing``): existing
+    entries stay format 1; subject keys and signed retention anchors get tables of their own."""
+    await conn.execute(
+        """ALTER TABLE events ADD COLUMN v INTEGER NOT NULL DEFAULT 1,
+            ADD COLUMN kind TEXT NOT NULL DEFAULT '', ADD COLUMN key_id BIGINT, ADD COLUMN body BYTEA,
+            ADD COLUMN digest TEXT, ADD COLUMN erased TEXT NOT NULL DEFAULT ''"""
+    )
+    await conn.execute(
+        "CREATE INDEX events_key ON events (tenant, ns, stream, key_id) WHERE key_id IS NOT NULL"
+    )
+    await conn.execute(
+        "CREATE INDEX events_legacy ON events (tenant, ns, stream, seq) WHERE v = 1 AND data <> ''"
+    )
+    await conn.execute(
+        f"""CREATE TABLE event_keys (
+            key_id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, tenant {K}, ns {K}, stream {K},
+            subjects TEXT COLLATE "C" NOT NULL, key BYTEA NOT NULL, UNIQUE (tenant, ns, stream, subjects))"""
+    )
+    await conn.execute(
+        f"""CREATE TABLE event_key_subjects (
+            tenant {K}, ns {K}, stream {K}, subject {K}, key_id BIGINT NOT NULL,
+            PRIMARY KEY (tenant, ns, stream, subject, key_id))"""
+    )
+    await conn.execute(
+        f"""CREATE TABLE event_anchors (
+            id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, tenant {K}, ns {K}, stream {K},
+            at DOUBLE PRECISION NOT NULL, body TEXT NOT NULL)"""
+    )
+    await conn.execute("CREATE INDEX event_anchors_stream ON event_anchors (tenant, ns, stream, id)")
+
+
+MIGRATIONS: dict[int, Callable[[Conn], Awaitable[None]]] = {2: _v1_to_v2, 3: _v2_to_v3, 4: _v3_to_v4}
 """target version -> step from the previous version; steps run inside the migration transaction."""
 
 LATEST_VERSION = max(MIGRATIONS, default=1)

@@ -6,8 +6,11 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ._anchors import AnchorKey
+from ._chain import ROW_COLUMNS, Row, erasure_record, rows_of
 from ._common import ParsedRule, encode_element, merge_counts
 from ._sqlite_common import logger, prefix_clause
+from ._sqlite_events import Key, append_erasure, blank_content, write_anchor
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,13 +79,16 @@ _TARGETS = {
 }
 
 
-def _events(conn: sqlite3.Connection, rule: ParsedRule, now: float) -> int:
+def _events(conn: sqlite3.Connection, rule: ParsedRule, now: float, signer: AnchorKey) -> int:
     """Trim a prefix of each stream and move its anchor to the last trimmed entry, so the remainder still
-    verifies and sequence numbers continue."""
+    verifies and sequence numbers continue; or, with ``event_types``, remove the content of those kinds'
+    entries (``_kinds``). Each stream trimmed gets a signed anchor."""
     sql = "SELECT tenant, ns, stream, last_seq, anchor_seq FROM event_streams"
     heads = conn.execute(
         *((sql,) if rule.selector is None else (sql + " WHERE stream = ?", (rule.selector,)))
     )
+    if rule.event_types:
+        return sum(_kinds(conn, rule, now, signer, (t, n, s)) for t, n, s, _, _ in heads.fetchall())
     cutoff = rule.cutoff(now)
     deleted = 0
     for tenant, ns, stream, last_seq, anchor_seq in heads.fetchall():
@@ -108,23 +114,69 @@ def _events(conn: sqlite3.Connection, rule: ParsedRule, now: float) -> int:
                 "not trimming stream %s in scope (%r, %r): entry %d is missing", stream, tenant, ns, upto
             )
             continue
-        deleted += conn.execute(
+        count = conn.execute(
             "DELETE FROM events WHERE tenant = ? AND ns = ? AND stream = ? AND seq <= ?", (*key, upto)
         ).rowcount
+        deleted += count
         conn.execute(
             "UPDATE event_streams SET anchor_seq = ?, anchor_hash = ? WHERE tenant = ? AND ns = ? AND stream = ?",
             (upto, row[0], *key),
         )
+        write_anchor(conn, key, signer, now, {"through_seq": upto, "entries": count})
     return deleted
 
 
-def apply_rules(conn: sqlite3.Connection, rules: list[ParsedRule], now: float) -> dict[str, int]:
+def _kinds(conn: sqlite3.Connection, rule: ParsedRule, now: float, signer: AnchorKey, key: Key) -> int:
+    """Blank the content of the format-2 entries of ``rule.event_types`` in stream ``key`` that are older
+    than max_age or beyond the newest max_count of those kinds; record them in an erasure entry."""
+    kinds = list(rule.event_types)
+    marks = ",".join("?" * len(kinds))
+    live = (
+        f"FROM events WHERE tenant = ? AND ns = ? AND stream = ? AND v = 2 AND kind IN ({marks})"
+        " AND (body IS NOT NULL OR data != '')"
+    )
+    seqs: set[int] = set()
+    cutoff = rule.cutoff(now)
+    if cutoff is not None:
+        seqs.update(r[0] for r in conn.execute(f"SELECT seq {live} AND ts < ?", (*key, *kinds, cutoff)))
+    if rule.max_count is not None:
+        sql = f"SELECT seq {live} ORDER BY seq DESC LIMIT -1 OFFSET ?"
+        seqs.update(r[0] for r in conn.execute(sql, (*key, *kinds, rule.max_count)))
+    if not seqs:
+        return 0
+    rows: list[Row] = []
+    for chunk in _chunked(sorted(seqs)):
+        sql = (
+            f"SELECT {ROW_COLUMNS} FROM events WHERE tenant = ? AND ns = ? AND stream = ?"
+            f" AND seq IN ({','.join('?' * len(chunk))}) ORDER BY seq"
+        )
+        rows.extend(rows_of(conn.execute(sql, (*key, *chunk))))
+    blanked, _, kept = blank_content(conn, key, rows, "trimmed")
+    if kept:
+        logger.warning("retention left %d damaged entries of stream %s in scope %r", kept, key[2], key[:2])
+    if not blanked:
+        return 0
+    record = erasure_record("trimmed", blanked, ())
+    append_erasure(conn, key, now, record | {"event_types": kinds})
+    write_anchor(conn, key, signer, now, {"event_types": kinds, "entries": len(blanked)})
+    return len(blanked)
+
+
+def _chunked(values: list[int], size: int = 500) -> list[list[int]]:
+    return [values[i : i + size] for i in range(0, len(values), size)]
+
+
+def apply_rules(
+    conn: sqlite3.Connection, rules: list[ParsedRule], now: float, signer: AnchorKey
+) -> dict[str, int]:
     """Apply every rule (all scopes) and purge expired KV rows; returns deleted counts per kind, plus
     "kv_expired" for the TTL purge."""
     counts: dict[str, int] = {}
     for rule in rules:
         deleted = (
-            _events(conn, rule, now) if rule.kind == "events" else _TARGETS[rule.kind].trim(conn, rule, now)
+            _events(conn, rule, now, signer)
+            if rule.kind == "events"
+            else _TARGETS[rule.kind].trim(conn, rule, now)
         )
         merge_counts(counts, rule.kind, deleted)
     counts["kv_expired"] = conn.execute(

@@ -222,6 +222,42 @@ def _v6_to_v7(conn: sqlite3.Connection) -> None:
     )
 
 
+def _v7_to_v8(conn: sqlite3.Connection) -> None:
+    """v8: event chain format 2 and forgettable events (``_chain``, ``_sealing``). Existing entries stay
+    format 1 (``v`` 1) and verify as before. A format-2 entry has a ``kind``, its content sealed under the
+    key of its subject set (``body``, with ``key_id``) or plain (``data``), and the chain hashes its
+    ``digest``; ``erased`` says why content is gone (not covered by the chain: the erasure entries are).
+    Subject keys and the streams' signed retention anchors get tables of their own."""
+    for column in (
+        "v INTEGER NOT NULL DEFAULT 1",
+        "kind TEXT NOT NULL DEFAULT ''",
+        "key_id INTEGER",
+        "body BLOB",
+        "digest TEXT",
+        "erased TEXT NOT NULL DEFAULT ''",
+    ):
+        conn.execute(f"ALTER TABLE events ADD COLUMN {column}")
+    conn.execute("CREATE INDEX events_key ON events (tenant, ns, stream, key_id) WHERE key_id IS NOT NULL")
+    # forget(legacy=...) reads the plain format-1 entries only; new entries of the audit trail are format 2.
+    conn.execute("CREATE INDEX events_legacy ON events (tenant, ns, stream, seq) WHERE v = 1 AND data != ''")
+    conn.execute(
+        """CREATE TABLE event_keys (
+            key_id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, ns TEXT NOT NULL, stream TEXT NOT NULL,
+            subjects TEXT NOT NULL, key BLOB NOT NULL, UNIQUE (tenant, ns, stream, subjects))"""
+    )
+    conn.execute(
+        """CREATE TABLE event_key_subjects (
+            tenant TEXT NOT NULL, ns TEXT NOT NULL, stream TEXT NOT NULL, subject TEXT NOT NULL,
+            key_id INTEGER NOT NULL, PRIMARY KEY (tenant, ns, stream, subject, key_id)) WITHOUT ROWID"""
+    )
+    conn.execute(
+        """CREATE TABLE event_anchors (
+            id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, ns TEXT NOT NULL, stream TEXT NOT NULL,
+            at REAL NOT NULL, body TEXT NOT NULL)"""
+    )
+    conn.execute("CREATE INDEX event_anchors_stream ON event_anchors (tenant, ns, stream, id)")
+
+
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     2: _v1_to_v2,
     3: _v2_to_v3,
@@ -229,6 +265,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     5: _v4_to_v5,
     6: _v5_to_v6,
     7: _v6_to_v7,
+    8: _v7_to_v8,
 }
 """target version -> step from the previous version. Steps run inside the caller's transaction."""
 

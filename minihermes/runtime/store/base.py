@@ -50,9 +50,19 @@ class EventRecord:
     """1-based, gap-free per (scope, stream) even across retention (trimmed entries keep their numbers)."""
     ts: float
     data: JSON
+    """None when ``erased``."""
     prev_hash: str
     hash: str
-    """sha256 hex of prev_hash + canonical JSON of (seq, ts, data); the first entry's prev_hash is 64 zeros."""
+    """Format 1: sha256 hex of prev_hash + canonical JSON of (seq, ts, data); the first entry's prev_hash is 64
+    zeros. Format 2: of prev_hash + canonical JSON of (2, seq, ts, kind, key_id, digest), where digest is the
+    sha256 hex of the stored content (the sealed bytes, or the canonical JSON text of unsealed data)."""
+    kind: str = ""
+    """Format 2: the label the appender gave (retention rules select by it); "" for format 1."""
+    v: int = 1
+    """Chain format: 1 (data hashed as is), 2 (``kind``, and content hashed through its digest)."""
+    erased: str = ""
+    """"forgotten" (its subject's key was deleted, or its plain content blanked by ``forget``) or "trimmed"
+    (content removed by a retention rule on its kind); "" while the content is readable."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +71,21 @@ class ChainCheck:
     checked: int
     first_bad_seq: int | None = None
     reason: str = ""
+    anchored: bool = False
+    """Verified from a signed anchor given by the caller (``EventLog.verify(anchor=...)``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Erasure:
+    """What ``EventLog.forget`` did: ``forgotten`` entries are unreadable from now on (their subjects' keys
+    deleted, ``keys`` of them), ``legacy`` of them plain entries (format 1) whose content was blanked and
+    recorded in an erasure entry; ``kept`` plain entries that did not match their own hash were left as they
+    are (evidence: ``verify`` reports them)."""
+
+    forgotten: int = 0
+    keys: int = 0
+    legacy: int = 0
+    kept: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +200,10 @@ class RetentionRule:
     selector: str = "*"
     max_age: float | None = None
     max_count: int | None = None
+    event_types: tuple[str, ...] = ()
+    """kind "events" only: the rule applies to the format-2 entries of these kinds and removes their content
+    (the entries, their kind, time and hash stay, so the chain verifies); max_count keeps the newest N of
+    those kinds per stream. Empty: the rule trims the oldest entries of the stream, whatever their kind."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,13 +332,36 @@ class BlobStore(Protocol):
 
 @runtime_checkable
 class EventLog(Protocol):
-    """Append-only, hash-chained streams. There is no delete; only retention trims the oldest entries, and
-    verification continues across the trim from the retained anchor hash. ``read``, ``last_seq`` and
-    ``verify`` see every append the same store object was asked for before them (committed or failed
-    first), whoever asked; other processes' appends once they are committed."""
+    """Append-only, hash-chained streams. There is no delete; only retention trims the oldest entries (or
+    the content of entries of some kinds), and verification continues across the trim from the retained
+    anchor hash; each trim also writes an anchor signed with the node key (``anchors``). ``read``,
+    ``last_seq`` and ``verify`` see every append the same store object was asked for before them (committed
+    or failed first), whoever asked; other processes' appends once they are committed.
 
-    async def append(self, scope: Scope, stream: str, data: JSON) -> EventRecord: ...
-    def append_nowait(self, scope: Scope, stream: str, data: JSON) -> asyncio.Future[EventRecord]:
+    Forgettable entries: an append that names ``subjects`` (opaque strings: the runtime knows nothing of
+    what they stand for) is sealed (AES-256-GCM) under a key kept for that set of subjects, and the chain
+    hashes the sealed bytes; ``forget`` deletes the keys of a subject, which makes its entries unreadable
+    without changing anything the chain covers. An append that names a ``kind`` or ``subjects`` is written in
+    chain format 2; one that names neither in format 1, as before."""
+
+    async def append(
+        self,
+        scope: Scope,
+        stream: str,
+        data: JSON,
+        *,
+        kind: str | None = None,
+        subjects: Sequence[str] | None = None,
+    ) -> EventRecord: ...
+    def append_nowait(
+        self,
+        scope: Scope,
+        stream: str,
+        data: JSON,
+        *,
+        kind: str | None = None,
+        subjects: Sequence[str] | None = None,
+    ) -> asyncio.Future[EventRecord]:
         """``append`` without waiting: the data is checked and queued now, appends are chained in call
         order, and the future resolves once the event is committed. Cancelling it does not stop the write."""
         ...
@@ -318,8 +370,31 @@ class EventLog(Protocol):
         self, scope: Scope, stream: str, after_seq: int = 0, limit: int = 100
     ) -> list[EventRecord]: ...
     async def last_seq(self, scope: Scope, stream: str) -> int: ...
-    async def verify(self, scope: Scope, stream: str) -> ChainCheck: ...
+    async def verify(self, scope: Scope, stream: str, *, anchor: dict[str, Any] | None = None) -> ChainCheck:
+        """Recompute the chain. With ``anchor`` (one exported by ``anchors``, kept outside the store), the
+        chain must also pass through the positions it pins and its signature must hold: a remainder
+        rewritten after a trim is reported at the first sequence number that departs from the anchor. A
+        malformed anchor, or one for another scope or stream, is a ValueError."""
+        ...
+
     async def streams(self, scope: Scope) -> list[str]: ...
+    async def forget(
+        self,
+        scope: Scope,
+        stream: str,
+        subjects: Sequence[str] | None,
+        *,
+        legacy: Callable[[JSON], bool] | None = None,
+    ) -> Erasure:
+        """Delete the keys of every subject set that contains one of ``subjects`` (``None``: every key of
+        the stream, and the content of every plain entry), with SQLite's secure_delete on. ``legacy``
+        selects plain format-1 entries (written before sealing existed) to blank as well; each blanked entry
+        is recorded in a chained erasure entry (kind ``~erasure``) so the chain still verifies."""
+        ...
+
+    async def anchors(self, scope: Scope, stream: str) -> list[dict[str, Any]]:
+        """The signed anchors retention wrote for this stream, oldest first, as exported (JSON objects)."""
+        ...
 
 
 @runtime_checkable

@@ -26,6 +26,7 @@ import psycopg
 from psycopg import conninfo as pg_conninfo
 
 from .._clock import Clock, SystemClock
+from ._anchors import AnchorKey
 from ._common import check_number, parse_rules
 from ._errors import StoreError
 from ._pg_channels import PgChannels
@@ -86,6 +87,8 @@ class PostgresStore:
             waiting for a pooled connection.
         clock: every timestamp, TTL and timeout reads ``clock.time()`` (a ManualClock in tests); nodes
             sharing a store need synchronized clocks for leases and visibility timeouts.
+        anchor_key_file: the node key that signs retention anchors (Ed25519 PEM, created on first use; a
+            node passes ``<data_dir>/anchor.key``). Without it anchors are written unsigned.
     """
 
     backend = "postgres"
@@ -109,6 +112,7 @@ class PostgresStore:
         connect_timeout: float = 10.0,
         application_name: str = "minihermes",
         clock: Clock | None = None,
+        anchor_key_file: str | os.PathLike[str] | None = None,
     ) -> None:
         if dsn is not None and dsn_env is not None:
             raise ValueError("postgres store: pass dsn= or dsn_env=, not both")
@@ -148,6 +152,7 @@ class PostgresStore:
         self._password_file = None if password_file is None else Path(password_file)
         self._secrets = [str(params["password"])] if params.get("password") else []
         self.clock: Clock = clock if clock is not None else SystemClock()
+        self.anchor_key = AnchorKey(anchor_key_file)
         self._engine = PgEngine(dsn, kwargs, min_size=min_size, max_size=max_size, timeout=timeout)
         self._opening = asyncio.Lock()
         engine, clk = self._engine, self.clock
@@ -246,9 +251,11 @@ class PostgresStore:
         counts deleted rows per rule kind, plus "kv_expired". (Space is reclaimed by autovacuum.)"""
         parsed = parse_rules(rules)
         now = check_number("now", now, positive=False)
+        if any(rule.kind == "events" for rule in parsed):
+            await asyncio.to_thread(self.anchor_key.private)  # the key file read (or made) off the loop
 
         async def op(conn: Conn) -> dict[str, int]:
-            return await apply_rules(conn, parsed, now)
+            return await apply_rules(conn, parsed, now, self.anchor_key)
 
         return RetentionReport(await self._engine.transaction(op))
 

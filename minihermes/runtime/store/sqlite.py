@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import Any
 
 from .._clock import Clock, SystemClock
+from ._anchors import ANCHOR_KEY_FILE, AnchorKey
 from ._common import check_number, parse_rules
 from ._sqlite_channels import SqliteChannels
 from ._sqlite_coord import SqliteLocks, SqliteReminders
@@ -71,6 +72,8 @@ class SqliteStore:
         clock: every timestamp, TTL and timeout reads ``clock.time()`` (a ManualClock in tests).
         readers: reader threads (each with its own connection).
         busy_timeout: seconds to wait for another process's write lock before failing.
+        anchor_key_file: the node key that signs retention anchors (Ed25519 PEM, created on first use);
+            default ``anchor.key`` beside the database.
     """
 
     backend = "sqlite"
@@ -87,6 +90,7 @@ class SqliteStore:
         clock: Clock | None = None,
         readers: int = 4,
         busy_timeout: float = 5.0,
+        anchor_key_file: str | os.PathLike[str] | None = None,
     ) -> None:
         if (path is None) == (data_dir is None):
             raise ValueError("sqlite store: pass exactly one of path= or data_dir=")
@@ -100,6 +104,7 @@ class SqliteStore:
         self.path = Path(path) if path is not None else Path(data_dir or ".") / DB_FILENAME
         self._synchronous = synchronous.lower()
         self.clock: Clock = clock if clock is not None else SystemClock()
+        self.anchor_key = AnchorKey(anchor_key_file or self.path.parent / ANCHOR_KEY_FILE)
         self._engine = SqliteEngine(
             self.path, busy_timeout=check_number("busy_timeout", busy_timeout), readers=readers
         )
@@ -186,7 +191,7 @@ class SqliteStore:
         "kv_expired"."""
         parsed = parse_rules(rules)
         now = check_number("now", now, positive=False)
-        counts = await self._engine.write(lambda conn: apply_rules(conn, parsed, now))
+        counts = await self._engine.write(lambda conn: apply_rules(conn, parsed, now, self.anchor_key))
         await self._engine.write(incremental_vacuum, transactional=False)
         return RetentionReport(counts)
 
