@@ -465,9 +465,9 @@ class LLMGateway(GenServer):
                     "llm_gateway: the credential of %s is missing or does not decrypt", name
                 )
                 raise policy.BuildFailed(ErrorKind.AUTH)
-        refused = await self._egress_refusal(entry)
+        refused = await self._egress_refusal(name, entry)
         if refused is not None:
-            self.host.log.warning("llm_gateway: provider %s: %s", name, refused)
+            self.host.log.warning("llm_gateway: %s", refused)
             raise policy.BuildFailed("misconfigured")
         config = ProviderConfig(
             model=entry["model"],
@@ -486,14 +486,14 @@ class LLMGateway(GenServer):
             self.host.log.warning("llm_gateway: cannot build provider %s (%s)", name, type(exc).__name__)
         raise policy.BuildFailed("misconfigured")
 
-    async def _egress_refusal(self, entry: dict[str, Any]) -> str | None:
+    async def _egress_refusal(self, name: str, entry: dict[str, Any]) -> str | None:
         """Why the registration's ``base_url`` may not be reached now (a registration older than the
         operator's setting, a name that resolves elsewhere since), or None. The adapters' transports check
         every connection too; this names the setting where a person reads it."""
         if not entry["base_url"] or self._egress.allow_all:
             return None
         try:
-            await egress.check_url(entry["base_url"], self._egress, op="provider", field="base_url")
+            await egress.check_url(entry["base_url"], self._egress, op=f"provider {name}", field="base_url")
         except PermissionDenied as refused:
             return refused.message
         return None
@@ -659,7 +659,7 @@ class LLMGateway(GenServer):
         unusable = policy.unusable(name, entry, model, self.credentials)
         if unusable is not None:
             return {**out, "error": connection.failure(*unusable)}
-        refused = await self._egress_refusal(entry)
+        refused = await self._egress_refusal(name, entry)
         if refused is not None:
             return {**out, "error": connection.failure("misconfigured", refused)}
         try:
