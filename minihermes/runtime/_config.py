@@ -110,6 +110,8 @@ class RuleModel(_Model):
     selector: str = "*"
     max_age: Any = None
     max_count: int | None = Field(default=None, ge=0)
+    event_types: list[str] = Field(default_factory=list)
+    """kind "events": remove the content of these kinds' entries instead of trimming the stream."""
 
     @field_validator("max_age")
     @classmethod
@@ -243,7 +245,10 @@ class AppConfig:
             ask_timeout=n.ask_timeout_seconds,
             shutdown_deadline=n.shutdown_deadline_seconds,
             inline_calls=n.inline_calls,
-            retention=[RetentionRule(r.kind, r.selector, r.max_age, r.max_count) for r in retention.rules],
+            retention=[
+                RetentionRule(r.kind, r.selector, r.max_age, r.max_count, tuple(r.event_types))
+                for r in retention.rules
+            ],
             retention_interval=retention.interval,
         )
 
