@@ -46,9 +46,12 @@ from minihermes.runtime import (
     GenServer,
     InvalidArgument,
     PermissionDenied,
+    RequestContext,
     call,
     cast,
     current_context,
+    reset_context,
+    set_context,
     state,
 )
 from minihermes.tools.workspace import workspace_path
@@ -250,7 +253,11 @@ class Agent(GenServer):
         usage to ``cron_job``); ``channel`` names the door for the session's entry in ``session_manager``.
         ``instructions`` (at most ``MAX_INSTRUCTIONS_CHARS``): what the door asks of this turn (the kanban
         worker's protocol, a cron run's context), put in the turn's system prompt marked as the door's, never
-        in the history; kept on the turn, so a turn resumed after an approval or a restart has them."""
+        in the history; kept on the turn, so a turn resumed after an approval or a restart has them.
+
+        The caller's request context (tenant, namespace, principal, roles, request id, and ``channel``) is
+        kept with the turn too: every resume of it (after a restart, on another node, after an approval) runs
+        as that caller (``_turn_context``)."""
         if not message.strip():
             raise InvalidArgument("chat: message must not be empty", op="chat", field="message")
         if len(message) > MAX_MESSAGE_CHARS:
@@ -275,7 +282,8 @@ class Agent(GenServer):
                 "this session has a turn waiting for approval",
                 approval_id=(self.turn.get("paused") or {}).get("approval_id"),
             )
-        user = user_id or self.host_principal()
+        caller = current_context()
+        user = user_id or caller.principal
         message = redact_text(message)
         instructions = redact_text(instructions.strip())
         door = self._door(channel, cron_job) if instructions else ""
@@ -300,6 +308,7 @@ class Agent(GenServer):
             "instructions": instructions,
             "door": door,
             "skill_ids": ctx.skill_ids,
+            "context": {**caller.to_dict(), "channel": channel},
         }
         self.history.append({"role": "user", "content": message})
         new_owner = "" if self.owner else user
@@ -328,15 +337,20 @@ class Agent(GenServer):
             raise Conflict("no turn of this session waits for that approval", approval_id=approval_id)
         call_ = paused["tool_call"]
         turn["paused"] = None
-        if decision == "approved":
-            await self._execute(call_)
-        else:
-            self._tool_result(
-                call_, {"error": {"code": "denied", "message": "a reviewer denied this call"}}, True
-            )
-            self._audit("tool_denied", f"tool={call_['name']} by=reviewer")
-            await self.host.checkpoint()
-        return await self._run_loop()
+        # The rest of the turn runs as its caller, whoever decided (reset before the next message).
+        token = set_context(self._turn_context())
+        try:
+            if decision == "approved":
+                await self._execute(call_)
+            else:
+                self._tool_result(
+                    call_, {"error": {"code": "denied", "message": "a reviewer denied this call"}}, True
+                )
+                self._audit("tool_denied", f"tool={call_['name']} by=reviewer")
+                await self.host.checkpoint()
+            return await self._run_loop()
+        finally:
+            reset_context(token)
 
     @call(access="read")
     def get_history(self, session_id: str = "") -> dict[str, Any]:
@@ -436,6 +450,9 @@ class Agent(GenServer):
             await asyncio.wait({task})
 
     async def _continue_turn(self) -> None:
+        # Spawned by on_init, which runs as the runtime (``system``): the turn goes on as its caller. This
+        # task has its own copy of the context, so setting it here reaches nothing else.
+        set_context(self._turn_context())
         # The FSM may have been saved at rest before the crash, or still be mid-turn: start it over.
         if "agent_fsm" in self._services:
             self._send(f"agent_fsm/{self.session_id}", "reset", {"reason": "turn resumed"})
@@ -499,6 +516,29 @@ class Agent(GenServer):
             self._fsm("idle")
             self._publish({"type": "final", "reply": self.last_reply})
             raise
+
+    def _turn_context(self) -> RequestContext:
+        """Whom the running turn acts for: the request context its ``chat`` came with, saved with the turn,
+        in this session's tenant and namespace. A turn saved before contexts were kept (or with one from
+        another scope) resumes as the session's owner with the ``user`` role: never as ``system`` or an
+        admin, whose rights its caller may not have had."""
+        turn = self.turn or {}
+        here = current_context()
+        saved = turn.get("context")
+        if isinstance(saved, dict):
+            try:
+                ctx = RequestContext.from_dict(saved)
+            except (ActorError, TypeError, ValueError):
+                ctx = None
+            if ctx is not None and ctx.scope == here.scope:
+                return ctx
+        return RequestContext(
+            tenant=here.tenant,
+            namespace=here.namespace,
+            principal=self.owner or str(turn.get("user_id") or ""),
+            roles=frozenset({"user"}),
+            request_id=f"resume:{turn.get('turn_id', '')}",
+        )
 
     def _pending_calls(self) -> list[dict[str, Any]]:
         for i in range(len(self.history) - 1, -1, -1):
