@@ -20,8 +20,8 @@ the caller is its author, its assignee, an admin or the runtime (``system``). A 
 caller; admins and the system may name another. Free text (title, body, comments, reasons, summaries,
 metadata) is stored with recognisable secrets redacted.
 
-Forgetting a user (``forget_subject``, asked by ``memory.forget``) deletes the cards they created and the
-comments they wrote on other cards (the rest of another's card is that author's: its assignee, and what a
+Forgetting a user (``forget_subject``, asked by ``memory.forget``) deletes the cards they created (their
+event streams' content too: ``events.forget``) and the comments they wrote on other cards (the rest of another's card is that author's: its assignee, and what a
 worker wrote into it, stay); forgetting the tenant, every card. A card whose dependency was deleted no longer
 waits for it. Cards are not tied to sessions: forgetting a session leaves the board as it is.
 """
@@ -221,16 +221,20 @@ class Kanban(GenServer):
     async def forget_subject(
         self, user_id: str = "", session_id: str = "", tenant: bool = False
     ) -> dict[str, Any]:
-        """Delete the cards a user created and the comments they wrote elsewhere, or (admin) every card:
-        ``cleared: {kanban, kanban_comments}``."""
+        """Delete the cards a user created (with their event streams: the entries stay, unreadable, and the
+        chain verifies) and the comments they wrote elsewhere, or (admin) every card: ``cleared: {kanban,
+        kanban_comments, kanban_events}``."""
         who = subject("forget_subject", user_id=user_id, session_id=session_id, tenant=tenant)
         if who.session_id:
-            return {"status": "ok", "cleared": {"kanban": 0, "kanban_comments": 0}}
+            return {"status": "ok", "cleared": {"kanban": 0, "kanban_comments": 0, "kanban_events": 0}}
         cards = await self._all()
         doomed = [c for c in cards if who.tenant or c.get("created_by") == who.user_id]
         gone = {c["task_id"] for c in doomed}
+        events = 0
         for card in doomed:
             await self.host.kv.delete(_key(card["task_id"]))
+            # Its history: the title is in "created"; a reason or summary in others.
+            events += (await self.host.events.forget(f"kanban:{card['task_id']}", None)).forgotten
         comments = 0
         for card in cards:
             if card["task_id"] in gone:
@@ -254,7 +258,8 @@ class Kanban(GenServer):
 
                 await self._change("forget_subject", card["task_id"], release)
                 self._nudge()
-        return {"status": "ok", "cleared": {"kanban": len(doomed), "kanban_comments": comments}}
+        cleared = {"kanban": len(doomed), "kanban_comments": comments, "kanban_events": events}
+        return {"status": "ok", "cleared": cleared}
 
     @call(access="write")
     async def assign(self, task_id: str, assignee: str) -> dict[str, Any]:
