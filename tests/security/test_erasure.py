@@ -27,7 +27,7 @@ import pytest
 
 from minihermes.agent.app import build_agent_node, default_config
 from minihermes.context import search_terms
-from minihermes.runtime import Node, RequestContext
+from minihermes.runtime import InvalidArgument, Node, PermissionDenied, RequestContext
 from minihermes.runtime.store import open_store
 
 from ..store.conftest import drop_schema
@@ -280,3 +280,93 @@ async def test_forgetting_a_user_on_postgresql_leaves_nothing_in_a_dump(tmp_path
         assert holders(data, alice) == []  # workspaces and the log
     finally:
         await drop_schema(schema)
+
+
+FORGET_STORES = (
+    "session_manager",
+    "kanban",
+    "cron_scheduler",
+    "goals",
+    "notifications",
+    "skill_store",
+)
+
+
+async def test_a_user_forgets_only_themselves_and_only_admins_the_tenant(tmp_path: Path) -> None:
+    node = build_agent_node(default_config(tmp_path / "data"))
+    await node.start()
+    try:
+        token = new_token()
+        await seed(node, ALICE, token, "alice-job")
+        for store in FORGET_STORES:
+            with pytest.raises(PermissionDenied):
+                await ask(node, BOB, store, "forget_subject", user_id="alice")
+            with pytest.raises(PermissionDenied):
+                await ask(node, BOB, store, "forget_subject", tenant=True)
+            with pytest.raises(InvalidArgument):
+                await ask(node, BOB, store, "forget_subject", user_id="bob", session_id="s1")
+        for who, payload in ((BOB, {"user_id": "alice"}), (BOB, {"tenant": True})):
+            with pytest.raises(PermissionDenied):
+                await ask(node, who, "memory", "forget", **payload)
+        assert holders(tmp_path / "data" / "workspaces", token)  # nothing of alice's went
+        cards = (await ask(node, ADA, "kanban", "list"))["tasks"]
+        assert [c["created_by"] for c in cards] == ["alice"]
+    finally:
+        await node.stop(deadline=10)
+
+
+async def test_forgetting_a_session_takes_its_record_workspace_and_goals(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    node = build_agent_node(default_config(data))
+    await node.start()
+    try:
+        kept_token, gone_token = new_token(), new_token()
+        kept = await seed(node, ALICE, kept_token, "kept-job")
+        gone = await seed(node, ALICE, gone_token, "gone-job")
+        # bob cannot forget alice's session, through memory or a store directly
+        with pytest.raises(PermissionDenied):
+            await ask(node, BOB, "memory", "forget", session_id=gone)
+        out = await ask(node, BOB, "session_manager", "forget_subject", session_id=gone)
+        assert out["cleared"] == {"sessions": 0, "workspace_files": 0}
+        assert (await ask(node, BOB, "goals", "forget_subject", session_id=gone))["cleared"] == {"goals": 0}
+
+        out = await ask(node, ALICE, "memory", "forget", session_id=gone)
+        assert out["mode"] == "session"
+        cleared = out["cleared"]
+        assert cleared["sessions"] == 1 and cleared["goals"] == 1 and cleared["workspace_files"] >= 2
+        assert cleared["session_index"] > 0 and cleared["transcripts"] == 1
+        # a person's cards, jobs and inbox are not a session's
+        assert cleared["kanban"] == cleared["cron_jobs"] == cleared["notifications"] == 0
+        sessions = (await ask(node, ALICE, "session_manager", "list_sessions"))["sessions"]
+        assert [s["session_id"] for s in sessions] == [kept]
+        goals = (await ask(node, ALICE, "goals", "list_goals", status=""))["goals"]
+        assert [g["session_id"] for g in goals] == [kept]
+        assert holders(data / "workspaces", gone_token) == []
+        assert holders(data / "workspaces", kept_token)
+        hits = await ask(node, ALICE, f"agent/{kept}", "session_search", query=gone_token, limit=10)
+        assert hits["hits"] == []
+        hits = await ask(node, ALICE, f"agent/{kept}", "session_search", query=kept_token, limit=10)
+        assert {h["session_id"] for h in hits["hits"]} == {kept}
+    finally:
+        await node.stop(deadline=10)
+
+
+async def test_forgetting_the_tenant_leaves_nothing_of_anybody(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    node = build_agent_node(default_config(data))
+    await node.start()
+    try:
+        tokens = [new_token(), new_token()]
+        await seed(node, ALICE, tokens[0], "alice-job")
+        await seed(node, BOB, tokens[1], "bob-job")
+        with pytest.raises(PermissionDenied):
+            await ask(node, ALICE, "memory", "forget", tenant=True)
+        out = await ask(node, ADA, "memory", "forget", tenant=True)
+        assert out["mode"] == "tenant"
+        assert out["cleared"]["sessions"] == 2 and out["cleared"]["cron_jobs"] == 2
+        assert out["cleared"]["kanban"] == 2 and out["cleared"]["notifications"] == 2
+        assert not (data / "workspaces" / "acme").exists()
+        assert (await ask(node, ADA, "session_manager", "list_sessions"))["sessions"] == []
+        assert (await ask(node, ADA, "memory", "list_memories", include_episodes=True))["memories"] == []
+    finally:
+        await node.stop(deadline=10)
