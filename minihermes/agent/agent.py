@@ -45,6 +45,7 @@ from minihermes.runtime import (
     Conflict,
     GenServer,
     InvalidArgument,
+    NotFound,
     PermissionDenied,
     RequestContext,
     call,
@@ -67,6 +68,8 @@ _DOORS = {
     "orchestrator": "the orchestrator",
 }
 """How the per-turn instructions name the door that gave them (a session's channel, ``channel_of``)."""
+_PRIVILEGED = frozenset({"admin", "system"})
+"""Roles that may charge a turn to any cron job of the tenant (``chat``'s ``cron_job``)."""
 DEFAULT_TOKEN_BUDGET = 32_000
 MAX_DELEGATION_DEPTH = 16
 _COLLABORATORS = (
@@ -257,7 +260,8 @@ class Agent(GenServer):
 
         The caller's request context (tenant, namespace, principal, roles, request id, and ``channel``) is
         kept with the turn too: every resume of it (after a restart, on another node, after an approval) runs
-        as that caller (``_turn_context``)."""
+        as that caller (``_turn_context``). ``cron_job`` is taken only from the job's owner (its scheduled
+        runs act as the owner) or an admin: anybody else's turns are not charged to a job's budget."""
         if not message.strip():
             raise InvalidArgument("chat: message must not be empty", op="chat", field="message")
         if len(message) > MAX_MESSAGE_CHARS:
@@ -276,6 +280,8 @@ class Agent(GenServer):
             raise InvalidArgument(
                 f"chat: delegation_depth must be within 0..{MAX_DELEGATION_DEPTH}", field="delegation_depth"
             )
+        if cron_job:
+            await self._check_cron_job(cron_job)
         await self._wait_resumed()
         if self.turn is not None:
             raise Conflict(
@@ -539,6 +545,25 @@ class Agent(GenServer):
             roles=frozenset({"user"}),
             request_id=f"resume:{turn.get('turn_id', '')}",
         )
+
+    async def _check_cron_job(self, cron_job: str) -> None:
+        """``cron_job`` on a chat: its owner's (its scheduled runs act as the owner) or an admin's only, so no
+        user charges their turns to another user's job and exhausts its budget."""
+        ctx = current_context()
+        if ctx.roles & _PRIVILEGED:
+            return
+        job: Any = None
+        if self.host.has_actor("cron_scheduler"):
+            try:
+                # Asked as the caller: the scheduler shows a user their own jobs only.
+                job = (await self.host.ask("cron_scheduler", "get_job", {"job_id": cron_job}))["job"]
+            except ActorError as e:
+                if not isinstance(e, NotFound | InvalidArgument | PermissionDenied):
+                    raise
+        if not isinstance(job, dict) or job.get("owner") != ctx.principal:
+            raise PermissionDenied(
+                f"chat: cron_job '{cron_job[:100]}' is not a job of yours", op="chat", field="cron_job"
+            )
 
     def _pending_calls(self) -> list[dict[str, Any]]:
         for i in range(len(self.history) - 1, -1, -1):
