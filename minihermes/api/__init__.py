@@ -25,7 +25,7 @@ from ._keys import (
     verify_api_key,
 )
 from ._logging import JsonFormatter, use_json_logs
-from ._server import InsecureBindError, check_bind, is_loopback, serve_http
+from ._server import InsecureBindError, bind_http, check_bind, is_loopback, local_url, serve_http
 from ._shedding import SheddingConfig
 from .permissions import DEFAULT_PERMISSIONS, ROLES, PermissionTable
 
@@ -45,11 +45,13 @@ __all__ = [
     "NewApiKey",
     "PermissionTable",
     "SheddingConfig",
+    "bind_http",
     "check_bind",
     "create_api_key",
     "create_app",
     "is_loopback",
     "list_api_keys",
+    "local_url",
     "revoke_api_key",
     "serve_http",
     "use_json_logs",

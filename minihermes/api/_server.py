@@ -81,6 +81,7 @@ async def serve_http(
     access_log: bool = True,
     graceful_timeout: float = 10.0,
     handle_signals: bool = False,
+    sock: socket.socket | None = None,
     **app_options: Any,
 ) -> None:
     """Serve the API for ``node`` on ``host:port`` until ``stop`` is set, the node's root supervisor fails,
@@ -88,17 +89,25 @@ async def serve_http(
     seconds) and return. The node itself is neither started nor stopped here.
 
     ``port=0`` picks a free port; ``on_started(host, port)`` is called once the socket accepts connections.
+    ``sock``: a socket from :func:`bind_http` to serve on instead of binding here (``serve`` binds before the
+    node starts, so a busy port fails at once); it is closed on return either way.
     Without ``auth`` only loopback addresses are allowed (:class:`InsecureBindError` otherwise). Extra
     keyword arguments go to :func:`create_app`. uvicorn's own signal handling is off unless
     ``handle_signals``: the caller (``minihermes serve``) sets ``stop`` from its handlers.
     """
-    check_bind(host, auth)
+    try:
+        check_bind(host, auth)
+    except InsecureBindError:
+        if sock is not None:
+            sock.close()
+        raise
     if app is None:
         app = create_app(node, auth, **app_options)
     elif app_options:
         raise TypeError("give either app= or create_app options, not both")
     state: ApiState = app.state.minihermes
-    sock = _bind(host, port)
+    if sock is None:
+        sock = bind_http(host, port)
     bound_port = int(sock.getsockname()[1])
     config = uvicorn.Config(
         app,
@@ -145,8 +154,9 @@ async def serve_http(
         sock.close()
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    """Bind first, so a bad address or a busy port is a plain OSError here, and port 0 gets its number."""
+def bind_http(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` for :func:`serve_http`: a bad address or a busy port is a plain
+    ``OSError`` here, before anything else starts; port 0 gets a free port (``sock.getsockname()[1]``)."""
     name = host.strip("[]")
     try:
         family = socket.AF_INET6 if ipaddress.ip_address(name).version == 6 else socket.AF_INET
@@ -159,3 +169,14 @@ def _bind(host: str, port: int) -> socket.socket:
 
 def _display(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def local_url(host: str, port: int) -> str:
+    """The URL a client on this machine uses for a server bound to ``host:port`` (a wildcard address is
+    reached on loopback)."""
+    name = host.strip("[]")
+    if name in ("", "0.0.0.0"):
+        name = "127.0.0.1"
+    elif name == "::":
+        name = "::1"
+    return f"http://{_display(name)}:{port}"

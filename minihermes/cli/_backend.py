@@ -3,24 +3,30 @@
 Both speak the same language, ``ask(actor, op, payload)``, so every command works either way:
 
 - ``Embedded``: the agent app on ``--data-dir`` in this process (``minihermes.embed.MiniHermes``), as the
-  local owner (tenant ``default``, admin). Live events come from ``node.subscribe``.
-- ``Remote``: ``POST /api/v1/actors/{actor}/{op}`` on ``--url`` with a JWT or API key
-  (``Authorization: Bearer``), which decides the tenant and roles; actors from ``GET /api/v1/actors``.
+  local owner (tenant ``default``, admin). Live events come from ``node.subscribe``. Only when no node runs
+  on that data dir: one node per data dir (``minihermes.runtime.running_node``).
+- ``Remote``: ``POST /api/v1/actors/{actor}/{op}`` on ``--url``, or on the node serving ``--data-dir`` (its
+  address is recorded beside the data dir's lock), with a JWT or API key (``Authorization: Bearer``), which
+  decides the tenant and roles; actors from ``GET /api/v1/actors``.
 
-An op's structured error comes back as ``CommandError`` (code, message, field) on both.
+An op's structured error comes back as ``CommandError`` (code, message, field) on both; so do a server that
+cannot be reached and a refused credential, as one line saying what, where and what to do.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
+import re
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Protocol
 
 from minihermes import permissions
-from minihermes.runtime import ActorError, RequestContext
+from minihermes.runtime import ActorError, DataDirBusy, RequestContext, running_node
 
 
 class CommandError(Exception):
@@ -37,6 +43,39 @@ class CommandError(Exception):
         return cls(e.code, e.message, e.details.get("field"))
 
 
+def unreachable(where: str, e: Exception) -> CommandError:
+    """A server that does not answer, as one line: what failed, where, and what to do."""
+    import httpx
+
+    if isinstance(e, httpx.TimeoutException):
+        reason = "no answer in time"
+    else:
+        reason = _os_reason(e) or str(e) or type(e).__name__
+    reason = re.sub(r"^\[Errno -?\d+\] ", "", " ".join(reason.split())).rstrip(".")
+    return CommandError(
+        "connection_failed",
+        f"cannot reach {where} ({reason}): is a server running there? Start one with `minihermes serve`, "
+        "or check --url",
+    )
+
+
+def _os_reason(e: BaseException) -> str | None:
+    """The operating system's words for a failed connection ("Connection refused"), from the causes."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [e]
+    while todo:
+        err = todo.pop()
+        if id(err) in seen:
+            continue
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno:
+            return os.strerror(err.errno) if err.errno > 0 else (err.strerror or str(err))
+        if isinstance(err, BaseExceptionGroup):
+            todo.extend(err.exceptions)
+        todo.extend(x for x in (err.__cause__, err.__context__) if x is not None)
+    return None
+
+
 class Backend(Protocol):
     """What a command needs: call an op, and know which actors exist (subsystems may be absent)."""
 
@@ -49,6 +88,10 @@ class Backend(Protocol):
     async def has_actor(self, actor: str) -> bool: ...
 
     async def ops(self, actor: str) -> set[str]: ...
+
+    async def roles(self) -> frozenset[str]: ...
+
+    async def may(self, actor: str, op: str) -> bool: ...
 
 
 class Embedded:
@@ -85,14 +128,27 @@ class Embedded:
         handlers = self.node.spec(actor).cls._handlers
         return {name for name, h in handlers.items() if not h.internal}
 
+    async def roles(self) -> frozenset[str]:
+        return frozenset(self.ctx.roles)
+
+    async def may(self, actor: str, op: str) -> bool:
+        """Whether the caller may call ``actor.op`` (the actor runs here and the permission table allows it)."""
+        if op not in await self.ops(actor):
+            return False
+        if self._permissions is None:
+            self._permissions = permissions.DEFAULT_PERMISSIONS.for_node(self.node)
+        return permissions.may(self.ctx, actor, op, self._permissions)
+
 
 class Remote:
     """A running server's HTTP API."""
 
-    def __init__(self, client: Any, url: str) -> None:
+    def __init__(self, client: Any, url: str, where: str | None = None) -> None:
         self.client = client
-        self.where = url
+        self.where = where or url
         self._catalog: dict[str, set[str]] | None = None
+        self._allowed: set[tuple[str, str]] = set()
+        self._roles: frozenset[str] | None = None
 
     async def ask(
         self, actor: str, op: str, payload: dict[str, Any] | None = None, timeout: float = 300
@@ -107,23 +163,30 @@ class Remote:
                 timeout=timeout + 10,
             )
         except httpx.HTTPError as e:
-            raise CommandError("connection_failed", f"{self.where}: {type(e).__name__}: {e}") from None
+            raise unreachable(self.where, e) from None
+        return reply_body(resp)
+
+    async def get(self, path: str) -> Any:
+        """``GET path``'s JSON body; errors as ``CommandError``."""
+        import httpx
+
+        try:
+            resp = await self.client.get(path)
+        except httpx.HTTPError as e:
+            raise unreachable(self.where, e) from None
         return reply_body(resp)
 
     async def _load(self) -> dict[str, set[str]]:
-        import httpx
-
         if self._catalog is None:
-            try:
-                resp = await self.client.get("/api/v1/actors")
-            except httpx.HTTPError as e:
-                raise CommandError("connection_failed", f"{self.where}: {type(e).__name__}: {e}") from None
-            body = reply_body(resp)
+            body = await self.get("/api/v1/actors")
             actors = body.get("actors", body) if isinstance(body, dict) else body
             catalog: dict[str, set[str]] = {}
             for entry in actors if isinstance(actors, list) else []:
                 ops = entry.get("ops", [])
                 catalog[entry["name"]] = {o["op"] if isinstance(o, dict) else str(o) for o in ops}
+                for o in ops:
+                    if isinstance(o, dict) and o.get("allowed", True):
+                        self._allowed.add((entry["name"], o["op"]))
             self._catalog = catalog
         return self._catalog
 
@@ -132,6 +195,18 @@ class Remote:
 
     async def ops(self, actor: str) -> set[str]:
         return (await self._load()).get(actor, set())
+
+    async def roles(self) -> frozenset[str]:
+        """The caller's roles, as the server sees the credential (``GET /api/v1/whoami``)."""
+        if self._roles is None:
+            body = await self.get("/api/v1/whoami")
+            self._roles = frozenset(body.get("roles", []) if isinstance(body, dict) else [])
+        return self._roles
+
+    async def may(self, actor: str, op: str) -> bool:
+        """Whether the server's catalog lets this caller call ``actor.op`` (absent actors: no)."""
+        await self._load()
+        return (actor, op) in self._allowed
 
 
 def reply_body(resp: Any) -> Any:
@@ -142,31 +217,92 @@ def reply_body(resp: Any) -> Any:
         body = None
     if resp.status_code >= 400:
         err = body.get("error", {}) if isinstance(body, dict) else {}
-        raise CommandError(
-            str(err.get("code", resp.status_code)),
-            str(err.get("message", resp.text))[:1000],
-            err.get("field"),
-        )
+        message = " ".join(str(err.get("message", resp.text)).split())[:1000]
+        if resp.status_code == 401:
+            where = f" by {resp.request.url.host}:{resp.request.url.port}" if _has_request(resp) else ""
+            message += (
+                f" (refused{where}): pass --token-env VAR, VAR naming an environment variable that holds a valid "
+                "API key (`minihermes keys create`) or JWT"
+            )
+        raise CommandError(str(err.get("code", resp.status_code)), message, err.get("field"))
     return body
+
+
+def _has_request(resp: Any) -> bool:
+    try:
+        return resp.request is not None
+    except RuntimeError:  # a response built without a request (tests)
+        return False
+
+
+SERVED_WAIT = 5.0
+"""How long to wait for a node that holds the data dir to record its address (it writes it right after
+taking the lock)."""
+
+
+async def served_node(data_dir: Path) -> dict[str, Any] | None:
+    """What the node running on ``data_dir`` recorded (``url`` when it serves HTTP), or None when none runs."""
+    holder = running_node(data_dir)
+    deadline = time.monotonic() + SERVED_WAIT
+    while holder is not None and (not holder or (holder.get("http") and not holder.get("url"))):
+        if time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.05)
+        holder = running_node(data_dir)
+    return holder
+
+
+def _served_url(data_dir: Path, holder: dict[str, Any], token: str | None) -> str:
+    """The running node's address for the commands on its data dir; ``CommandError`` saying what to do when it
+    cannot be talked to (no HTTP API, or a credential needed and none given)."""
+    busy = DataDirBusy(data_dir.resolve(), holder)
+    url = holder.get("url")
+    if not url:
+        raise CommandError(
+            "data_dir_busy",
+            f"{busy} that serves no HTTP API: wait for it to finish or stop it, or run `minihermes serve "
+            f"--data-dir {data_dir}` instead and commands here talk to it",
+        )
+    if holder.get("auth") and not token:
+        raise CommandError(
+            "auth_required",
+            f"the node serving {data_dir} ({url}, pid {holder.get('pid')}) requires a credential: pass "
+            "--token-env VAR, VAR naming an environment variable that holds an API key (`minihermes keys "
+            "create`, or the dashboard) or a JWT",
+        )
+    return str(url)
 
 
 @contextlib.asynccontextmanager
 async def open_backend(
     *, url: str | None, data_dir: Path, token: str | None = None, timeout: float = 310
 ) -> AsyncIterator[Embedded | Remote]:
-    """A backend for one command: ``url`` for a running server, else the embedded node on ``data_dir``."""
+    """A backend for one command: ``url`` for a running server; else the node already running on
+    ``data_dir`` (through its HTTP API), or an embedded node on it when none runs."""
+    where = None
+    if not url:
+        holder = await served_node(data_dir)
+        if holder is not None:
+            url = _served_url(data_dir, holder, token)
+            where = f"{url.rstrip('/')}, the node serving {data_dir}"
     if url:
         import httpx
 
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         async with httpx.AsyncClient(base_url=url.rstrip("/"), headers=headers, timeout=timeout) as client:
-            yield Remote(client, url.rstrip("/"))
+            yield Remote(client, url.rstrip("/"), where)
         return
     from minihermes.embed import MiniHermes
 
     _quiet_logs()
-    async with MiniHermes(data_dir=data_dir) as mh:
+    try:
+        mh = await MiniHermes(data_dir=data_dir).start()
+    except DataDirBusy as e:  # a node started there since we looked
+        raise CommandError("data_dir_busy", f"{e}: try again (commands then talk to it)") from None
+    try:
         yield Embedded(mh)
+    finally:
+        await mh.stop()
 
 
 def _quiet_logs() -> None:

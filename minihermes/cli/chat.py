@@ -4,7 +4,8 @@ Turns stream: the answer's text as it is produced and each tool call as it start
 chat watches the session's live topic (``session:<id>``) while the turn runs; against a server it reads the
 Server-Sent Events of ``POST /api/v1/sessions/{id}/messages`` (``"stream": true``), and falls back to a plain
 ``agent.chat`` call on a server without that endpoint. Slash commands reach the other services; a subsystem
-the node does not run answers "not enabled".
+the node does not run answers "not enabled". The help and the Tab completions offer only the commands the
+caller may use (the server's catalog for their credential; ``/approve`` and ``/deny`` to admins).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import shlex
 import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -22,20 +24,65 @@ from urllib.parse import quote
 from rich.console import Console
 from rich.markup import escape
 
-from ._backend import Backend, CommandError, Embedded, Remote, open_backend, reply_body
+from minihermes.runtime import ConfigError
+
+from ._backend import Backend, CommandError, Embedded, Remote, open_backend, reply_body, unreachable
 from .commands import NotEnabled, pick_op
 
 ReadLine = Callable[[str], Awaitable[str]]
 
-HELP = """Commands:
-  /new                  start a new session
-  /model [P [M]]        list providers, or switch this session to provider P (and model M)
-  /skills [QUERY]       list skills, or search them
-  /memory [list | search Q | store KEY VALUE | forget KEY]
-  /goal [TEXT]          list goals, or set one for this session
-  /approve [ID]         list approvals waiting for a person, or approve one    /deny ID   deny it
-  /history              this session's messages              /tools     the tools
-  /help                 this help                             /quit      leave (Ctrl-D too)"""
+
+@dataclass(frozen=True)
+class Slash:
+    """A slash command, offered to a caller who may call one of ``needs`` (always, when empty)."""
+
+    name: str
+    usage: str
+    what: str
+    needs: tuple[tuple[str, str], ...] = ()
+    admin: bool = False
+    """Deciding on others' requests is an admin's job (the guardrails' rule): offered to admins only."""
+
+
+COMMANDS = (
+    Slash("/new", "/new", "start a new session"),
+    Slash(
+        "/model",
+        "/model [P [M]]",
+        "list providers, or switch this session to provider P (and model M)",
+        (("llm_gateway", "switch_provider"),),
+    ),
+    Slash(
+        "/skills",
+        "/skills [QUERY]",
+        "list skills, or search them",
+        (("skill_store", "list_skills"), ("skill_store", "search_skills")),
+    ),
+    Slash(
+        "/memory",
+        "/memory [list | search Q | store KEY VALUE | forget KEY]",
+        "memories",
+        (("memory", "list_memories"), ("memory", "store_memory")),
+    ),
+    Slash("/goal", "/goal [TEXT]", "list goals, or set one for this session", (("goals", "list_goals"),)),
+    Slash(
+        "/approve",
+        "/approve [ID]",
+        "list approvals waiting for a person, or approve one",
+        (("guardrails", "approve"),),
+        admin=True,
+    ),
+    Slash("/deny", "/deny ID", "deny an approval", (("guardrails", "deny"),), admin=True),
+    Slash("/history", "/history", "this session's messages", (("agent", "get_history"),)),
+    Slash("/tools", "/tools", "the tools", (("tool_executor", "list_tools"),)),
+    Slash("/help", "/help", "this help"),
+    Slash("/quit", "/quit", "leave (Ctrl-D too)"),
+)
+
+
+def help_text(commands: tuple[Slash, ...] | list[Slash]) -> str:
+    rows = [f"  {c.usage:<22}{c.what}" if len(c.usage) < 22 else f"  {c.usage}" for c in commands]
+    return "Commands:\n" + "\n".join(rows)
 
 
 DEFAULT_SESSION = "cli"
@@ -43,8 +90,42 @@ DEFAULT_SESSION = "cli"
 
 async def run_chat(*, session: str, url: str | None, data_dir: Path, token: str | None) -> int:
     console = Console()
-    async with open_backend(url=url, data_dir=data_dir, token=token) as backend:
-        return await ChatLoop(console, backend, session).run(_stdin_line)
+    try:
+        async with open_backend(url=url, data_dir=data_dir, token=token) as backend:
+            loop = ChatLoop(console, backend, session)
+            return await loop.run(_terminal_reader(loop) if sys.stdin.isatty() else _stdin_line)
+    except CommandError as e:  # no server there, a credential needed, the data dir busy
+        _fail(f"{e.code}: {e.message}")
+    except (OSError, ConfigError) as e:  # the data dir cannot be used
+        _fail(str(e))
+    return 1
+
+
+def _fail(message: str) -> None:
+    Console(stderr=True).print(f"[red]error[/red] {escape(message)}", soft_wrap=True, highlight=False)
+
+
+def _terminal_reader(loop: ChatLoop) -> ReadLine:
+    """Lines read with ``readline``: history, editing, and Tab completing the commands the caller may use."""
+    try:
+        import readline
+    except ImportError:
+        return _stdin_line
+
+    def complete(text: str, state: int) -> str | None:
+        if " " in readline.get_line_buffer().lstrip():
+            return None  # completing commands, not their arguments
+        matches = [name for name in loop.command_names() if name.startswith(text)]
+        return matches[state] if state < len(matches) else None
+
+    readline.set_completer_delims(" \t\n")
+    readline.set_completer(complete)
+    readline.parse_and_bind("tab: complete")
+
+    async def read(prompt: str) -> str:
+        return await asyncio.to_thread(input, prompt)  # EOFError at Ctrl-D
+
+    return read
 
 
 async def _stdin_line(prompt: str) -> str:
@@ -62,8 +143,9 @@ async def _stdin_line(prompt: str) -> str:
 class Renderer:
     """Shows one turn's live events: text as it streams, tool calls as they start and end."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, can_approve: bool = True) -> None:
         self.console = console
+        self.can_approve = can_approve
         self.streamed_text = False
         self._mid_line = False
 
@@ -107,9 +189,12 @@ class Renderer:
         meta = f"[dim]({reply.get('tool_calls', 0)} tool calls, {reply.get('iterations', 0)} LLM calls)[/dim]"
         if reply.get("status") == "paused":
             self._newline()
-            self.console.print(
-                f"[yellow]paused[/yellow] {escape(str(reply.get('response', '')))}  /approve {reply.get('approval_id')}"
+            then = (
+                f"/approve {reply.get('approval_id')}"
+                if self.can_approve
+                else f"(waiting for an admin's decision on approval {reply.get('approval_id')})"
             )
+            self.console.print(f"[yellow]paused[/yellow] {escape(str(reply.get('response', '')))}  {then}")
             return
         if self.streamed_text:
             self._newline()
@@ -131,19 +216,37 @@ class ChatLoop:
         self.backend = backend
         self.session = session
         self._own_sessions = False
+        self.commands: list[Slash] = list(COMMANDS)
+        """The commands this caller may use (``_start`` narrows them): the help and completions."""
+
+    def command_names(self) -> list[str]:
+        return [c.name for c in self.commands]
+
+    @property
+    def can_approve(self) -> bool:
+        return "/approve" in self.command_names()
 
     async def _start(self) -> None:
-        """A server caller with only the ``user`` role may chat only in sessions they created: such a caller
-        gets a session of their own instead of the shared default name (an explicit --session is kept)."""
-        if not isinstance(self.backend, Remote):
-            return
-        resp = await self.backend.client.get("/api/v1/whoami")
-        roles = set(reply_body(resp).get("roles", []))
-        if roles & {"admin", "viewer"}:
+        """Ask who the caller is: the commands offered are those their roles allow. A server caller with only
+        the ``user`` role may chat only in sessions they created: such a caller gets a session of their own
+        instead of the shared default name (an explicit --session is kept)."""
+        roles = await self.backend.roles()
+        self.commands = [c for c in COMMANDS if await self._offered(c, roles)]
+        if not isinstance(self.backend, Remote) or roles & {"admin", "viewer"}:
             return
         self._own_sessions = True
         if self.session == DEFAULT_SESSION:
             self.session = await self._create_session()
+
+    async def _offered(self, command: Slash, roles: frozenset[str]) -> bool:
+        if command.admin and "admin" not in roles:
+            return False
+        if not command.needs:
+            return True
+        for actor, op in command.needs:
+            if await self.backend.may(actor, op):
+                return True
+        return False
 
     async def _create_session(self) -> str:
         reply = await self.backend.ask("session_manager", "create_session", {"channel": "cli"})
@@ -153,7 +256,7 @@ class ChatLoop:
         try:
             await self._start()
         except CommandError as e:
-            self.console.print(f"[red]error[/red] {e.code}: {escape(e.message)}")
+            _fail(f"{e.code}: {e.message}")
             return 1
         self.console.print(
             f"[bold]MiniHermes[/bold] session [cyan]{self.session}[/cyan] ({self.backend.where}). "
@@ -177,14 +280,15 @@ class ChatLoop:
             except NotEnabled as e:
                 self.console.print(f"[yellow]not enabled[/yellow]: {e}")
             except CommandError as e:
-                self.console.print(f"[red]error[/red] {e.code}: {escape(e.message)}")
-            except Exception as e:  # a connection failure: report it, keep the chat going
-                self.console.print(f"[red]error[/red] {type(e).__name__}: {escape(str(e))}")
+                if e.code == "connection_failed":  # the server is gone: say so once, and leave
+                    _fail(f"{e.code}: {e.message}")
+                    return 1
+                self.console.print(f"[red]error[/red] {e.code}: {escape(e.message)}", soft_wrap=True)
 
     # -- turns --------------------------------------------------------------------------------------------
 
     async def turn(self, message: str) -> dict[str, Any]:
-        renderer = Renderer(self.console)
+        renderer = Renderer(self.console, self.can_approve)
         if isinstance(self.backend, Embedded):
             reply = await self._embedded_turn(self.backend, message, renderer)
         elif isinstance(self.backend, Remote):
@@ -243,7 +347,7 @@ class ChatLoop:
                     else:
                         renderer.event(event)
         except httpx.HTTPError as e:
-            raise CommandError("connection_failed", f"{backend.where}: {type(e).__name__}: {e}") from None
+            raise unreachable(backend.where, e) from None
         if final is None:
             raise CommandError("stream_ended", "the stream ended without a final reply")
         return final
@@ -260,7 +364,7 @@ class ChatLoop:
         if cmd in ("/quit", "/exit"):
             return "quit"
         if cmd == "/help":
-            c.print(HELP, highlight=False)
+            c.print(escape(help_text(self.commands)), highlight=False)
         elif cmd == "/new":
             self.session = (
                 await self._create_session() if self._own_sessions else f"cli-{uuid.uuid4().hex[:8]}"
@@ -294,7 +398,7 @@ class ChatLoop:
                 raise
             c.print(f"{reply.get('decision')}")
             if reply.get("turn"):
-                Renderer(c).reply(reply["turn"])
+                Renderer(c, self.can_approve).reply(reply["turn"])
         else:
             c.print(f"unknown command {escape(cmd)}; /help lists them")
         return None
@@ -309,10 +413,15 @@ class ChatLoop:
         kinds = {p.get("name"): p.get("kind") for p in listing.get("providers", [])}
         if (kinds.get(active.get("provider")) or active.get("provider")) != "simulated":
             return
+        connect = (
+            "Connect a real model with /model NAME after an admin registers one"
+            if "/model" in self.command_names()
+            else "An admin can connect a real model"
+        )
         self.console.print(
             "[yellow]Offline model active[/yellow]: it does simple requests (arithmetic, memory, files, "
-            "reminders, goals) and says when it cannot. Connect a real model with /model NAME after an admin "
-            "registers one (docs/providers.md; what the offline model understands: docs/offline-model.md).",
+            f"reminders, goals) and says when it cannot. {connect} (docs/providers.md; what the offline model "
+            "understands: docs/offline-model.md).",
             highlight=False,
         )
 

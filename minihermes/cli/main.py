@@ -11,7 +11,16 @@ from typing import Annotated, Any
 
 import typer
 
-from minihermes.runtime import AppConfig, ConfigError, Node, RedactSecrets, build_node, loop_name, tune_gc
+from minihermes.runtime import (
+    AppConfig,
+    ConfigError,
+    DataDirBusy,
+    Node,
+    RedactSecrets,
+    build_node,
+    loop_name,
+    tune_gc,
+)
 from minihermes.runtime import run_loop as run_main
 
 from ._connection import NO_JSON, ConnectedTyper, connected, connection
@@ -25,8 +34,24 @@ keys_app = ConnectedTyper(
 app.add_typer(keys_app, name="keys")
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"minihermes {version('minihermes')}")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            typer.echo("minihermes (not installed: no package metadata)")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
     """MiniHermes: a runtime for self-improving AI agents."""
 
 
@@ -111,6 +136,16 @@ def serve(
     except ConfigError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
+    except DataDirBusy as e:
+        typer.echo(
+            f"error: {e}: stop it first, or give this node another --data-dir (`minihermes chat` and the other "
+            f"commands with --data-dir {e.data_dir} talk to the running node)",
+            err=True,
+        )
+        raise typer.Exit(1) from None
+    except CannotListen as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
 
 
 def _auth(jwt_secret_env: str | None, api_keys: bool) -> Any:
@@ -126,11 +161,52 @@ def _auth(jwt_secret_env: str | None, api_keys: bool) -> Any:
     return AuthConfig(jwt_secret=secret, api_keys=api_keys)
 
 
+class CannotListen(Exception):
+    """``serve`` cannot bind its HTTP port: the message names the address and what to do."""
+
+    def __init__(self, host: str, port: int, error: OSError) -> None:
+        reason = (error.strerror or str(error)).split(" (while attempting")[0]
+        super().__init__(
+            f"cannot listen on {host}:{port}: {reason}. Another program may hold the port: stop it, or pick "
+            f"another with --port (`minihermes doctor --port {port}` says what answers there)"
+        )
+
+
+async def _claim(node: Node, host: str, port: int, auth: Any) -> Any:
+    """Take the data dir (``DataDirBusy`` names the node that holds it), then the port (``CannotListen``),
+    before the node starts: a refused start changes nothing. Returns the bound socket (None without HTTP);
+    the address goes beside the lock (``node.json``) for the CLI to find."""
+    lock = node.data_dir_lock
+    if lock is not None:
+        lock.acquire(node_id=node.node_id, command="minihermes serve", http=bool(port), auth=auth is not None)
+    if not port:
+        return None
+    from minihermes.api import bind_http, local_url
+
+    try:
+        sock = bind_http(host, port)
+    except OSError as e:
+        if lock is not None:
+            lock.release()
+        raise CannotListen(host, port, e) from None
+    if lock is not None:
+        lock.update(url=local_url(host, int(sock.getsockname()[1])))
+    return sock
+
+
 async def _serve(cfg: AppConfig, host: str, port: int, auth: Any) -> None:
     log = logging.getLogger("minihermes.serve")
     node = _build(cfg)
     stop = asyncio.Event()
-    await node.start()
+    sock = await _claim(node, host, port, auth)
+    try:
+        await node.start()
+    except BaseException:
+        if sock is not None:
+            sock.close()
+        if node.data_dir_lock is not None:
+            node.data_dir_lock.release()
+        raise
     node.install_signal_handlers(stop.set)
     log.info("data dir: %s (event loop: %s; gc: %s)", cfg.data_dir.resolve(), loop_name(), tune_gc())
     for spec in cfg.tree.walk():
@@ -162,6 +238,7 @@ async def _serve(cfg: AppConfig, host: str, port: int, auth: Any) -> None:
                     on_started=lambda h, p: log.info("HTTP API on http://%s:%d (dashboard: /)", h, p),
                     log_level="warning",
                     shedding=shedding,
+                    sock=sock,
                 )
             )
         )
@@ -170,12 +247,14 @@ async def _serve(cfg: AppConfig, host: str, port: int, auth: Any) -> None:
     for w in waiters:
         if w not in done:
             w.cancel()
+    failed = node.failed.is_set()
     for w in done:
         if not w.cancelled() and w.exception() is not None:
             log.error("stopping after an error: %s", w.exception())
+            failed = True
     log.info("stopping (%s)", "root supervisor failed" if node.failed.is_set() else "signal")
     await node.stop()
-    if node.failed.is_set():
+    if failed:
         raise SystemExit(1)
 
 
@@ -251,14 +330,42 @@ app.command()(connected(doctor))
 
 
 async def _with_store(fn: Any) -> Any:
+    """Run ``fn`` on the data dir's store, holding the data dir's lock meanwhile: a running node is the only
+    writer of its store (a second process writing it is SQLite's multi-writer case), so with a node there
+    the keys are changed through it, and a node does not start while this runs."""
+    from minihermes.runtime import DataDirLock
     from minihermes.runtime.store import open_store
 
-    store = open_store("sqlite", data_dir=str(connection().data_dir))
-    await store.open()
+    data_dir = connection().data_dir
+    lock = DataDirLock(data_dir)
     try:
-        return await fn(store)
+        lock.acquire(command="minihermes keys")
+    except DataDirBusy as e:
+        raise KeysRefused(
+            f"{e}: while it runs, API keys are managed through it, by an admin of the tenant (the "
+            "dashboard's Providers page, or POST / GET / DELETE /api/v1/api-keys); or stop it and run this again"
+        ) from None
+    try:
+        store = open_store("sqlite", data_dir=str(data_dir))
+        await store.open()
+        try:
+            return await fn(store)
+        finally:
+            await store.close()
     finally:
-        await store.close()
+        lock.release()
+
+
+class KeysRefused(Exception):
+    """A ``keys`` command on a data dir a node is running on."""
+
+
+def _keys(fn: Any) -> Any:
+    try:
+        return asyncio.run(_with_store(fn))
+    except KeysRefused as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
 
 
 @keys_app.command("create")
@@ -273,10 +380,8 @@ def keys_create(
 
     role_list = [r.strip() for r in roles.split(",") if r.strip()]
     try:
-        new = asyncio.run(
-            _with_store(
-                lambda s: create_api_key(s, tenant=tenant, principal=principal, roles=role_list, name=name),
-            )
+        new = _keys(
+            lambda s: create_api_key(s, tenant=tenant, principal=principal, roles=role_list, name=name)
         )
     except (ValueError, TypeError) as e:
         typer.echo(f"error: {e}", err=True)
@@ -292,7 +397,7 @@ def keys_list(
     """List keys (ids and who they act as; never the keys)."""
     from minihermes.api import list_api_keys
 
-    for info in asyncio.run(_with_store(lambda s: list_api_keys(s, tenant=tenant))):
+    for info in _keys(lambda s: list_api_keys(s, tenant=tenant)):
         state = "revoked" if info.revoked_at is not None else "active"
         typer.echo(
             f"{info.key_id}\t{info.tenant}\t{info.principal}\t{','.join(info.roles)}\t{state}\t{info.name}"
@@ -306,7 +411,7 @@ def keys_revoke(
     """Revoke a key: requests with it are refused from now on."""
     from minihermes.api import revoke_api_key
 
-    if not asyncio.run(_with_store(lambda s: revoke_api_key(s, key_id))):
+    if not _keys(lambda s: revoke_api_key(s, key_id)):
         typer.echo("error: no active key with that id", err=True)
         raise typer.Exit(1)
     typer.echo("revoked")
@@ -334,7 +439,25 @@ _scripting()
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except Exception as e:
+        # The commands report these themselves; this is the net for any path that does not: one line, no
+        # traceback, for a server that cannot be reached or an op's error. Anything else is a bug: shown whole.
+        import httpx
+
+        from ._backend import CommandError, unreachable
+
+        if isinstance(e, httpx.TransportError):
+            try:
+                where = str(e.request.url.copy_with(path="/", query=None, fragment=None)).rstrip("/")
+            except RuntimeError:
+                where = "the server"
+            e = unreachable(where, e)
+        if not isinstance(e, CommandError):
+            raise
+        typer.echo(f"error {e.code}: {e.message}", err=True)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":
