@@ -130,7 +130,11 @@ class HostEvents(_Scoped):
         return self._store.events.append_nowait(self._scope_fn(), stream, data, kind=kind, subjects=subjects)
 
     async def forget(
-        self, stream: str, subjects: Sequence[str] | None, *, legacy: Callable[[JSON], bool] | None = None
+        self,
+        stream: str,
+        subjects: Sequence[str] | None,
+        *,
+        legacy: Callable[[JSON], str | None] | None = None,
     ) -> Erasure:
         """Make the entries of ``subjects`` (None: all) unreadable; the chain still verifies."""
         return await self._store.events.forget(self._scope_fn(), stream, subjects, legacy=legacy)

@@ -132,32 +132,39 @@ async def test_content_removed_without_an_erasure_entry_is_reported(store: Store
 
 async def test_legacy_entries_verify_and_are_blanked_with_a_record(store: Store, clock: ManualClock) -> None:
     """Format-1 entries (written before format 2) stay readable and verifiable; forgetting them blanks their
-    content and appends a chained erasure entry naming their (seq, ts, hash)."""
+    content and appends a chained erasure entry naming their (seq, ts, hash) and the kind they keep."""
     await store.events.append(A, "audit", {"principal": "alice", "detail": f"old {TOKEN}"})
     await store.events.append(A, "audit", {"principal": "bob", "detail": "old bob"})
-    await store.events.append(
-        A, "audit", {"principal": "alice", "d": 1}, kind="chat", subjects=["user:alice"]
-    )
+    await store.events.append(A, "audit", {"principal": "alice"}, kind="chat", subjects=["user:alice"])
     assert [r.v for r in await store.events.read(A, "audit")] == [1, 1, 2]
     assert (await store.events.verify(A, "audit")).ok
-    erasure = await store.events.forget(
-        A, "audit", ["user:alice"], legacy=lambda d: isinstance(d, dict) and d.get("principal") == "alice"
-    )
+
+    def alices(data: Any) -> str | None:
+        return "tool_executed" if data.get("principal") == "alice" else None
+
+    erasure = await store.events.forget(A, "audit", ["user:alice"], legacy=alices)
     assert (erasure.forgotten, erasure.legacy, erasure.kept) == (2, 1, 0)
     records = await store.events.read(A, "audit")
     assert [(r.seq, r.erased) for r in records] == [(1, "forgotten"), (2, ""), (3, "forgotten"), (4, "")]
-    assert records[3].kind == "~erasure" and records[3].data["legacy"] == [
-        [1, records[0].ts, records[0].hash]
-    ]
+    assert records[0].kind == "tool_executed"  # a forgotten entry keeps its type
+    assert records[3].kind == "~erasure"
+    assert records[3].data["legacy"] == [[1, records[0].ts, records[0].hash, "tool_executed"]]
     assert (await store.events.verify(A, "audit")).ok
-    await raw(store, "UPDATE events SET ts = ts + 1 WHERE seq = 1")  # a blanked v1 entry is still covered
-    check = await store.events.verify(A, "audit")
-    assert (check.ok, check.first_bad_seq) == (False, 1)
-    await raw(store, "UPDATE events SET ts = ts - 1 WHERE seq = 1")
-    await raw(store, 'UPDATE events SET data = \'{"principal":"eve"}\' WHERE seq = 2')
+    # The blanked v1 entry is still covered: its time, hash and kind are in the erasure entry.
+    for edit, undo in [
+        ("ts = ts + 1", "ts = ts - 1"),
+        ("kind = 'other'", "kind = 'tool_executed'"),
+        ("hash = 'ab'", f"hash = '{records[0].hash}'"),
+    ]:
+        await raw(store, f"UPDATE events SET {edit} WHERE seq = 1")
+        check = await store.events.verify(A, "audit")
+        assert (check.ok, check.first_bad_seq) == (False, 1), edit
+        await raw(store, f"UPDATE events SET {undo} WHERE seq = 1")
+    assert (await store.events.verify(A, "audit")).ok
+    await raw(store, "UPDATE events SET data = ? WHERE seq = 2", ('{"principal":"eve"}',))
     assert (await store.events.verify(A, "audit")).first_bad_seq == 2
     # A damaged entry is not blanked (that would launder it): it is counted and left for verify.
-    assert (await store.events.forget(A, "audit", [], legacy=lambda d: True)).kept == 1
+    assert (await store.events.forget(A, "audit", [], legacy=lambda d: "x")).kept == 1
     assert (await store.events.verify(A, "audit")).first_bad_seq == 2
 
 

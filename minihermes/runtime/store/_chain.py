@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,12 +79,16 @@ def seq_ranges(seqs: Iterable[int]) -> list[list[int]]:
     return out
 
 
-def erasure_record(reason: str, seqs: Iterable[int], legacy: Sequence[tuple[int, float, str]]) -> JSON:
+Legacy = tuple[int, float, str, str]
+"""A blanked format-1 entry as its erasure entry records it: (seq, ts, hash, kind)."""
+
+
+def erasure_record(reason: str, seqs: Iterable[int], legacy: Sequence[Legacy]) -> JSON:
     """The data of an erasure entry: why, which format-2 entries lost their content, and for each blanked
-    format-1 entry its (seq, ts, hash)."""
+    format-1 entry its (seq, ts, hash) and the kind it keeps (what the caller said it was)."""
     record: dict[str, Any] = {"reason": reason, "seqs": seq_ranges(seqs)}
     if legacy:
-        record["legacy"] = [[seq, ts, digest] for seq, ts, digest in legacy]
+        record["legacy"] = [list(entry) for entry in legacy]
     return record
 
 
@@ -140,7 +144,7 @@ class Erasures:
     """What the stream's erasure entries allow to be missing: format-2 seqs, format-1 (seq -> (ts, hash))."""
 
     seqs: set[int] = field(default_factory=set)
-    legacy: dict[int, tuple[float, str]] = field(default_factory=dict)
+    legacy: dict[int, tuple[float, str, str]] = field(default_factory=dict)
 
     def add(self, row: Row) -> None:
         """Take an erasure entry's list, if the entry is intact in itself (its digest and hash hold for its
@@ -154,8 +158,8 @@ class Erasures:
             record = loads_json(row.data)
             for first, last in record.get("seqs", []):
                 self.seqs.update(range(int(first), int(last) + 1))
-            for seq, ts, digest in record.get("legacy", []):
-                self.legacy[int(seq)] = (float(ts), str(digest))
+            for seq, ts, digest, kind in record.get("legacy", []):
+                self.legacy[int(seq)] = (float(ts), str(digest), str(kind))
         except (ValueError, TypeError, AttributeError):
             return
 
@@ -166,7 +170,7 @@ def check_row(row: Row, prev: str, erasures: Erasures) -> str:
         return "prev_hash does not match the previous entry"
     if row.v == 1:
         if row.data == "":
-            if erasures.legacy.get(row.seq) != (row.ts, row.hash):
+            if erasures.legacy.get(row.seq) != (row.ts, row.hash, row.kind):
                 return "content removed without an erasure entry recording it"
             return ""
         try:
@@ -264,18 +268,42 @@ class Entry:
     future: asyncio.Future[EventRecord] | None = field(default=None, repr=False)
 
 
-def erasable(rows: Iterable[Row]) -> tuple[list[int], list[tuple[int, float, str]], int]:
+def erasable(rows: Iterable[Row], kinds: dict[int, str] | None = None) -> tuple[list[int], list[Legacy], int]:
     """Which of ``rows`` may have their content removed: the intact ones (format 1: the hash holds; format 2:
-    the digest), as (format-2 seqs, format-1 (seq, ts, hash)); and how many are not (left as evidence)."""
+    the digest), as (format-2 seqs, format-1 (seq, ts, hash, kind from ``kinds``)); and how many are not
+    (left as evidence)."""
     seqs: list[int] = []
-    legacy: list[tuple[int, float, str]] = []
+    legacy: list[Legacy] = []
     kept = 0
     for row in rows:
         content = row.content()
         if row.v == 1 and row.hash_ok(row.prev_hash):
-            legacy.append((row.seq, row.ts, row.hash))
+            legacy.append((row.seq, row.ts, row.hash, (kinds or {}).get(row.seq, "")))
         elif row.v == 2 and content is not None and content_digest(content) == row.digest:
             seqs.append(row.seq)
         else:
             kept += 1
     return seqs, legacy, kept
+
+
+def legacy_selection(
+    legacy: Callable[[JSON], str | None] | None, rows: Sequence[Row], *, everything: bool
+) -> tuple[list[Row], dict[int, str]]:
+    """The plain entries ``forget`` blanks, and the kind each format-1 one keeps: with ``everything``, all
+    of ``rows``; otherwise the format-1 ones for which ``legacy`` names a kind (None: not selected). A
+    format-1 entry that does not decode is left for verify to report."""
+    chosen: list[Row] = []
+    kinds: dict[int, str] = {}
+    for row in rows:
+        kind: str | None = ""
+        if row.v == 1 and legacy is not None:
+            try:
+                kind = legacy(loads_json(row.data))
+            except ValueError:
+                kind = "" if everything else None
+        if kind is None and not everything:
+            continue
+        chosen.append(row)
+        if row.v == 1:
+            kinds[row.seq] = kind or ""
+    return chosen, kinds

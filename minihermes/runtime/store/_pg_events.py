@@ -24,6 +24,7 @@ from ._chain import (
     ZERO_HASH,
     Entry,
     Erasures,
+    Legacy,
     Row,
     StreamHead,
     chain_hash,
@@ -33,10 +34,11 @@ from ._chain import (
     content_digest,
     erasable,
     erasure_record,
+    legacy_selection,
     rows_of,
     verify_rows,
 )
-from ._common import AppendMarks, check_count, check_name, check_scope, loads_json
+from ._common import AppendMarks, check_count, check_name, check_scope
 from ._pg_common import Part, execute_many
 from ._pg_engine import Conn, logger
 from ._sealing import READ_COLUMNS, new_key, open_row, seal, subject_list
@@ -137,20 +139,30 @@ async def append_erasure(conn: Conn, key: Key, ts: float, record: JSON) -> Event
 
 
 async def blank_content(
-    conn: Conn, key: Key, rows: Sequence[Row], reason: str
-) -> tuple[list[int], list[tuple[int, float, str]], int]:
+    conn: Conn, key: Key, rows: Sequence[Row], reason: str, kinds: dict[int, str] | None = None
+) -> tuple[list[int], list[Legacy], int]:
     """As ``_sqlite_events.blank_content``: blank intact entries, count the rest as evidence."""
-    seqs, legacy, kept = erasable(rows)
+    seqs, legacy, kept = erasable(rows, kinds)
     await execute_many(
         conn,
         f"UPDATE events SET data = '', body = NULL, erased = %s WHERE {_WHERE} AND seq = %s",
-        [(reason, *key, seq) for seq in [*seqs, *(s for s, _, _ in legacy)]],
+        [(reason, *key, seq) for seq in seqs],
+    )
+    await execute_many(
+        conn,
+        f"UPDATE events SET data = '', erased = %s, kind = %s WHERE {_WHERE} AND seq = %s",
+        [(reason, kind, *key, seq) for seq, _, _, kind in legacy],
     )
     return seqs, legacy, kept
 
 
 async def _forget(
-    conn: Conn, *, key: Key, subjects: list[str] | None, legacy: Callable[[JSON], bool] | None, now: float
+    conn: Conn,
+    *,
+    key: Key,
+    subjects: list[str] | None,
+    legacy: Callable[[JSON], str | None] | None,
+    now: float,
 ) -> Erasure:
     # The head row first: appends of this stream wait for the forget (and see its deleted keys).
     await conn.execute(f"SELECT 1 FROM event_streams WHERE {_WHERE} FOR UPDATE", key)
@@ -180,19 +192,12 @@ async def _forget(
         plain = list(rows_of(await (await conn.execute(sql, (*key, ERASURE))).fetchall()))
     elif legacy is not None:
         sql = f"SELECT {ROW_COLUMNS} FROM events WHERE {_WHERE} AND v = 1 AND data <> '' ORDER BY seq"
-        rows = rows_of(await (await conn.execute(sql, key)).fetchall())
-        plain = [row for row in rows if _selected(legacy, row)]
-    seqs, old, kept = await blank_content(conn, key, plain, "forgotten")
+        plain = list(rows_of(await (await conn.execute(sql, key)).fetchall()))
+    plain, kinds = legacy_selection(legacy, plain, everything=subjects is None)
+    seqs, old, kept = await blank_content(conn, key, plain, "forgotten", kinds)
     if seqs or old:
         await append_erasure(conn, key, now, erasure_record("forgotten", seqs, old))
     return Erasure(forgotten + len(seqs) + len(old), len(key_ids), len(old), kept)
-
-
-def _selected(legacy: Callable[[JSON], bool], row: Row) -> bool:
-    try:
-        return bool(legacy(loads_json(row.data)))
-    except ValueError:
-        return False  # damaged: left as it is, for verify to report
 
 
 async def read_head(conn: Conn, key: Key) -> StreamHead | None:
@@ -380,7 +385,7 @@ class PgEvents(Part, AppendMarks):
         stream: str,
         subjects: Sequence[str] | None,
         *,
-        legacy: Callable[[JSON], bool] | None = None,
+        legacy: Callable[[JSON], str | None] | None = None,
     ) -> Erasure:
         tenant, ns = check_scope(scope)
         check_name("stream", stream)

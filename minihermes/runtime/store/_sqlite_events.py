@@ -18,6 +18,7 @@ from ._chain import (
     ZERO_HASH,
     Entry,
     Erasures,
+    Legacy,
     Row,
     StreamHead,
     chain_hash,
@@ -27,10 +28,11 @@ from ._chain import (
     content_digest,
     erasable,
     erasure_record,
+    legacy_selection,
     rows_of,
     verify_rows,
 )
-from ._common import AppendMarks, check_count, check_name, check_scope, loads_json
+from ._common import AppendMarks, check_count, check_name, check_scope
 from ._sealing import READ_COLUMNS, new_key, open_row, seal, subject_list
 from ._sqlite_common import Part, logger
 from ._sqlite_engine import snapshot
@@ -164,14 +166,18 @@ def _marks(values: Sequence[Any]) -> str:
 
 
 def blank_content(
-    conn: sqlite3.Connection, key: Key, rows: Sequence[Row], reason: str
-) -> tuple[list[int], list[tuple[int, float, str]], int]:
+    conn: sqlite3.Connection, key: Key, rows: Sequence[Row], reason: str, kinds: dict[int, str] | None = None
+) -> tuple[list[int], list[Legacy], int]:
     """Blank the content of entries that are intact (format 1: their hash holds; format 2: their digest);
     returns (format-2 seqs, format-1 (seq, ts, hash)), and how many were left as they are (evidence)."""
-    seqs, legacy, kept = erasable(rows)
+    seqs, legacy, kept = erasable(rows, kinds)
+    where = "WHERE tenant = ? AND ns = ? AND stream = ? AND seq = ?"
     conn.executemany(
-        "UPDATE events SET data = '', body = NULL, erased = ? WHERE tenant = ? AND ns = ? AND stream = ? AND seq = ?",
-        [(reason, *key, seq) for seq in [*seqs, *(s for s, _, _ in legacy)]],
+        f"UPDATE events SET data = '', body = NULL, erased = ? {where}", [(reason, *key, seq) for seq in seqs]
+    )
+    conn.executemany(
+        f"UPDATE events SET data = '', erased = ?, kind = ? {where}",
+        [(reason, kind, *key, seq) for seq, _, _, kind in legacy],
     )
     return seqs, legacy, kept
 
@@ -181,7 +187,7 @@ def _forget(
     *,
     key: Key,
     subjects: list[str] | None,
-    legacy: Callable[[JSON], bool] | None,
+    legacy: Callable[[JSON], str | None] | None,
     now: float,
 ) -> Erasure:
     with secure_delete(conn):
@@ -212,18 +218,12 @@ def _forget(
             plain = list(rows_of(conn.execute(sql, (*key, ERASURE))))
         elif legacy is not None:
             sql = f"SELECT {ROW_COLUMNS} FROM events WHERE {where} AND v = 1 AND data != '' ORDER BY seq"
-            plain = [row for row in rows_of(conn.execute(sql, key)) if _selected(legacy, row)]
-        seqs, old, kept = blank_content(conn, key, plain, "forgotten")
+            plain = list(rows_of(conn.execute(sql, key)))
+        plain, kinds = legacy_selection(legacy, plain, everything=subjects is None)
+        seqs, old, kept = blank_content(conn, key, plain, "forgotten", kinds)
         if seqs or old:
             append_erasure(conn, key, now, erasure_record("forgotten", seqs, old))
     return Erasure(forgotten + len(seqs) + len(old), len(key_ids), len(old), kept)
-
-
-def _selected(legacy: Callable[[JSON], bool], row: Row) -> bool:
-    try:
-        return bool(legacy(loads_json(row.data)))
-    except ValueError:
-        return False  # damaged: left as it is, for verify to report
 
 
 def _truncate_wal(conn: sqlite3.Connection) -> None:
@@ -409,7 +409,7 @@ class SqliteEvents(Part, AppendMarks):
         stream: str,
         subjects: Sequence[str] | None,
         *,
-        legacy: Callable[[JSON], bool] | None = None,
+        legacy: Callable[[JSON], str | None] | None = None,
     ) -> Erasure:
         tenant, ns = check_scope(scope)
         check_name("stream", stream)

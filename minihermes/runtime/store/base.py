@@ -384,12 +384,13 @@ class EventLog(Protocol):
         stream: str,
         subjects: Sequence[str] | None,
         *,
-        legacy: Callable[[JSON], bool] | None = None,
+        legacy: Callable[[JSON], str | None] | None = None,
     ) -> Erasure:
         """Delete the keys of every subject set that contains one of ``subjects`` (``None``: every key of
         the stream, and the content of every plain entry), with SQLite's secure_delete on. ``legacy``
-        selects plain format-1 entries (written before sealing existed) to blank as well; each blanked entry
-        is recorded in a chained erasure entry (kind ``~erasure``) so the chain still verifies."""
+        selects plain format-1 entries (written before sealing existed) to blank as well: it names the kind
+        an entry keeps (None: leave it). Each blanked entry is recorded, with that kind, in a chained
+        erasure entry (kind ``~erasure``) so the chain still verifies."""
         ...
 
     async def anchors(self, scope: Scope, stream: str) -> list[dict[str, Any]]:
