@@ -1,15 +1,24 @@
 """Embed MiniHermes in a program: a node with the agent tree, your functions as tools, turns, history.
 
-from minihermes import MiniHermes
+    import asyncio
+    from minihermes import MiniHermes
 
-async with MiniHermes(data_dir="./data") as mh:
+    mh = MiniHermes(data_dir="./agent-data")
+
     @mh.tool
     def word_count(text: str) -> int:
         "Count the words in a text."
         return len(text.split())
 
-    reply = await mh.chat("how many words are in 'a b c'?", session_id="s1")
-    print(reply["response"], (await mh.tool_history("s1"))[-1])
+    async def main() -> None:
+        async with mh:
+            reply = await mh.chat("use word_count on: a b c", session_id="s1")
+            print(reply["response"], (await mh.tool_history("s1"))[-1])
+
+    asyncio.run(main())
+
+One node per data directory: ``start`` raises ``minihermes.runtime.DataDirBusy`` (naming the node: pid,
+address, start time) when another process's node, ``minihermes serve`` say, runs on ``data_dir``.
 """
 
 from __future__ import annotations
@@ -27,7 +36,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class MiniHermes:
     """A node running the agent application in this process (SQLite in ``data_dir``, simulated LLM by
-    default). Use as ``async with``; ``chat`` runs one durable turn."""
+    default). Use as ``async with``; ``chat`` runs one durable turn. The node holds ``data_dir``'s lock while
+    it runs (one node per data directory)."""
 
     def __init__(
         self,
