@@ -693,16 +693,15 @@ class SkillStore(SkillFolderOps):
 
     async def _forget(self, session_id: str, user_id: str, tenant: bool) -> tuple[int, int]:
         erased = cleared = 0
-        if user_id:
-            prefix = io.learned_prefix(user_id)
+        workflows: set[str] = set()
+        if user_id or tenant:
+            prefix = io.learned_prefix(user_id) if user_id else "learned:"
             for key, _ in await self.host.kv.list(prefix):
+                if ":turn-" in key:  # a turn's marker: the extraction workflow that learned from it
+                    workflows.add(key.rsplit(":turn-", 1)[1])
                 await self.host.kv.delete(key)
             for key in [k for k in self._learned if k.startswith(prefix)]:
                 del self._learned[key]
-        elif tenant:
-            for key, _ in await self.host.kv.list("learned:"):
-                await self.host.kv.delete(key)
-            self._learned.clear()
         for record in list(self._records.values()):
             prov = record["provenance"]
             by_session = bool(session_id) and prov.get("session_id") == session_id
@@ -711,6 +710,8 @@ class SkillStore(SkillFolderOps):
                 continue
             if by_session and not may_forget(str(prov.get("user_id") or record["owner"])):
                 continue  # a session is forgotten by its owner: another's skill learned there is theirs
+            if prov.get("turn_id"):
+                workflows.add(io.workflow_key(str(prov["turn_id"])))
             if record["scope"] == "user" and (tenant or by_session or record["owner"] == user_id):
                 await self._erase(record)
                 erased += 1
@@ -733,6 +734,11 @@ class SkillStore(SkillFolderOps):
             self._event("skill_provenance_forgotten", record, f"from={previous} to={record['status']}")
         if erased:
             await self.host.text.compact(io.TEXT_INDEX)
+        for wkey in sorted(workflows):
+            # A proposal still on its way from one of these runs is refused, as after a correction.
+            await self.host.kv.put(_RETRACTED + wkey, {"at": self.host.now(), "reason": "forgotten"})
+            if self.host.has_actor(self.workflow):  # its checkpoint holds the turn's request and calls
+                self.host.send(f"{self.workflow}/{wkey}", "forget", {})
         return erased, cleared
 
     async def _erase(self, record: dict[str, Any]) -> None:

@@ -10,6 +10,11 @@ the verdict to the store). ``signal cancel`` stops it; ``query status`` shows th
 The store starts it only for a turn that was a success (``TurnCompleted.success``). When the user corrects
 that turn in their next message, the store cancels it; a proposal that still arrives is refused
 (``retracted``) and the run ends ``skipped``, so no skill from a corrected turn is ever in use.
+
+The instance's durable state keeps the turn's request and tool calls after it ends (``query`` shows the
+steps). Forgetting the person (``skill_store.forget_subject``) casts ``forget``: the run is cancelled if it
+still goes, and the request, calls, steps and result leave the state (its status stays, so it is not run
+again).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from minihermes.llm.protocol import CompletionReply
-from minihermes.runtime import ActorArgs, ActorError, Workflow
+from minihermes.runtime import ActorArgs, ActorError, Workflow, cast
 
 from . import _evaluate as evaluation
 from . import _extract as extract
@@ -68,6 +73,19 @@ class SkillWorkflow(Workflow):
             "passed": verdict["passed"],
             "skill_status": verdict.get("skill_status"),
         }
+
+    @cast
+    async def forget(self) -> None:
+        """Forget the turn this learned from (sent by ``skill_store`` when its person is forgotten)."""
+        if self.wf_status == "running":
+            await self.signal("cancel", "forgotten")
+        self.wf_args = {}
+        self.wf_steps = {}
+        self.wf_result = None
+        self.wf_signals = []
+        if self.wf_error:
+            self.wf_error = {"code": self.wf_error.get("code", "failed"), "message": "(forgotten)"}
+        await self.host.checkpoint()
 
     # -- steps --------------------------------------------------------------------------------------------
 

@@ -47,6 +47,7 @@ STORES = (
     "cron_jobs",
     "goals",
     "notifications",
+    "skills",
 )
 """Stores alice's seeding reaches: each must count something cleared."""
 
@@ -87,6 +88,10 @@ async def seed(node: Node, ctx: RequestContext, token: str, job: str) -> str:
     sid = (await ask(node, ctx, "session_manager", "create_session"))["session_id"]
     chat = await ask(node, ctx, "agent", "chat", session_id=sid, message=f"remember that my code is {token}")
     assert chat["status"] == "ok", chat
+    # three tool calls: a skill is learned from the turn (its workflow keeps the request)
+    learn = f"compute 6 * 7, then 12 + 30, then remember the result as {token}"
+    chat = await ask(node, ctx, "agent", "chat", session_id=sid, message=learn)
+    assert chat["status"] == "ok" and chat["tool_calls"] == 3, chat
     await ask(node, ctx, "memory", "store_memory", key="passport", value=f"passport {token}")
     wrote = await ask(
         node,
@@ -154,6 +159,10 @@ async def everything_but_alices(node: Node, bob_session: str, bob_token: str) ->
         "inbox": [
             n["text"] for n in (await ask(node, BOB, "notifications", "list_notifications"))["notifications"]
         ],
+        "skills": sorted(
+            (k["skill_id"], k["name"], k["owner"])
+            for k in (await ask(node, BOB, "skill_store", "list_skills"))["skills"]
+        ),
     }
 
 
