@@ -7,6 +7,11 @@ The trail itself is the ``audit_event`` actor (``minihermes.agent.audit_event``)
 Values that look like credentials are scrubbed before they are written: callers must not put secrets in
 events, and this is the second line of defence.
 
+Events are forgettable: each is appended in chain format 2 with its type as the entry's kind and sealed under
+the key of its subjects (``audit_subjects``: the principal who acted, ``user:<principal>``, and the session,
+``session:<id>``), so ``audit_event.forget_subject`` deletes those keys and the events read as their type,
+time and ``forgotten: true`` while the chain still verifies.
+
 Senders never wait. Actors audit what they do with :func:`fire_audit`, which appends the event itself, from
 the sender's node, before the sender goes on: the append is queued on the store ahead of anything the sender
 saves afterwards, so on SQLite (one writer, commits in queue order) an action's checkpoint is never durable
@@ -45,6 +50,9 @@ log = logging.getLogger("minihermes.agent.audit_event")
 
 STREAM = "audit"
 """The EventLog stream (per tenant) holding the audit trail."""
+USER_SUBJECT = "user:"
+SESSION_SUBJECT = "session:"
+"""Prefixes of the subjects an event is sealed under (``audit_subjects``)."""
 
 MAX_DETAIL_CHARS = 4000
 MAX_DATA_BYTES = 16_384
@@ -160,7 +168,7 @@ def fire_audit(
         return False
     record = audit_record(event_type, detail, session_id, data, host.now())
     try:
-        written = host.events.append_nowait(STREAM, record)
+        written = append_record(host, record)
     except (TypeError, ValueError) as e:  # not storable JSON (a NaN in the data): dropped, counted
         audit_not_written(host, record, e)
         return False
@@ -209,6 +217,25 @@ def audit_record(
     return record
 
 
+def audit_subjects(record: dict[str, Any]) -> list[str]:
+    """Whom an event concerns, as the keys it is sealed under: the principal who acted (not the runtime's
+    own ``system``) and the session. Forgetting either makes the event unreadable."""
+    subjects = []
+    principal = record.get("principal", "")
+    if principal not in _UNOWNED:
+        subjects.append(USER_SUBJECT + principal)
+    if record.get("session_id"):
+        subjects.append(SESSION_SUBJECT + record["session_id"])
+    return subjects
+
+
+def append_record(host: Host, record: dict[str, Any]) -> asyncio.Future[Any]:
+    """Queue ``record`` on the trail: chain format 2, its type the entry's kind, sealed under its subjects."""
+    return host.events.append_nowait(
+        STREAM, record, kind=record["event_type"], subjects=audit_subjects(record)
+    )
+
+
 def _fired(host: Host, record: dict[str, Any], written: asyncio.Future[Any]) -> None:
     """A fired event is committed (or failed): counted, and ``audit_event`` told for its subscribers. Runs in
     the sender's context (the future's callback), so the cast goes to the sender's tenant."""
@@ -243,8 +270,12 @@ def as_seconds(value: float) -> float:
 
 __all__ = [
     "REDACTED",
+    "SESSION_SUBJECT",
     "STREAM",
+    "USER_SUBJECT",
+    "append_record",
     "audit_record",
+    "audit_subjects",
     "fire_audit",
     "is_restricted",
     "scrub_secrets",

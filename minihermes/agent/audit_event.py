@@ -13,6 +13,13 @@ tenant's whole trail, but a viewer gets another principal's events redacted (``m
 type, time, principal, session and outcome; no detail, tool input or memory key), so nobody reads through
 the trail what they could not read where it lives. Only what is shown changes: the stored events and their
 hash chain are the same for everybody.
+
+Forgetting (``forget_subject``, which ``memory.forget`` asks of every store): the events of a user, a session
+or the whole tenant become unreadable (their keys are deleted: chain format 2; events written before it are
+blanked and recorded in a chained erasure entry) and read as their type, time and ``forgotten: true``;
+``verify`` still holds. Retention may remove the content of some event types (``trimmed: true``) and signs
+an anchor at each trim: ``export_anchors`` hands them out, ``verify(anchor=...)`` checks the trail against
+one kept elsewhere.
 """
 
 from __future__ import annotations
@@ -25,7 +32,10 @@ from urllib.parse import quote
 
 from minihermes.audit import (
     REDACTED,
+    SESSION_SUBJECT,
     STREAM,
+    USER_SUBJECT,
+    append_record,
     as_seconds,
     audit_not_written,
     audit_record,
@@ -37,6 +47,7 @@ from minihermes.audit import (
     sees_own_only,
     shown_to,
 )
+from minihermes.context import forget as forgetting
 from minihermes.runtime import (
     ActorNotFound,
     GenEvent,
@@ -47,6 +58,7 @@ from minihermes.runtime import (
     cast,
     current_context,
 )
+from minihermes.runtime.store import EventRecord
 
 MAX_LIMIT = 1000
 _PAGE = 500
@@ -85,7 +97,7 @@ class AuditEvent(GenEvent):
         # Queued on the store at once, no task per event: the store chains appends in call order and writes
         # those of one loop pass (or, on PostgreSQL, those that arrive while a batch commits) together.
         try:
-            written = self.host.events.append_nowait(STREAM, record)
+            written = append_record(self.host, record)
         except (TypeError, ValueError) as e:  # not storable JSON (a NaN in the data): dropped, counted
             audit_not_written(self.host, record, e)
             return
@@ -101,7 +113,7 @@ class AuditEvent(GenEvent):
         if not self.subscribers:
             return
         for rec in await self.host.events.read(STREAM, after_seq=seq - 1, limit=1):
-            if rec.seq == seq and isinstance(rec.data, dict):
+            if rec.seq == seq and isinstance(rec.data, dict) and not rec.kind.startswith("~"):
                 self._forward(rec.data)
 
     def _written(self, record: dict[str, Any], written: asyncio.Future[Any]) -> None:
@@ -161,7 +173,7 @@ class AuditEvent(GenEvent):
                     break
                 if end and rec.ts > end:
                     continue
-                event = _event(rec.seq, rec.ts, rec.hash, rec.data)
+                event = _event(rec)
                 if _matches(event, event_type, session_id, owner):
                     if len(found) >= limit:
                         more = True  # one older match: there is a next page
@@ -195,7 +207,7 @@ class AuditEvent(GenEvent):
                 break
             for rec in page:
                 position = rec.seq
-                event = _event(rec.seq, rec.ts, rec.hash, rec.data)
+                event = _event(rec)
                 if _matches(event, event_type, "", owner):
                     events.append(event)
                     if len(events) >= limit:
@@ -221,16 +233,64 @@ class AuditEvent(GenEvent):
         return {"status": "ok", "consumer_id": consumer_id, "cursor": cursor}
 
     @call(access="read")
-    async def verify(self) -> dict[str, Any]:
-        """Recompute the hash chain of the tenant's trail."""
-        check = await self.host.events.verify(STREAM)
+    async def verify(self, anchor: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Recompute the hash chain of the tenant's trail. With ``anchor`` (one ``export_anchors`` gave, kept
+        outside the node), the trail must also pass through what it pins and its signature must hold: a
+        trail rewritten after it is reported at the first sequence number that departs from it."""
+        try:
+            check = await self.host.events.verify(STREAM, anchor=anchor)
+        except ValueError as e:
+            raise InvalidArgument(str(e), field="anchor") from None
         return {
             "status": "ok" if check.ok else "corrupt",
             "ok": check.ok,
             "checked": check.checked,
             "first_bad_seq": check.first_bad_seq,
             "reason": check.reason,
+            "anchored": check.anchored,
         }
+
+    @call(access="read")
+    async def export_anchors(self) -> dict[str, Any]:
+        """The anchors retention signed for the tenant's trail, oldest first: keep them outside the node and
+        give one to ``verify``. Each carries the node's public key (``public_key``, ``key_id``): no secret
+        is needed to check it."""
+        anchors = await self.host.events.anchors(STREAM)
+        return {"status": "ok", "anchors": anchors, "count": len(anchors)}
+
+    @call(access="write")
+    async def forget_subject(
+        self, user_id: str = "", session_id: str = "", tenant: bool = False
+    ) -> dict[str, Any]:
+        """Make the trail's events of a user (theirs and those in their sessions), a session, or (admin) the
+        whole tenant unreadable: they keep their type, time and place in the chain and read as
+        ``forgotten: true``; ``verify`` still holds. A user may forget only themselves and their own
+        sessions (``minihermes.context.forget.subject``). ``forgotten``: how many events."""
+        who = forgetting.subject("forget_subject", user_id=user_id, session_id=session_id, tenant=tenant)
+        subjects: list[str] | None = None
+        sessions: set[str] = set()
+        if who.session_id:
+            owner = await forgetting.session_owner(self.host, who.session_id)
+            if not forgetting.is_admin() and owner != current_context().principal:
+                return _forgot(0, 0)  # not theirs (or of nobody known): nothing of theirs to take
+            sessions = {who.session_id}
+            subjects = [SESSION_SUBJECT + who.session_id]
+        elif who.user_id:
+            sessions = await forgetting.subject_sessions(self.host, who)
+            subjects = [USER_SUBJECT + who.user_id, *(SESSION_SUBJECT + s for s in sorted(sessions))]
+
+        def legacy(data: Any) -> str | None:
+            """Events written before they were sealed (chain format 1): those of the subject, by content."""
+            if not isinstance(data, dict):
+                return None
+            mine = (who.user_id and data.get("principal") == who.user_id) or data.get(
+                "session_id"
+            ) in sessions
+            return str(data.get("event_type", "")) if who.tenant or mine else None
+
+        await self._settled()
+        erasure = await self.host.events.forget(STREAM, subjects, legacy=legacy)
+        return _forgot(erasure.forgotten, erasure.legacy, erasure.kept)
 
     @call(access="read")
     async def get_stats(self) -> dict[str, Any]:
@@ -238,19 +298,46 @@ class AuditEvent(GenEvent):
 
 
 _FORWARDED = ("event_type", "detail", "session_id", "data")
+_ERASURE = "~erasure"
+"""The kind of the entries the store appends to record removed content (shown as ``audit_erasure``)."""
 
 
-def _event(seq: int, ts: float, digest: str, data: Any) -> dict[str, Any]:
-    body = data if isinstance(data, dict) else {"detail": str(data)}
+def _forgot(forgotten: int, legacy: int, kept: int = 0) -> dict[str, Any]:
     return {
-        "seq": seq,
+        "status": "ok",
+        "forgotten": forgotten,
+        "legacy": legacy,
+        "kept": kept,
+        "cleared": {"audit_events": forgotten},
+    }
+
+
+def _event(rec: EventRecord) -> dict[str, Any]:
+    """A stored entry as the trail shows it. One whose content is gone keeps its type, time and hash."""
+    if rec.data is None or rec.erased:
+        gone = rec.erased or "forgotten"
+        return _shape(rec, {"event_type": rec.kind}) | {gone: True}
+    if rec.kind == _ERASURE and isinstance(rec.data, dict):
+        record = rec.data
+        count = sum(int(b) - int(a) + 1 for a, b in record.get("seqs", [])) + len(record.get("legacy", []))
+        data = {"reason": record.get("reason", ""), "entries": count}
+        if record.get("event_types"):
+            data["event_types"] = record["event_types"]
+        return _shape(rec, {"event_type": "audit_erasure", "data": data})
+    return _shape(rec, rec.data if isinstance(rec.data, dict) else {"detail": str(rec.data)})
+
+
+def _shape(rec: EventRecord, body: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "seq": rec.seq,
         "event_type": body.get("event_type", ""),
         "detail": body.get("detail", ""),
         "session_id": body.get("session_id", ""),
         "data": body.get("data", {}),
         "principal": body.get("principal", ""),
-        "ts": body.get("ts", ts),
-        "hash": digest,
+        "ts": body.get("ts", rec.ts),
+        "hash": rec.hash,
+        "v": rec.v,
     }
 
 

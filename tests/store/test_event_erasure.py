@@ -105,7 +105,18 @@ async def test_forget_a_subject_leaves_others_and_the_chain(store: Store, clock:
 
 @pytest.mark.parametrize(
     ("column", "value"),
-    [("body", b"\x00" * 40), ("digest", "0" * 64), ("kind", "other"), ("ts", 1.0), ("key_id", 999)],
+    [
+        ("body", b"\x00" * 40),
+        ("digest", "0" * 64),
+        ("kind", "other"),
+        ("ts", 1.0),
+        ("key_id", 999),
+        ("key_id", None),
+        ("data", '{"who":"eve"}'),
+        ("prev_hash", "0" * 64),
+        ("hash", "1" * 64),
+        ("v", 1),
+    ],
 )
 async def test_editing_any_stored_column_is_reported_at_its_seq(
     store: Store, clock: ManualClock, column: str, value: object
@@ -235,7 +246,7 @@ async def test_anchors_are_signed_and_checked(store: Store, clock: ManualClock) 
     assert (await store.events.verify(A, "audit", anchor=_unsign(exported))).ok  # unsigned: pins only
 
 
-async def _rechain(store: Store, first: int, base: tuple[int, str]) -> None:
+async def rechain(store: Store, first: int, base: tuple[int, str]) -> None:
     """Rewrite entries ``first``.. as an attacker who recomputes every hash (content changed at ``first``)
     and moves the stream's head (and base) to match: plain ``verify`` finds nothing."""
     rows = await raw(
@@ -267,7 +278,7 @@ async def test_verify_from_an_anchor_finds_a_rewritten_remainder(store: Store, c
     for i in range(3):
         await store.events.append(A, "audit", {"i": 10 + i}, kind="k", subjects=["u"])
     # The whole remainder rewritten from a forged base: plain verify is fooled, the anchor is not.
-    await _rechain(store, 5, (4, "e" * 64))
+    await rechain(store, 5, (4, "e" * 64))
     assert (await store.events.verify(A, "audit")).ok
     check = await store.events.verify(A, "audit", anchor=anchor)
     assert (check.ok, check.first_bad_seq, check.anchored) == (False, 5, True)
@@ -279,7 +290,7 @@ async def test_verify_from_an_anchor_finds_a_rechained_middle(store: Store, cloc
     await store.apply_retention([RetentionRule("events", "audit", max_count=6)], clock.time())
     (anchor,) = await store.events.anchors(A, "audit")
     base = (await raw(store, "SELECT anchor_seq, anchor_hash FROM event_streams"))[0]
-    await _rechain(store, 7, (base[0], base[1]))
+    await rechain(store, 7, (base[0], base[1]))
     assert (await store.events.verify(A, "audit")).ok
     check = await store.events.verify(A, "audit", anchor=anchor)
     # Re-chained consistently from 7: the first position the anchor pins after it (its head) departs.

@@ -180,6 +180,8 @@ def check_row(row: Row, prev: str, erasures: Erasures) -> str:
         return "" if row.hash_ok(prev) else "hash does not match the entry's content"
     if row.v != 2 or row.digest is None:
         return "unknown chain format"
+    if (row.key_id is not None and row.data != "") or (row.key_id is None and row.body is not None):
+        return "stored data beside the entry's content"  # nothing else is ever stored there
     content = row.content()
     if content is None:
         if row.seq not in erasures.seqs:
