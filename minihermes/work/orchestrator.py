@@ -6,6 +6,12 @@ gateway; with the simulated provider, or when the LLM's plan is unusable, the de
 (``orch:<task_id>:<n>``), and checkpoints each result as a workflow step. After a crash or a SIGKILL the node
 re-activates the workflow: finished sub-tasks return their saved results, and a sub-task whose agent turn
 was running is finished from that turn rather than started again (``_turns.run_turn_once``).
+
+A run acts for whoever started it: their request context is kept with the run (``run_as``) and ``execute``
+runs under it, also when the node resumes the run after a restart (which it does as the runtime, ``system``).
+So the plan, every sub-task's turn and the tools those turns call are authorized as that caller. A run saved
+before contexts were kept fails on resume (``permission_denied``: start it again) rather than go on as
+``system``.
 ``status(task_id)`` reports progress; ``cancel(task_id)`` stops it (the workflow's ``cancel`` signal).
 """
 
@@ -16,7 +22,19 @@ from typing import Any
 
 from minihermes.audit import fire_audit
 from minihermes.llm.protocol import CompletionReply, ProviderList
-from minihermes.runtime import ActorArgs, ActorError, InvalidArgument, NotFound, Workflow, call
+from minihermes.runtime import (
+    ActorArgs,
+    ActorError,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    RequestContext,
+    Workflow,
+    call,
+    current_context,
+    set_context,
+    state,
+)
 
 from ._turns import run_turn_once
 from .plan import PLAN_PROMPT, SubTask, plan_deterministic, plan_from_llm
@@ -31,12 +49,17 @@ class Orchestrator(Workflow):
         sub_timeout: float = SUB_TIMEOUT
         max_subtasks: int = 8
 
+    run_as: dict[str, Any] | None = state(default=None)
+    """The request context of whoever started the run (``RequestContext.to_dict``); ``execute`` runs as it."""
+
     async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
         self.sub_timeout = float(args.get("sub_timeout", SUB_TIMEOUT))
         self.max_subtasks = int(args.get("max_subtasks", 8))
         await super().on_init(actor_id, args)
 
     async def execute(self, task: str, task_id: str) -> dict[str, Any]:
+        # The run's own task (its copy of the context): resumed at start-up it would run as ``system``.
+        set_context(self._run_context())
         raw = await self.step("decompose", self._decompose, task)
         plan = [SubTask.from_dict(s) for s in raw]
         results: dict[int, dict[str, Any]] = {}
@@ -65,6 +88,23 @@ class Orchestrator(Workflow):
             "sub_tasks": len(subs),
             "failed": len(failed),
         }
+
+    def _run_context(self) -> RequestContext:
+        """Whom the run acts for, in this actor's tenant and namespace."""
+        here = current_context()
+        if isinstance(self.run_as, dict):
+            ctx = RequestContext.from_dict(self.run_as)
+            if ctx.scope == here.scope:
+                return ctx
+        raise PermissionDenied(
+            "this orchestration does not record who started it (saved by an older version): start it again",
+            op="execute",
+        )
+
+    def _claim(self) -> None:
+        """A run about to start acts for its caller (one that joins a running run does not change that)."""
+        if self.wf_status == "idle":
+            self.run_as = current_context().to_dict()
 
     # -- steps --------------------------------------------------------------------------------------------
 
@@ -120,6 +160,18 @@ class Orchestrator(Workflow):
         return {**out, "status": str(reply.get("status")), "response": str(reply.get("response") or "")}
 
     # -- ops ----------------------------------------------------------------------------------------------
+
+    @call
+    async def run(self, **args: Any) -> Any:
+        """Start (or join) the run as the caller and reply when it finishes (``Workflow.run``)."""
+        self._claim()
+        return await super().run(**args)
+
+    @call
+    async def start(self, **args: Any) -> dict[str, Any]:
+        """Start the run as the caller and reply at once (``Workflow.start``)."""
+        self._claim()
+        return await super().start(**args)
 
     @call
     async def workflow_run(self, task: str, task_id: str) -> Any:
