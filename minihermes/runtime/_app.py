@@ -18,6 +18,9 @@ def build_node(config: AppConfig, *, clock: Clock | None = None) -> Node:
     options = dict(n.backend_options)
     if n.backend == "sqlite":
         options.setdefault("data_dir", str(config.data_dir))
+    elif n.backend == "postgres":
+        # The node key that signs retention anchors: on SQLite beside the database, here in the data dir.
+        options.setdefault("anchor_key_file", str(config.data_dir / "anchor.key"))
     store = open_store(n.backend, clock=clock, **options)
     node = Node(
         store, config.tree, options=config.node_options, clock=clock, links=ServiceLinks(config.links)

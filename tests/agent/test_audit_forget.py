@@ -272,3 +272,13 @@ async def test_events_written_before_format_2_still_verify(start: Callable[[], A
     await raw(node.store, "UPDATE events SET ts = ts + 1 WHERE stream = 'audit' AND seq = 2")
     verify = await ask(node, ADA, "audit_event", "verify")
     assert (verify["ok"], verify["first_bad_seq"]) == (False, 2)
+
+
+@pytest.mark.skipif(not PG_DSN, reason="MINIHERMES_PG_DSN is not set (scripts/setup.d/10-postgres.sh)")
+def test_a_postgres_node_signs_anchors_with_its_data_dirs_key(tmp_path: Path) -> None:
+    from minihermes.runtime import AppConfig, build_node
+
+    config = AppConfig.from_dict({"node": {"data_dir": str(tmp_path / "d"), "backend": "postgres"}})
+    config.model.node.backend_options = {"dsn": PG_DSN, "schema": "never_opened"}
+    node = build_node(config)  # not started: nothing is opened
+    assert node.store.anchor_key.path == tmp_path / "d" / "anchor.key"  # type: ignore[attr-defined]

@@ -39,7 +39,10 @@ async def open_test_store(data_dir: str | os.PathLike[str], *, clock: Clock | No
     if test_store_backend() == "sqlite":
         return open_store("sqlite", data_dir=str(data_dir), clock=clock)
     schema = await asyncio.to_thread(_claim, Path(data_dir))
-    return open_store("postgres", dsn_env="MINIHERMES_PG_DSN", schema=schema, clock=clock, max_size=4)
+    key = Path(data_dir) / "anchor.key"  # as a node's: the data dir holds the key that signs anchors
+    return open_store(
+        "postgres", dsn_env="MINIHERMES_PG_DSN", schema=schema, clock=clock, max_size=4, anchor_key_file=key
+    )
 
 
 def _claim(data_dir: Path) -> str:
