@@ -433,6 +433,9 @@ def _scripting() -> None:
     app.add_typer(goals_app, name="goals")
     app.add_typer(mcp_app, name="mcp")
     app.add_typer(tools_app, name="tools")
+    from .audit import audit_app
+
+    app.add_typer(audit_app, name="audit")
 
 
 _scripting()
