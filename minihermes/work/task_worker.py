@@ -1,8 +1,10 @@
 """The task worker (one per tenant): runs queued ``agent_prompt`` tasks through the agent.
 
-A task's payload is ``{prompt, session_id?}``. It runs as the principal that enqueued it (with the roles it
-had), in its own session ``task:<msg_id>`` unless it names one, at most once in effect
-(``_turns.run_turn_once``): a task redelivered after a crash finds its turn done or finishes it.
+A task's payload is ``{prompt, session_id?}``. It runs as the principal that enqueued it, with the ``user``
+role whatever roles that principal had (the principal travels in the channel message, so a redelivered task
+runs as it again, never as the worker's own ``system``), in its own session ``task:<msg_id>`` unless it names
+one, at most once in effect (``_turns.run_turn_once``): a task redelivered after a crash finds its turn done
+or waits for it, and the agent resumes a turn cut off mid-way as that same caller.
 
 The worker receives from the queue's channel itself (not through ``task_queue.dequeue``), so a task in flight
 is held under this worker's receipt: if the worker dies, or its node is declared down, the task is handed
