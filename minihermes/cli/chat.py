@@ -284,6 +284,8 @@ class ChatLoop:
                     _fail(f"{e.code}: {e.message}")
                     return 1
                 self.console.print(f"[red]error[/red] {e.code}: {escape(e.message)}", soft_wrap=True)
+            except Exception as e:  # anything else a command met: report it, keep the chat going
+                self.console.print(f"[red]error[/red] {type(e).__name__}: {escape(str(e))}", soft_wrap=True)
 
     # -- turns --------------------------------------------------------------------------------------------
 
