@@ -29,7 +29,7 @@ class Connection:
     """The values of the shared options for the command being run."""
 
     url: str | None = None
-    """A running server; None: an embedded node on ``data_dir``."""
+    """A running server; None: the node serving ``data_dir`` if one runs, else an embedded node on it."""
     data_dir_option: Path | None = None
     """``--data-dir`` as given (None: not given, ``./data``)."""
     token_env: str | None = None
@@ -56,13 +56,22 @@ _SHARED: dict[str, tuple[Any, Any]] = {  # name: (annotation, default)
         None,
     ),
     "data_dir": (
-        Annotated[Path | None, typer.Option("--data-dir", help="The node's data dir (default: ./data).")],
+        Annotated[
+            Path | None,
+            typer.Option(
+                "--data-dir",
+                help="The node's data dir (default: ./data); a node serving it is used through its HTTP API.",
+            ),
+        ],
         None,
     ),
     "token_env": (
         Annotated[
             str | None,
-            typer.Option("--token-env", help="Environment variable with a JWT or API key (with --url)."),
+            typer.Option(
+                "--token-env",
+                help="Environment variable with a JWT or API key (with --url, or a served data dir with auth).",
+            ),
         ],
         None,
     ),
