@@ -22,6 +22,9 @@ folders of one owner's tools share one quota (``workspace_bytes`` / ``workspace_
 workspace quota), so a run may write only what the owner's other tools left; one owner has at most
 ``max_tools_per_user`` tools; ``delete_tool`` removes a tool, its versions and its folder. Code, test and
 description that hold something shaped like a secret are refused (``_code_check.secret_problem``).
+
+Forgetting a person (``forget_subject``, asked by ``memory.forget``) deletes the tools that are still theirs
+(not promoted), as ``delete_tool`` does; forgetting the tenant, every tool not promoted. Tenant tools stay.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from typing import Any, Literal
 from pydantic import InstanceOf
 
 from minihermes.audit import fire_audit
+from minihermes.context.forget import subject
 from minihermes.runtime import (
     ActorArgs,
     Conflict,
@@ -283,6 +287,24 @@ class SkillTools(GenServer):
             await asyncio.to_thread(shutil.rmtree, self._path(name), ignore_errors=True)
         self._event("skill_tool_deleted", name, f"owner={access.tool_owner(record)}", session_id)
         return {"status": "ok", "name": name, "deleted": True, "versions": record.get("versions", 0)}
+
+    @call(access="write")
+    async def forget_subject(
+        self, user_id: str = "", session_id: str = "", tenant: bool = False
+    ) -> dict[str, Any]:
+        """Delete a user's own tools (not promoted), or (admin) every such tool of the tenant: ``cleared:
+        {skill_tools}``. A tool is a person's, not a session's."""
+        who = subject("forget_subject", user_id=user_id, session_id=session_id, tenant=tenant)
+        names = [
+            key.removeprefix("skill_tool:")
+            for key, r in await self.host.kv.list("skill_tool:")
+            if isinstance(r, dict)
+            and not access.tool_promoted(r)
+            and (who.tenant or (who.user_id and access.tool_owner(r) == who.user_id))
+        ]
+        for name in names:
+            await self.delete_tool(name)
+        return {"status": "ok", "cleared": {"skill_tools": len(names)}}
 
     @call(access="read")
     async def get_tool(self, name: str, version: int = 0) -> dict[str, Any]:

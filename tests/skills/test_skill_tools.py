@@ -13,6 +13,7 @@ from minihermes.runtime import ActorError, ActorSpec, RequestContext
 from minihermes.skills import SkillTools
 from minihermes.skills._sandbox_code import DEFAULT_LIMITS, CodeRejected, check_code, run_code
 from minihermes.tools.sandbox import SandboxLimits, make_workspace
+from minihermes.tools.workspace import safe_component
 
 from .conftest import ACME, ACME_USER, ACME_VIEWER
 
@@ -298,3 +299,21 @@ async def test_an_admin_promotes_a_users_tool_to_the_tenant(make_node, tmp_path)
     # promoted: the owner no longer changes it alone
     out = await _manage(node, ctx=ALICE_USER, **_create(code=MUL, test="run(a=1, b=1)\n"))
     assert out["error"]["code"] == "permission_denied"
+
+
+async def test_forgetting_a_user_deletes_their_own_tools_not_the_tenants(make_node, tmp_path):
+    node = await _node(make_node, tmp_path)
+    await _manage(node, ctx=ALICE_USER, **_create())
+    await _manage(node, ctx=CAROL_ADMIN, **_create(name="mul_numbers", code=MUL, test="run(a=1, b=1)\n"))
+    folder = tmp_path / "tools" / safe_component("acme~default") / "add_numbers"
+    assert folder.is_dir()
+    with pytest.raises(ActorError) as e:
+        await node.ask("skill_tools", "forget_subject", {"user_id": "alice"}, ctx=ACME_USER)
+    assert e.value.code == "permission_denied"
+    out = await node.ask("skill_tools", "forget_subject", {"user_id": "alice"}, ctx=ALICE_USER)
+    assert out["cleared"] == {"skill_tools": 1}
+    assert "add_numbers" not in await _names(node, ALICE_USER)
+    assert not folder.exists()
+    assert (await _run(node, ACME_USER, name="mul_numbers", a=2, b=3))["result"] == {"sum": 6}
+    out = await node.ask("skill_tools", "forget_subject", {"tenant": True}, ctx=CAROL_ADMIN)
+    assert out["cleared"] == {"skill_tools": 0}  # the tenant's tool stays
