@@ -298,16 +298,14 @@ class SqliteEvents(Part, AppendMarks):
     ) -> asyncio.Future[EventRecord]:
         tenant, ns = check_scope(scope)
         check_name("stream", stream)
+        text = _encode(data)
         entry = Entry(
             self._now(),
-            _encode(data),
-            None,
+            text,
+            json.loads(text),  # callers get back exactly what read() returns (lists, not tuples)
             None if kind is None else check_kind(kind),
             None if subjects is None else check_subjects(subjects),
         )
-        entry.stored = json.loads(
-            entry.text
-        )  # callers get back exactly what read() returns (lists, not tuples)
         loop = asyncio.get_running_loop()
         entry.future = fut = loop.create_future()
         # Appends requested in one pass of the event loop go to the writer together, one op per stream: the
