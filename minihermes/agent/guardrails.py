@@ -22,6 +22,8 @@ the requester decide on their own paused call; admins still decide on anyone's. 
 the requester who is an admin decides on their own call anyway, never left stuck: a one-owner node
 (``self_approval``), or a tenant whose only admin they are by the node's edge (``set_approvers``, reported from
 its API keys; docs/security.md, Approvals). Policies, mode and approvals are durable state: they survive restarts.
+An approval keeps the call's input: forgetting a person (``forget_subject``, asked by ``memory.forget``) drops
+the approvals they requested or their sessions' calls made, pending or decided.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from collections.abc import Iterable
 from typing import Any, Literal, NotRequired, TypedDict
 
 from minihermes.agent.audit_event import fire_audit
+from minihermes.context import forget as forgetting
 from minihermes.runtime import (
     ActorArgs,
     ActorError,
@@ -156,6 +159,30 @@ class Guardrails(GenFSM):
         self._classified: dict[str, tuple[float, dict[str, Any]]] = {}
         self._audit_on = self.host.has_actor("audit_event")
         self.host.join("svc:guardrails")
+
+    @call(access="write")
+    async def forget_subject(
+        self, user_id: str = "", session_id: str = "", tenant: bool = False
+    ) -> dict[str, Any]:
+        """Drop the approvals (with the tool inputs they keep) a user requested or their sessions' calls
+        made, those of a session (the caller's own), or (admin) every one: ``cleared: {approvals}``. A pending
+        one goes too: the paused turn waiting for it is forgotten with its session."""
+        who = forgetting.subject("forget_subject", user_id=user_id, session_id=session_id, tenant=tenant)
+        sessions = await forgetting.subject_sessions(self.host, who) if who.user_id else set()
+
+        def theirs(a: dict[str, Any]) -> bool:
+            if who.tenant:
+                return True
+            if who.session_id:
+                return a["session_id"] == who.session_id and forgetting.may_forget(a["requested_by"])
+            return who.user_id in (a["requested_by"], a["requester"]) or a["session_id"] in sessions
+
+        gone = [aid for aid, a in self.approvals.items() if theirs(a)]
+        for aid in gone:
+            del self.approvals[aid]
+        if gone:
+            await self.host.checkpoint()  # the old state, inputs and all, overwritten now
+        return {"status": "ok", "cleared": {"approvals": len(gone)}}
 
     # -- the gate -----------------------------------------------------------------------------------------
 

@@ -51,6 +51,7 @@ STORES = (
     "skills",
     "kanban_events",
     "audit_events",
+    "approvals",
 )
 """Stores alice's seeding reaches: each must count something cleared."""
 
@@ -216,6 +217,18 @@ async def forget_alice(data: Path, configure: Callable[[Any], None]) -> tuple[st
                 c for c in (await ask(node, ADA, "kanban", "list"))["tasks"] if c["created_by"] == "bob"
             )
             await ask(node, ALICE, "kanban", "comment", task_id=bobs_card["task_id"], text=f"me too {alice}")
+            # a call of alice's waiting for approval: the approval keeps its input
+            await ask(node, ADA, "guardrails", "set_policy", tool_name="memory_store", decision="review")
+            paused = await ask(
+                node,
+                ALICE,
+                "agent",
+                "chat",
+                session_id="alice-pin",
+                message=f"remember that my pin is {alice}",
+            )
+            assert paused["status"] == "paused", paused
+            await ask(node, ADA, "guardrails", "clear_policy", tool_name="memory_store")
             await ask(node, BOB, "kanban", "comment", task_id=bobs_card["task_id"], text="thanks")
 
             before = await everything_but_alices(node, bob_session, bob)
