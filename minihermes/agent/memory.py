@@ -1048,7 +1048,7 @@ class Memory(GenServer):
             chosen.append({"key": record["key"], "value": record["value"], "scope": record["scope"]})
         return {"status": "ok", "memories": chosen, "count": len(chosen), "truncated": truncated}
 
-    @call
+    @call(access="write")  # a user forgets what is theirs (checked below); an admin any user or the tenant
     async def forget(
         self,
         key: str = "",
@@ -1074,6 +1074,8 @@ class Memory(GenServer):
             return {**one, "mode": "memory"}
         admin = _privileged(ctx)
         owner: str | None = None
+        if (everything or tenant) and not ctx.roles & _ADMIN_ROLES:  # before user_id: HTTP fills in a user's
+            raise PermissionDenied(f"{op}: forgetting a tenant needs the admin role", op=op, field="tenant")
         if session_id:
             mode = "session"
             owner = await forgetting.session_owner(self.host, session_id)

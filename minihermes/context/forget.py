@@ -67,20 +67,23 @@ def is_admin(ctx: RequestContext | None = None) -> bool:
 
 
 def subject(op: str, *, user_id: str = "", session_id: str = "", tenant: bool = False) -> Subject:
-    """The subject a ``forget_subject`` call names, checked against the caller: exactly one of the three;
-    a user (anybody but an admin or the runtime) may name only themselves, and only an admin the tenant. A
-    session is checked by each store item by item (a user's forget of a session takes only what is theirs
-    in it: ``may_forget``)."""
-    if sum((bool(user_id), bool(session_id), bool(tenant))) != 1:
-        raise InvalidArgument(
-            f"{op}: give exactly one of user_id, session_id, tenant", op=op, field="user_id"
-        )
+    """The subject a ``forget_subject`` call names, checked against the caller: a session, else a user, else
+    (``tenant``, alone) the tenant. A user (anybody but an admin or the runtime) may name only themselves, and
+    only an admin the tenant. A session is checked by each store item by item (a user's forget of a session
+    takes only what is theirs in it: ``may_forget``). A ``user_id`` beside a ``session_id`` is ignored: the
+    HTTP edge fills in a user's own ``user_id`` where an op takes one."""
     ctx = current_context()
     if tenant and not is_admin(ctx):
         raise PermissionDenied(f"{op}: forgetting a tenant needs the admin role", op=op, field="tenant")
+    if tenant and (user_id or session_id):
+        raise InvalidArgument(f"{op}: tenant names everything: give it alone", op=op, field="tenant")
+    if session_id:
+        return Subject(session_id=session_id)
     if user_id and user_id != ctx.principal and not is_admin(ctx):
         raise PermissionDenied(f"{op}: users can forget only themselves", op=op, field="user_id")
-    return Subject(user_id=user_id, session_id=session_id, tenant=tenant)
+    if not (user_id or tenant):
+        raise InvalidArgument(f"{op}: give session_id, user_id or tenant", op=op, field="user_id")
+    return Subject(user_id=user_id, tenant=tenant)
 
 
 def may_forget(owner: str, ctx: RequestContext | None = None) -> bool:

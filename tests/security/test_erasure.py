@@ -32,6 +32,7 @@ from minihermes.runtime import InvalidArgument, Node, PermissionDenied, RequestC
 from minihermes.runtime.store import open_store
 
 from ..store.conftest import drop_schema
+from .world import world
 
 ALICE = RequestContext(tenant="acme", principal="alice", roles=frozenset({"user"}))
 BOB = RequestContext(tenant="acme", principal="bob", roles=frozenset({"user"}))
@@ -341,7 +342,9 @@ async def test_a_user_forgets_only_themselves_and_only_admins_the_tenant(tmp_pat
             with pytest.raises(PermissionDenied):
                 await ask(node, BOB, store, "forget_subject", tenant=True)
             with pytest.raises(InvalidArgument):
-                await ask(node, BOB, store, "forget_subject", user_id="bob", session_id="s1")
+                await ask(node, BOB, store, "forget_subject")
+            with pytest.raises(InvalidArgument):
+                await ask(node, ADA, store, "forget_subject", user_id="bob", tenant=True)
         for who, payload in ((BOB, {"user_id": "alice"}), (BOB, {"tenant": True})):
             with pytest.raises(PermissionDenied):
                 await ask(node, who, "memory", "forget", **payload)
@@ -407,3 +410,18 @@ async def test_forgetting_the_tenant_leaves_nothing_of_anybody(tmp_path: Path) -
         assert (await ask(node, ADA, "memory", "list_memories", include_episodes=True))["memories"] == []
     finally:
         await node.stop(deadline=10)
+
+
+async def test_over_http_a_user_forgets_themselves_and_nobody_else(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:
+        denied = await w.op("bob", "memory", "forget", {"user_id": "alice"})
+        assert denied.status_code == 403, denied.text
+        assert (await w.op("vic", "memory", "forget", {"user_id": "vic"})).status_code == 403  # a viewer
+        out = await w.ok("alice", "memory", "forget", {"user_id": "alice"})
+        assert out["mode"] == "user" and out["cleared"]["sessions"] == 1 and out["cleared"]["kanban"] == 1
+        assert (await w.ok("alice", "memory", "recall_memory", {"key": w.targets["key"]}))["found"] is False
+        # the edge fills in alice's own user_id beside: still refused, not taken for "forget me"
+        assert (await w.op("alice", "memory", "forget", {"tenant": True})).status_code == 403
+        assert (await w.op("alice", "memory", "forget", {"everything": True})).status_code == 403
+        for store in ("kanban", "session_manager", "audit_event"):
+            assert (await w.op("alice", store, "forget_subject", {"tenant": True})).status_code == 403
