@@ -9,7 +9,8 @@ Each fact also has a **kind**: ``semantic`` (facts, configuration, rules; the de
 ``episodic`` (past conversations and task traces: the agent writes one per turn, private to its user) or
 ``declarative`` (skill manuals). Search ranks by relevance times exponential temporal decay (half-life
 ``half_life_days``; pinned and core memories exempt), fusing cosine similarity when the semantic extra is
-installed (``minihermes.context.recall``). Recognisable secrets are redacted before anything is stored, and
+installed (``minihermes.context.recall``). Recognisable secrets are redacted before anything is stored (a
+stated fact holding one is refused, ``secret_not_stored``: only a turn's episode is kept redacted), and
 ``forget`` removes a memory, a session, a user or the whole tenant from every store (``minihermes.context
 .forget``).
 
@@ -82,7 +83,7 @@ from minihermes.context.recall import (
     lexical,
     load_embedder,
 )
-from minihermes.context.redact import redact_text
+from minihermes.context.redact import redact_text, secret_kinds
 from minihermes.runtime import MAX_KEY_CHARS as MAX_ACTOR_KEY_CHARS
 from minihermes.runtime import (
     ActorArgs,
@@ -200,6 +201,28 @@ def _check_text(op: str, field: str, value: str, limit: int, *, required: bool =
         raise InvalidArgument(f"{op}: {field} is longer than {limit} characters", op=op, field=field)
     if _REFUSED_CHARS.search(value):
         raise InvalidArgument(f"{op}: {field} must not contain control characters", op=op, field=field)
+
+
+SECRETS_BELONG = (
+    "secrets are kept out of memory, chat history and logs: keep a password in a password manager; an API key "
+    "for a model or a service belongs in the credential vault (an admin registers it on the dashboard's "
+    "Providers page or with llm_gateway register_credential)"
+)
+
+
+def _refuse_secret(op: str, key: str, value: Any) -> None:
+    """A fact whose key or value holds a secret redaction would find is refused, not stored as a silent
+    ``[REDACTED]``: the person would believe it was kept. The message names the kind of secret, never it."""
+    for field, text in (("key", key), ("value", "" if value is None else _as_text(value))):
+        kinds = secret_kinds(text) if isinstance(text, str) else []
+        if kinds:
+            raise InvalidArgument(
+                f"{op}: not stored: the {field} holds a secret ({', '.join(kinds)}), and nothing of it was "
+                f"kept; {SECRETS_BELONG}",
+                code="secret_not_stored",
+                op=op,
+                field=field,
+            )
 
 
 def _check_ids(op: str, **ids: str) -> None:
@@ -512,9 +535,14 @@ class Memory(GenServer):
         ``private`` (then they belong to ``user_id``, default the admin). ``source_session`` (the session the
         fact came from, default ``session_id``) lets forgetting a session take its facts along.
         ``ttl_seconds``: the fact expires that many seconds from now (1..``MAX_TTL_SECONDS``); 0, its kind's
-        default (``ttl_defaults``); -1, never. Overwriting a fact sets its expiry anew."""
+        default (``ttl_defaults``); -1, never. Overwriting a fact sets its expiry anew. A key or value in
+        which redaction finds a secret is refused (``secret_not_stored``): a stated fact is kept as given or
+        not at all. An episode (``kind="episodic"``, the record of a turn, which quotes the conversation) is
+        stored with its secrets redacted instead."""
         op = "store_memory"
         _require_writer(op)
+        if kind != "episodic":
+            _refuse_secret(op, key, value)
         _check_ids(
             op, agent_id=agent_id, session_id=session_id, user_id=user_id, source_session=source_session
         )

@@ -175,14 +175,15 @@ async def test_ending_a_session_drops_its_session_memories(make_node, tmp_path):
 
 async def test_secrets_never_reach_memory_or_the_archive(make_node, tmp_path):
     node = await make_node(specs(tmp_path))
-    await node.ask(
-        "memory",
-        "store_memory",
-        {"key": "aws", "value": "key AKIAABCDEFGHIJKLMNOP and token: ghp_" + "a" * 30},
-        ctx=ACME,
-    )
-    value = (await node.ask("memory", "recall_memory", {"key": "aws"}, ctx=ACME))["value"]
-    assert "AKIA" not in value and "ghp_" not in value and value.count("[REDACTED]") == 2
+    with pytest.raises(InvalidArgument) as refused:  # a fact holding a secret is refused, never kept redacted
+        await node.ask(
+            "memory",
+            "store_memory",
+            {"key": "aws", "value": "key AKIAABCDEFGHIJKLMNOP and token: ghp_" + "a" * 30},
+            ctx=ACME,
+        )
+    assert refused.value.code == "secret_not_stored" and "AKIA" not in refused.value.message
+    assert (await node.ask("memory", "recall_memory", {"key": "aws"}, ctx=ACME))["found"] is False
     msgs = [{"role": "user", "content": "Authorization: Bearer abcdefghijklmnopqrstuvwxyz"}] + [
         {"role": "assistant" if i % 2 else "user", "content": "filler " * 300} for i in range(1, 9)
     ]
