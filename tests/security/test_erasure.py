@@ -32,6 +32,7 @@ from minihermes.runtime import InvalidArgument, Node, PermissionDenied, RequestC
 from minihermes.runtime.store import open_store
 
 from ..store.conftest import drop_schema
+from ..work.conftest import until
 from .world import world
 
 ALICE = RequestContext(tenant="acme", principal="alice", roles=frozenset({"user"}))
@@ -97,6 +98,12 @@ async def seed(node: Node, ctx: RequestContext, token: str, job: str) -> str:
     learn = f"compute 6 * 7, then 12 + 30, then remember the result as {token}"
     chat = await ask(node, ctx, "agent", "chat", session_id=sid, message=learn)
     assert chat["status"] == "ok" and chat["tool_calls"] == 3, chat
+
+    async def learned() -> bool:  # the skill is learned in the background, from the turn
+        skills = (await ask(node, ctx, "skill_store", "list_skills"))["skills"]
+        return any(k["owner"] == ctx.principal for k in skills)
+
+    await until(learned, what=f"{ctx.principal}'s skill")
     await ask(node, ctx, "memory", "store_memory", key="passport", value=f"passport {token}")
     wrote = await ask(
         node,
