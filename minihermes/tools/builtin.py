@@ -1,6 +1,6 @@
-"""The core built-in tools, in their toolsets: ``compute`` (calculator), ``memory`` (store, recall, search),
-``web`` (``http_request`` through a service link), ``files`` (the session workspace) and ``terminal`` (a
-sandboxed shell in it). ``CORE_TOOLSETS`` is what a tool executor offers when it is given no toolsets; the
+"""The core built-in tools, in their toolsets: ``compute`` (calculator), ``memory`` (store, recall, delete,
+search), ``web`` (``http_request`` through a service link), ``files`` (the session workspace) and ``terminal``
+(a sandboxed shell in it). ``CORE_TOOLSETS`` is what a tool executor offers when it is given no toolsets; the
 agent app's composition root adds the subsystems' own (``minihermes/agent/app.py``).
 """
 
@@ -160,6 +160,25 @@ async def _memory_recall(args: dict[str, Any], env: ToolEnv) -> Any:
     return {k: reply.get(k) for k in ("key", "found", "value", "scope", "tier")}
 
 
+async def _memory_delete(args: dict[str, Any], env: ToolEnv) -> Any:
+    key, scope = str(args["key"]), args.get("scope", "global")
+    reply = await _memory(
+        env,
+        "delete_memory",
+        {"key": key, "scope": scope, "agent_id": args.get("agent_id", ""), "session_id": env.session_id},
+    )
+    if not reply.get("deleted"):
+        # Another user's fact under the same key is theirs: the caller has nothing stored there either.
+        raise ToolFailure(
+            "not_found",
+            f"nothing is stored under '{key}' ({scope} scope), so nothing was deleted; "
+            "memory_search finds a fact whose exact key is unknown",
+            key=key,
+            scope=scope,
+        )
+    return {"key": reply.get("key", key), "scope": reply.get("scope", scope), "deleted": True}
+
+
 async def _memory_search(args: dict[str, Any], env: ToolEnv) -> Any:
     reply = await _memory(
         env,
@@ -311,6 +330,16 @@ MEMORY = Toolset(
             TRUSTED,
             handler=_memory_recall,
             permission=("memory", "recall_memory"),
+        ),
+        Tool(
+            "memory_delete",
+            "Forget a remembered fact by its exact key (e.g. when asked to forget the dog's name). Deletes "
+            "only the caller's own fact; not_found when nothing is stored under the key.",
+            _obj({"key": _KEY, "scope": _SCOPE, "agent_id": {"type": "string", "maxLength": 200}}, ["key"]),
+            MUTATING,
+            TRUSTED,
+            handler=_memory_delete,
+            permission=("memory", "delete_memory"),
         ),
         Tool(
             "memory_search",

@@ -455,6 +455,13 @@ class Forget(Intent):
             return f"Nothing was stored as {phrase}, so there was nothing to forget."
         return f"Done: I forgot {phrase}."
 
+    def explain(self, step: Step, outcome: Outcome) -> str | None:
+        # memory_delete's "nothing stored under that key" is an answer, not a failure to report.
+        if outcome.code == "not_found":
+            phrase = _phrase(step.owner, step.subject)
+            return f"Nothing was stored as {phrase}, so there was nothing to forget."
+        return None
+
 
 _SEARCH = [
     re.compile(
