@@ -28,6 +28,7 @@ BUILTIN = [
     "calculator",
     "http_request",
     "list_files",
+    "memory_delete",
     "memory_recall",
     "memory_search",
     "memory_store",

@@ -29,6 +29,7 @@ CORE_TOOLS = {
     "calculator",
     "memory_store",
     "memory_recall",
+    "memory_delete",
     "memory_search",
     "http_request",
     "read_file",
