@@ -28,11 +28,13 @@ SHARED_OUTCOME = set(
 
 
 async def _tool(w: World, who: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
-    """A tool call as the agent makes it in ``who``'s turn (the turn's caller's context)."""
+    """A tool call as the agent makes it in ``who``'s turn (the turn's caller's context), in a session of
+    theirs (alice's is the world's target session; a memory may name only its writer's sessions)."""
+    session = w.targets["session_id"] if who == "alice" else f"{who}-own-session"
     reply = await w.node.ask(
         "tool_executor",
         "execute",
-        {"name": name, "input": args, "session_id": w.targets["session_id"]},
+        {"name": name, "input": args, "session_id": session},
         10,
         ctx=context(who),
     )
@@ -71,7 +73,8 @@ async def test_a_viewer_reads_no_private_value_through_the_trail(w: World) -> No
     for e in stores:  # who did what, when and where, and how it went: yes; with what: no
         assert e["redacted"] is True and e["detail"] == "" and e["hash"] == ""
         assert e["data"]["status"] == "ok" and "input" not in e["data"]
-        assert e["session_id"] == w.targets["session_id"] and e["ts"] > 0
+        own = w.targets["session_id"] if e["principal"] == "alice" else f"{e['principal']}-own-session"
+        assert e["session_id"] == own and e["ts"] > 0
     for e in events:  # every event type: another principal's content never shows
         if e["principal"] != "vic":
             assert e.get("redacted") is True and e["detail"] == "" and e["hash"] == "", e
