@@ -81,6 +81,9 @@ BEFORE: dict[tuple[str, str], str] = {
     ("audit_event", "log_event"): "admin",
     ("audit_event", "subscribe"): "admin",
     ("audit_event", "unsubscribe"): "admin",
+    # issue 25: anchors are for whoever verifies; forgetting is memory.forget's protocol (users: themselves)
+    ("audit_event", "export_anchors"): "read",
+    ("audit_event", "forget_subject"): "write",
     ("health_monitor", "get_health"): "read",
     ("health_monitor", "poll_tick"): "admin",
     ("agent", "session_search"): "read",
