@@ -29,6 +29,7 @@ from pydantic import field_validator
 from minihermes.agent._history import HistoryViews
 from minihermes.agent.session_manager import channel_of
 from minihermes.audit import fire_audit, sees_own_only
+from minihermes.context import find_tools as finder
 from minihermes.context import forget as forgetting
 from minihermes.context import prompt, search_tool
 from minihermes.context.assembly import TURN_META, Catalogue, TurnSettings, catalogue, gather_turn, offered
@@ -55,6 +56,7 @@ from minihermes.runtime import (
     set_context,
     state,
 )
+from minihermes.tools import ToolFailure
 from minihermes.tools.workspace import workspace_path
 from minihermes.turn_event import TurnCompleted, listeners, publish
 
@@ -294,7 +296,7 @@ class Agent(GenServer):
         instructions = redact_text(instructions.strip())
         door = self._door(channel, cron_job) if instructions else ""
         ctx = await self._gather(message, user, instructions, door)
-        tools = self._allowed(ctx.tools, allowed_tools)
+        tools = self._allowed(ctx.tools, allowed_tools)  # with find_tools (``_gather``)
         await self._compress_if_needed(ctx.prefix, ctx.section, tools, user)
         self.turn = {
             "turn_id": uuid.uuid4().hex,
@@ -472,7 +474,6 @@ class Agent(GenServer):
         turn = self.turn
         assert turn is not None
         try:
-            tools = self._allowed(await self._tools(), turn.get("allowed_tools"))
             # Tool calls of the last assistant message that have no result yet (after a crash or a pause).
             pending = self._pending_calls()
             while True:
@@ -484,6 +485,8 @@ class Agent(GenServer):
                     self._fsm("processing")
                 if turn["iterations"] >= turn.get("max_iterations", self.max_iterations):
                     return await self._finish("max_iterations", self._last_text())
+                # Asked each round: a find_tools call of the last one may have added toolsets.
+                tools = self._allowed(await self._tools(), turn.get("allowed_tools"))
                 response = await self._complete(tools)
                 turn["iterations"] += 1
                 calls = [
@@ -585,6 +588,8 @@ class Agent(GenServer):
             self._tool_result(call_, {"error": {"code": "tool_not_allowed", "message": message}}, True)
             await self.host.checkpoint()
             return "denied"
+        if call_["name"] == finder.NAME and await self._find_tools(call_):
+            return "done"
         decision = await self._check(call_)
         verdict = decision.get("decision", "deny")
         if verdict == "deny":
@@ -751,6 +756,9 @@ class Agent(GenServer):
             instructions=instructions,
             door=door,
         )
+        found = finder.view(ctx.catalogue, ctx.toolsets) if self._auto_toolsets and ctx.catalogue else None
+        if found is not None:
+            ctx.tools = [*ctx.tools, found]
         self._tools_cache = ctx.tools
         self._catalogue = ctx.catalogue
         return ctx
@@ -804,15 +812,68 @@ class Agent(GenServer):
             )
 
     async def _tools(self) -> list[dict[str, Any]]:
-        """The running turn's offered tools: listed when its context was gathered, or again (with the same
-        selection) when the turn resumes in a new activation."""
+        """The running turn's offered tools: listed when its context was gathered, again (with the same
+        selection) when the turn resumes in a new activation, and after ``find_tools`` added toolsets."""
         if self._tools_cache is None:
-            cat = self._catalogue = await catalogue(self.host, self.tool_timeout)
-            turn = self.turn or {}
-            start = int(turn.get("start", len(self.history)))
-            kept = cat.toolset_of(self._previous_tools(start))
-            self._tools_cache = offered(cat, self._tool_choice().select(str(turn.get("message", "")), kept))
+            cat = self._catalogue
+            if cat is None:
+                cat = self._catalogue = await catalogue(self.host, self.tool_timeout)
+            selection = self._selection(cat)
+            tools = offered(cat, selection)
+            found = finder.view(cat, selection) if self._auto_toolsets else None
+            self._tools_cache = [*tools, found] if found is not None else tools
         return self._tools_cache
+
+    def _selection(self, cat: Catalogue) -> frozenset[str] | None:
+        """The running turn's toolsets: its configuration and request (as when it started), and what its
+        ``find_tools`` calls added (``turn["found"]``, saved with the turn)."""
+        turn = self.turn or {}
+        start = int(turn.get("start", len(self.history)))
+        kept = cat.toolset_of(self._previous_tools(start))
+        chosen = self._tool_choice().select(str(turn.get("message", "")), kept)
+        return finder.widen(chosen, turn.get("found"))
+
+    async def _find_tools(self, call_: dict[str, Any]) -> bool:
+        """Answer ``find_tools`` (``minihermes.context.find_tools``) when the turn offers it: the toolsets it
+        adds join the rest of the turn (``turn["found"]``, durable: a turn resumed after an approval or a
+        crash keeps them) and, with ``keep``, the session's (as ``set_toolsets``). False when the turn does not
+        answer it (``auto_toolsets`` off, every tool offered): the call then goes as any other."""
+        turn = self.turn
+        assert turn is not None
+        await self._tools()
+        cat = self._catalogue
+        assert cat is not None
+        selection = self._selection(cat)
+        if not self._auto_toolsets or not finder.answers(cat, selection):
+            return False
+        self._publish(
+            {"type": "tool_call_start", "id": call_["id"], "name": call_["name"], "input": call_["input"]}
+        )
+        try:
+            reply, names = finder.answer(cat, selection, call_["input"])
+        except ToolFailure as e:
+            self._tool_result(call_, {"error": e.to_error()}, True)
+        else:
+            if reply["added"]:
+                turn["found"] = [*(turn.get("found") or ()), *reply["added"]]
+                self._tools_cache = None  # offered from the next LLM call of this turn on
+            if "kept" in reply:
+                self.session_toolsets = list(dict.fromkeys([*self.session_toolsets, *names]))
+            self._tool_result(call_, reply, False)
+        self._publish(
+            {
+                "type": "tool_call_end",
+                "id": call_["id"],
+                "name": call_["name"],
+                "is_error": bool(self.history[-1]["is_error"]),
+                "result": self.history[-1]["content"][:2000],
+                "duration_ms": 0.0,
+            }
+        )
+        turn["tool_calls"] += 1
+        self.stats["tool_calls"] += 1
+        self.host.save_soon()  # with the turn's added toolsets, before the next LLM call
+        return True
 
     def _tool_choice(self) -> ToolChoice:
         """The toolsets configured for this turn: the agent's, its tenant's, then the session's own."""

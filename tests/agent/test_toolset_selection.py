@@ -39,6 +39,8 @@ CORE_TOOLS = {
     "session_search",
 }
 """The core tools this node lists (``skill_view`` needs a skill store, which this node does not run)."""
+FINDER = {"find_tools"}
+"""Offered besides whenever a toolset is not (``minihermes.context.find_tools``)."""
 KANBAN = {t for ts in TOOLSETS if ts.name == "kanban" for t in ts.defs}
 
 
@@ -82,7 +84,7 @@ async def test_a_plain_turn_offers_only_the_core_tools(make_node, tmp_path):
     listed = {t["name"] for t in (await node.ask("tool_executor", "list_tools", {}, ctx=ACME))["tools"]}
     assert KANBAN <= listed and "delegate_task" in listed  # the executor has them all ...
     await chat(node, "what is my favourite colour")
-    assert offered() == CORE_TOOLS  # ... a plain turn is offered the core only
+    assert offered() == CORE_TOOLS | FINDER  # ... a plain turn is offered the core only
     assert not offered() & KANBAN
 
 
@@ -97,7 +99,7 @@ async def test_a_kanban_request_gets_the_kanban_tools_and_a_follow_up_keeps_them
     assert KANBAN <= offered()
     # and once a turn without kanban came between, a plain turn is lean again
     await chat(node, "thanks, that's all")
-    assert offered() == CORE_TOOLS
+    assert offered() == CORE_TOOLS | FINDER
 
 
 async def test_an_allow_list_offers_exactly_the_allowed_tools(make_node, tmp_path):
@@ -113,9 +115,10 @@ async def test_agent_tenant_and_session_configuration_add_toolsets(make_node, tm
         specs(tmp_path, toolsets=["core", "kanban"], tenant_toolsets={"globex": ["delegation"]})
     )
     await chat(node, "hello")
-    assert offered() == CORE_TOOLS | KANBAN  # the agent's configuration
+    assert offered() == CORE_TOOLS | KANBAN | FINDER  # the agent's configuration
     await chat(node, "hello", session="g1", ctx=GLOBEX)
-    assert offered() == CORE_TOOLS | KANBAN | {"delegate_task"}  # globex's turns add delegation
+    # globex's turns add delegation: every toolset listed here is offered, so nothing is left to find
+    assert offered() == CORE_TOOLS | KANBAN | {"delegate_task"}
     await chat(node, "hello", session="a2")
     assert "delegate_task" not in offered()  # acme's do not ...
     reply = await node.ask(
