@@ -111,6 +111,21 @@ def identity_reader(session_id: str, args: dict[str, Any]) -> Callable[[], tuple
     return read
 
 
+_SUBJECTS = ("path", "title", "name", "key", "goal", "expression", "url", "command", "query", "prompt")
+"""The inputs that say what a call is about, in the order ``_subject`` looks for one."""
+
+
+def _subject(args: Any) -> str:
+    """What a call is about, for a message naming it: " (todo.txt)", or "" when no input says."""
+    if isinstance(args, dict):
+        for name in _SUBJECTS:
+            value = args.get(name)
+            if isinstance(value, str) and value.strip():
+                text = " ".join(value.split())
+                return f" ({text[:60]}…)" if len(text) > 60 else f" ({text})"
+    return ""
+
+
 def session_topic(session_id: str) -> str:
     """The live-progress topic of a session: ``turn_started``, ``text_delta`` (from the gateway),
     ``tool_call_start``, ``tool_call_end`` and ``final`` (with the reply) events."""
@@ -351,8 +366,10 @@ class Agent(GenServer):
             if decision == "approved":
                 await self._execute(call_)
             else:
+                # In words a person can act on: which call, on what (the input is redacted already).
+                denied = f"a reviewer denied {call_['name']}{_subject(call_['input'])}: nothing was done"
                 self._tool_result(
-                    call_, {"error": {"code": "denied", "message": "a reviewer denied this call"}}, True
+                    call_, {"error": {"code": "denied", "reason": "reviewer", "message": denied}}, True
                 )
                 self._audit("tool_denied", f"tool={call_['name']} by=reviewer")
                 await self.host.checkpoint()
