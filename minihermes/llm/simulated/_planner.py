@@ -21,6 +21,7 @@ from ._arith import ArithmeticError_, evaluate
 from ._directives import Directive, verdicts
 from ._directives import split as split_directive
 from ._directives import whole as whole_directive
+from ._failures import failure
 from ._memory import join_statements
 from ._plan import Intent, Item, Note, Outcome, ParseContext, Plan, Ref, Step
 from ._replies import chat_reply, refusal, too_long
@@ -264,11 +265,7 @@ class Planner:
             if outcome.error:
                 done_so_far = " ".join(parts)
                 explained = intent.explain(item, outcome) if intent else None
-                parts = [
-                    explained
-                    or f"I couldn't finish: the {item.tool} tool returned an error: {outcome.error.rstrip('.')}. "
-                    "I stopped there instead of retrying; please check the request and try again."
-                ]
+                parts = [explained or failure(item, outcome)]  # in words, with the next step
                 if done_so_far:
                     parts.append(f"Before that: {done_so_far}")
                 break
