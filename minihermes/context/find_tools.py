@@ -32,33 +32,31 @@ MAX_QUERY_CHARS = 200
 PURPOSES: dict[str, str] = {
     "compute": "arithmetic",
     "memory": "remember and recall facts",
-    "web": "HTTP requests to the tenant's service links",
-    "files": "read, write and list this chat's files",
-    "terminal": "run commands in the chat's sandbox",
+    "web": "HTTP requests to service links",
+    "files": "this chat's files",
+    "terminal": "run commands in a sandbox",
     "session_search": "search past chats",
-    "kanban": "to-do list: task cards on the kanban board",
-    "delegation": "hand a task to a sub-agent",
-    "schedule": "reminders and recurring jobs (cron)",
-    "goals": "this chat's goals: set, list, complete",
-    "skills": "manage skills and self-written tools",
-    "mcp": "tools of the tenant's MCP servers",
+    "kanban": "to-do list, task cards",
+    "delegation": "hand tasks to sub-agents",
+    "schedule": "reminders, recurring jobs",
+    "goals": "this chat's goals",
+    "skills": "manage skills and own tools",
+    "mcp": "MCP servers' tools",
 }
-"""What each built-in toolset is for, as ``find_tools`` says it. A toolset not named here (an embedding
-program's own) is described by its first tool's description."""
-_PURPOSE_CHARS = 80
-_INTRO = (
-    "Add toolsets to the rest of this turn (keep: true also for the rest of this chat). The toolsets not "
-    "offered now:"
-)
+"""What each built-in toolset is for, as ``find_tools`` says it (short: the lines of the toolsets not offered
+are in every LLM call of a turn). A toolset not named here (an embedding program's own) is described by its
+first tool's description."""
+_PURPOSE_CHARS = 60
+_INTRO = "Add toolsets to this turn (keep: true, to later turns too). Not offered now:"
 _SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "query": {"type": "string", "maxLength": MAX_QUERY_CHARS},
-        "toolsets": {"type": "array", "items": {"type": "string"}, "maxItems": MAX_TOOLSETS},
+        "query": {"type": "string"},
+        "toolsets": {"type": "array", "items": {"type": "string"}},
         "keep": {"type": "boolean"},
     },
-    "additionalProperties": False,
 }
+"""Bounds and unknown fields are checked by ``answer`` (a schema's every byte is in every call)."""
 _VIEWS: OrderedDict[tuple[str, frozenset[str]], ToolView | None] = OrderedDict()
 """(catalogue digest, selection) -> the view a turn of that selection offers (None: none)."""
 _CACHE_MAX = 64

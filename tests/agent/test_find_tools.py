@@ -268,7 +268,7 @@ def _catalogue() -> Catalogue:
 def test_a_query_narrows_the_list_and_adds_nothing() -> None:
     reply, names = finder.answer(_catalogue(), frozenset({"compute"}), {"query": "my to-do list"})
     assert names == () and reply["added"] == [] and reply["matched"]
-    assert reply["toolsets"] == ["kanban: to-do list: task cards on the kanban board: kanban_create"]
+    assert reply["toolsets"] == ["kanban: to-do list, task cards: kanban_create"]
     reply, _ = finder.answer(_catalogue(), frozenset({"compute"}), {"query": "zebras"})
     assert not reply["matched"] and len(reply["toolsets"]) == 4  # nothing matched: every toolset
 
