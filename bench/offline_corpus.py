@@ -11,7 +11,8 @@ memories or learned skills. An item's ``setup`` messages are sent first in the s
 
 - ``correct``: not a "cannot", and it has every expected value (``answer``: substrings of the reply) and
   leaves the expected state (``memory``: key -> value, read back with memory_recall; ``file``: path ->
-  content, read back with read_file; ``tool``: tool -> substrings of what that tool returns now);
+  content, read back with read_file; ``tool``: tool -> substrings of what that tool returns now;
+  ``forgotten``: keys memory_recall no longer finds);
   for an item labelled ``"cannot"``, an answer that says it cannot.
 - ``cannot``: the answer starts with "I can't"/"I cannot"/"I couldn't" (an honest refusal or failure).
 - ``wrong``: anything else: an answer that is not a "cannot" and misses the expected value or state, or a
@@ -105,6 +106,10 @@ async def _missing(node: Node, ctx: RequestContext, session: str, answer: str, e
         got = await _tool(node, ctx, session, "memory_recall", {"key": key})
         if not isinstance(got, dict) or str(got.get("value")) != value:
             return f"memory {key!r} is {got!r}, not {value!r}"
+    for key in expect.get("forgotten", []):
+        got = await _tool(node, ctx, session, "memory_recall", {"key": key})
+        if not isinstance(got, dict) or got.get("found") is not False:
+            return f"memory {key!r} is {got!r}, not forgotten"
     for path, content in expect.get("file", {}).items():
         got = await _tool(node, ctx, session, "read_file", {"path": path})
         if not isinstance(got, dict) or got.get("content") != content:

@@ -43,7 +43,8 @@ def test_the_corpus_is_large_and_labelled() -> None:
         "goals", "cannot", "chit-chat", "tool named", "secrets", "typos",
     }  # fmt: skip
     for item in items:
-        assert item["expect"] == "cannot" or set(item["expect"]) <= {"answer", "memory", "file", "tool"}
+        labels = {"answer", "memory", "file", "tool", "forgotten"}
+        assert item["expect"] == "cannot" or set(item["expect"]) <= labels
     # Issue 24: everyday wordings of each ability, and ones that must stay "cannot".
     everyday = [item for item in items if item["id"].startswith("everyday-")]
     assert len(everyday) >= 40 and sum(item["expect"] == "cannot" for item in everyday) >= 10
@@ -403,19 +404,18 @@ async def test_a_noted_fact_about_the_something_is_recalled(question: str) -> No
 
 
 async def test_what_can_you_do_lists_exactly_what_it_can_do(tmp_path: Path) -> None:
-    """Through the agent: every family it can do here is listed (reminders, goals and kanban too), nothing it
-    cannot (no tool deletes memories, so no "forgetting"), and each example it gives works when asked."""
+    """Through the agent: every family it can do here is listed (reminders, goals, kanban and forgetting
+    too), and each example it gives works when asked."""
     node = await corpus.start_node(tmp_path / "data")
     try:
         ctx = corpus.user({"id": "help"})
         answer = await corpus.chat(node, ctx, "help", "what can you do?")
         families = (
-            "arithmetic", "remembering facts", "recalling them", "writing files", "reading files",
-            "listing files", "kanban tasks", "reminders", "goals",
+            "arithmetic", "remembering facts", "recalling them", "forgetting them", "writing files",
+            "reading files", "listing files", "kanban tasks", "reminders", "goals",
         )  # fmt: skip
         for family in families:
             assert f"- {family}: " in answer, (family, answer)
-        assert "forgetting" not in answer
         listed = answer.split("For example:", 1)[1].split("More examples", 1)[0]
         examples = re.findall(r'"([^"]+)"', listed)
         assert len(examples) >= len(families)
@@ -423,6 +423,9 @@ async def test_what_can_you_do_lists_exactly_what_it_can_do(tmp_path: Path) -> N
             said = await corpus.chat(node, ctx, "help-examples", example)
             assert not corpus.is_cannot(said), (example, said)
             assert "don't have" not in said, (example, said)
+        # "forget my dog's name" came after remembering it: the fact is gone.
+        recalled = await corpus._tool(node, ctx, "help-examples", "memory_recall", {"key": "dog's name"})
+        assert recalled["found"] is False, recalled
     finally:
         await node.stop(deadline=5)
 
