@@ -10,6 +10,7 @@ or on a running server (``--url``, with ``--token-env`` naming the variable that
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
@@ -157,11 +158,20 @@ def memory_store(
     value: Annotated[str, typer.Argument(help="The fact.")],
     scope: Annotated[str, typer.Option(help="global, agent or session")] = "global",
     tier: Annotated[str, typer.Option(help="core, reachable or deep")] = "reachable",
+    ttl: Annotated[
+        int,
+        typer.Option(
+            "--ttl",
+            metavar="SECONDS",
+            help="Forget it after this many seconds; 0: the kind's default (memory's ttl_defaults); -1: never.",
+        ),
+    ] = 0,
 ) -> None:
     """Remember a fact."""
-    run_command(
-        op_command("memory", ("store_memory",), {"key": key, "value": value, "scope": scope, "tier": tier})
-    )
+    payload: dict[str, Any] = {"key": key, "value": value, "scope": scope, "tier": tier}
+    if ttl:  # 0 is the op's own default: a server without expiry still takes the command
+        payload["ttl_seconds"] = ttl
+    run_command(op_command("memory", ("store_memory",), payload))
 
 
 @memory_app.command("forget")
@@ -175,8 +185,16 @@ def memory_forget(
 
 # -- cron -----------------------------------------------------------------------------------------------------
 
+
+class Action(enum.StrEnum):
+    """What a cron job's run does (``cron_scheduler.create_job``'s ``action``)."""
+
+    run = "run"
+    notify = "notify"
+
+
 cron_app = ConnectedTyper(help="Cron jobs: list, create, pause, resume, run now, runs.", no_args_is_help=True)
-_JOB_COLUMNS = ["job_id", "schedule", "status", "next_run_at", "prompt"]
+_JOB_COLUMNS = ["job_id", "action", "schedule", "status", "next_run_at", "prompt"]
 
 
 def _cron(op: tuple[str, ...], payload: dict[str, Any], **kw: Any) -> None:
@@ -201,16 +219,29 @@ def cron_create(
     schedule: Annotated[
         str, typer.Option(help="Cron expression or interval, e.g. '0 9 * * *' or 'every 1h'")
     ],
-    prompt: Annotated[str, typer.Option(help="What the agent is asked on each run.")],
+    prompt: Annotated[
+        str,
+        typer.Option(
+            help="What the agent is asked on each run (--action run), or the reminder's text (notify)."
+        ),
+    ],
+    action: Annotated[
+        Action,
+        typer.Option(
+            help="run: the agent runs the prompt and its answer reaches your notifications; notify: a "
+            "reminder, the prompt's text itself reaches your notifications (no model call).",
+        ),
+    ] = Action.run,
     session: Annotated[str, typer.Option(help="Session id (default: the job id).")] = "",
     tz: Annotated[str, typer.Option(help="Time zone of the schedule.")] = "UTC",
     replace: Annotated[bool, typer.Option(help="Redefine an existing job.")] = False,
 ) -> None:
-    """Create a cron job."""
+    """Create a cron job: a run of the agent, or a reminder (--action notify)."""
     payload = {
         "job_id": job_id,
         "schedule": schedule,
         "prompt": prompt,
+        "action": action.value,
         "session_id": session,
         "tz": tz,
         "replace": replace,
