@@ -15,6 +15,7 @@ anchor, so verification restarts from the anchor and sequence numbers never rest
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -60,12 +61,16 @@ def check_subjects(subjects: object) -> str:
     """Canonical text of a subject set (sorted, deduplicated JSON list): one key per distinct set."""
     if isinstance(subjects, str | bytes) or not isinstance(subjects, Sequence):
         raise TypeError("subjects must be a sequence of str")
-    clean = set()
     for subject in subjects:
         if not isinstance(subject, str) or not subject or len(subject) > 512 or "\x00" in subject:
             raise ValueError("each subject must be a non-empty str of at most 512 characters, without NUL")
-        clean.add(subject)
-    return canonical_json(sorted(clean))
+    return _subjects_text(tuple(subjects))
+
+
+@functools.lru_cache(maxsize=4096)
+def _subjects_text(subjects: tuple[str, ...]) -> str:
+    """Every event of a session names the same few subjects: their canonical text is made once."""
+    return canonical_json(sorted(set(subjects)))
 
 
 def seq_ranges(seqs: Iterable[int]) -> list[list[int]]:
