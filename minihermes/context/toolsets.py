@@ -15,6 +15,9 @@ toolsets, and the others join when they are configured or when the turn's reques
 - always: tools registered at run time (a tenant's service links, its MCP servers' tools, a user's own
   self-written tools): registering one is its configuration. A turn given an explicit tool allow-list (a
   delegated child, a cron job) is offered exactly those tools.
+- found (with ``auto_toolsets``): every other toolset is listed by ``find_tools``, which the turn offers too
+  and which adds the toolsets the model names to the rest of the turn (``minihermes.context.find_tools``):
+  the patterns only spare the model that call.
 
 Offering is not permission: the tool executor runs only the tools it has, for callers who may call them, and
 a call to a tool the turn was not offered is still checked the same way.

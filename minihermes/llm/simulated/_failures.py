@@ -102,6 +102,11 @@ def _denied(outcome: Outcome, said: str) -> tuple[str, str]:
             "the guardrails are in lockdown, so nothing that changes things runs",
             "An admin can end the lockdown.",
         )
+    if reason == "unknown_tool":
+        return (
+            "no such tool is known here, so nothing was changed",
+            "An admin can check that it is registered.",
+        )
     if reason == "loop":
         return f"I had already tried it several times ({said})", "Tell me what to change, and I'll try that."
     because = f" ({said})" if said else ""
