@@ -198,7 +198,9 @@ async def test_who_may_forget_what(start: Callable[[], Any]) -> None:
     with pytest.raises(PermissionDenied):  # (over HTTP a viewer cannot call it at all: access "write")
         await ask(node, VIC, "audit_event", "forget_subject", user_id="bob")
     with pytest.raises(InvalidArgument):
-        await ask(node, ADA, "audit_event", "forget_subject", user_id="bob", session_id="s-bob")
+        await ask(node, ADA, "audit_event", "forget_subject", user_id="bob", tenant=True)
+    with pytest.raises(InvalidArgument):
+        await ask(node, ADA, "audit_event", "forget_subject")
     # Not his session: nothing taken (the store's reply to memory.forget counts 0, no error).
     assert (await ask(node, BOB, "audit_event", "forget_subject", session_id="s-carol"))["forgotten"] == 0
     assert (await ask(node, BOB, "audit_event", "forget_subject", session_id="s-bob"))["forgotten"] == 3
