@@ -55,6 +55,7 @@ async function renderCron(root, ctx) {
         ["job_id", "job", (j) => h("a", { href: "#", onclick: (e) => (e.preventDefault(), runs(j.job_id)) }, j.job_id)],
         ["schedule", "schedule"],
         ["tz", "tz"],
+        ["action", "action", (j) => badge(j.action === "notify" ? "reminder" : "agent run", "action")],
         ["status", "status", (j) => badge(j.status)],
         ["next_run_at", "next run", (j) => fmtTime(j.next_run_at)],
         ["last_fired_at", "last fired", (j) => fmtTime(j.last_fired_at)],
@@ -71,7 +72,7 @@ async function renderCron(root, ctx) {
             opButton(ctx, "cron_scheduler", "delete_job", "Delete", remove(j), { class: "small bad" }),
           ],
         ],
-      ], { empty: "No cron jobs.", rowAttrs: (j) => ({ dataset: { job: j.job_id, status: j.status } }) }),
+      ], { empty: "No cron jobs.", rowAttrs: (j) => ({ dataset: { job: j.job_id, status: j.status, action: j.action || "run" } }) }),
     );
   }
 
@@ -146,9 +147,27 @@ function timeZones() {
   }
 }
 
+const ACTIONS = [
+  ["notify", "Reminder: send me the text", "The reminder, e.g. Water the plants",
+    "Each run puts this text in your notifications as it is: no model call."],
+  ["run", "Agent run: send me the agent's answer", "What the agent does each time, e.g. Summarize my open tasks",
+    "Each run asks the agent with this text; its answer goes to your notifications."],
+];
+
 function cronForm(ctx, done) {
   const jobId = h("input", { name: "job_id", placeholder: "water-plants", title: "1-100 letters, digits, '_', '.', '-'" });
-  const prompt = h("textarea", { name: "prompt", rows: 2, placeholder: "What the agent does each time, e.g. Remind me to water the plants" });
+  const prompt = h("textarea", { name: "prompt", rows: 2 });
+  // What a run does: "notify" delivers the text itself (a reminder, no model call), "run" asks the agent and
+  // delivers its answer; both reach the owner's notifications.
+  const action = select("action", ACTIONS.map(([v, label]) => [v, label]), "notify");
+  const actionHint = h("small", { id: "action-hint", class: "muted action-hint" });
+  function describeAction() {
+    const [, , placeholder, hint] = ACTIONS.find(([v]) => v === action.value) || ACTIONS[0];
+    prompt.placeholder = placeholder;
+    actionHint.textContent = hint;
+  }
+  action.addEventListener("change", describeAction);
+  describeAction();
   const schedule = h("input", { name: "schedule", placeholder: "0 9 * * 1", list: "schedule-examples", "aria-describedby": "schedule-hint" });
   const hint = h("small", { id: "schedule-hint", class: "muted hint" },
     "A 5-field cron expression (minute hour day month weekday), an interval (every 30m, every 2h, every 1d) or a one-shot time (2030-01-01T09:00). Examples: ",
@@ -167,15 +186,18 @@ function cronForm(ctx, done) {
       field("Time zone", h("span", {}, tz, zones, local && local !== "UTC"
         ? h("button", { type: "button", class: "btn small", onclick: () => (tz.value = local) }, `use ${local}`) : null)),
       field("Schedule", h("span", {}, schedule, examples)),
+      field("Action", action),
     ),
     hint,
-    field("Prompt", prompt),
+    actionHint,
+    field("Text", prompt),
     h("div", { class: "toolbar" },
       h("label", { class: "check" }, replace, " replace the job with this id (edit)"),
       opButton(ctx, "cron_scheduler", "create_job", "Save job", async () => {
         const reply = await ctx.api.call("cron_scheduler", "create_job", {
           job_id: jobId.value.trim(),
           prompt: prompt.value,
+          action: action.value,
           schedule: schedule.value.trim(),
           tz: tz.value.trim() || "UTC",
           replace: replace.checked,
@@ -183,6 +205,7 @@ function cronForm(ctx, done) {
         toast(`saved ${reply.job_id}: ${reply.schedule}`);
         el.reset();
         tz.value = "UTC";
+        describeAction();
         await done(reply.job_id);
       }, { class: "primary", type: "submit", errors }),
     ),
@@ -193,6 +216,8 @@ function cronForm(ctx, done) {
     fill(job) {
       jobId.value = job.job_id;
       prompt.value = job.prompt || "";
+      action.value = job.action || "run";
+      describeAction();
       schedule.value = job.schedule_input || job.schedule || "";
       tz.value = job.tz || "UTC";
       replace.checked = true;
