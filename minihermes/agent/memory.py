@@ -737,10 +737,13 @@ class Memory(GenServer):
         admin = _privileged(ctx)
         who = (user_id or ctx.principal) if admin else ctx.principal
         deleted = False
+        episodes = 0
         if admin or not user_id or user_id == who:
             for record in await self._candidates(scope, owner, key, who):
                 if admin or _owns(record, who):
                     deleted = await self._forget(record)
+                    if deleted and record.get("kind") != "episodic":
+                        episodes = await self._forget_quoting(record)
                     break
                 if await self._sees(_reader(ctx, ""), [record]):
                     raise PermissionDenied(
@@ -753,7 +756,32 @@ class Memory(GenServer):
                     [(scope, owner, key, "")] if admin else []
                 )
                 deleted = await self._purge(ids) > 0
-        return {"status": "ok", "key": key, "scope": scope, "deleted": deleted}
+        return {"status": "ok", "key": key, "scope": scope, "deleted": deleted, "episodes_deleted": episodes}
+
+    async def _forget_quoting(self, fact: Mapping[str, Any]) -> int:
+        """The episodes of ``fact``'s holder that quote its value (the turn that stated it, "my dog's name
+        is Biscuit": its record would keep answering after the fact is forgotten). Found through the index
+        by the value's words; one goes when its text holds the whole value and the words of the fact's key
+        (a short value such as "42" alone would take unrelated calculations along); how many went."""
+        value = str(fact.get("value") or "").strip()
+        holder = _holder(fact)
+        words = search_query_terms(value)
+        if not value or not words:
+            return 0
+        hits = await self.host.text.search(INDEX, " ".join(dict.fromkeys(words)), limit=MAX_SEARCH_WINDOW)
+        rkeys = [
+            h.doc_id
+            for h in hits
+            if isinstance(h.meta, dict) and h.meta.get("kind") == "episodic" and _holder(h.meta) == holder
+        ]
+        gone = 0
+        needle = value.casefold()
+        key_terms = set(index_terms(str(fact.get("key") or "")))
+        for record in await self._raw(rkeys):
+            text = str(record.get("value") or "") if isinstance(record, dict) else ""
+            if needle in text.casefold() and key_terms <= set(index_terms(text)):
+                gone += await self._forget(record)
+        return gone
 
     @call(access="write")
     async def clear_memories(self, scope: Scope, agent_id: str = "", session_id: str = "") -> dict[str, Any]:

@@ -118,3 +118,29 @@ async def test_memory_delete_is_mutating_and_allowed_by_default(node: Node) -> N
     viewer = RequestContext(tenant="acme", principal="vic", roles=frozenset({"viewer"}))
     refused = await delete(node, viewer, "k", "vic-s1")
     assert refused["status"] == "error" and refused["error"]["code"] == "permission_denied", refused
+
+
+async def test_forgetting_a_fact_takes_the_episodes_that_quote_it(node: Node) -> None:
+    # The turn that stated the fact left an episode quoting it ("My dog's name is Biscuit ..."): the prompt's
+    # recall asks for episodes, so a real model would go on answering "Biscuit" after the fact was forgotten.
+    await chat(node, ALICE, "My dog's name is Biscuit, please remember that", "s1")
+    await chat(node, ALICE, "calculate 6 * 7", "s1")  # an episode that does not quote it
+    await chat(node, BOB, "My dog's name is Biscuit, please remember that", "s2")  # bob's own
+
+    async def episodes(ctx: RequestContext) -> list[str]:
+        found = await node.ask(
+            "memory", "search_memories", {"query": "Biscuit", "kind": "episodic", "limit": 20}, ctx=ctx
+        )
+        return [str(m["value"]) for m in found["memories"]]
+
+    async def all_episodes(ctx: RequestContext) -> int:
+        listed = await node.ask("memory", "list_memories", {"kind": "episodic"}, ctx=ctx)
+        return len(listed["memories"])
+
+    assert any("Biscuit" in v for v in await episodes(ALICE))
+    before = await all_episodes(ALICE)
+    reply = await node.ask("memory", "delete_memory", {"key": "dog's name"}, ctx=ALICE)
+    assert reply["deleted"] is True and reply["episodes_deleted"] >= 1, reply
+    assert not any("Biscuit" in v for v in await episodes(ALICE))
+    assert await all_episodes(ALICE) == before - reply["episodes_deleted"] >= 1  # the calculation's stays
+    assert any("Biscuit" in v for v in await episodes(BOB))  # another user's episode is theirs
