@@ -773,9 +773,8 @@ class Agent(GenServer):
             instructions=instructions,
             door=door,
         )
-        found = finder.view(ctx.catalogue, ctx.toolsets) if self._auto_toolsets and ctx.catalogue else None
-        if found is not None:
-            ctx.tools = [*ctx.tools, found]
+        if self._auto_toolsets and ctx.catalogue is not None:
+            ctx.tools = finder.offer(ctx.tools, finder.view(ctx.catalogue, ctx.toolsets))
         self._tools_cache = ctx.tools
         self._catalogue = ctx.catalogue
         return ctx
@@ -836,9 +835,8 @@ class Agent(GenServer):
             if cat is None:
                 cat = self._catalogue = await catalogue(self.host, self.tool_timeout)
             selection = self._selection(cat)
-            tools = offered(cat, selection)
             found = finder.view(cat, selection) if self._auto_toolsets else None
-            self._tools_cache = [*tools, found] if found is not None else tools
+            self._tools_cache = finder.offer(offered(cat, selection), found)
         return self._tools_cache
 
     def _selection(self, cat: Catalogue) -> frozenset[str] | None:

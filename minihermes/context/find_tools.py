@@ -100,6 +100,14 @@ def view(cat: Catalogue, selection: frozenset[str] | None) -> ToolView | None:
     return made
 
 
+def offer(tools: list[dict[str, Any]], found: ToolView | None) -> list[dict[str, Any]]:
+    """``tools`` (in name order) with ``found``, the ``find_tools`` view, in its place by name."""
+    if found is None:
+        return tools
+    at = next((i for i, t in enumerate(tools) if t["name"] > NAME), len(tools))
+    return [*tools[:at], found, *tools[at:]]
+
+
 def answer(
     cat: Catalogue, selection: frozenset[str] | None, args: Any
 ) -> tuple[dict[str, Any], tuple[str, ...]]:
@@ -204,4 +212,14 @@ def _best(lines: dict[str, tuple[str, list[str]]], query: str) -> list[str]:
     return [name for name, score in scores.items() if score == top] if top else []
 
 
-__all__ = ["MAX_QUERY_CHARS", "MAX_TOOLSETS", "NAME", "PURPOSES", "answer", "answers", "view", "widen"]
+__all__ = [
+    "MAX_QUERY_CHARS",
+    "MAX_TOOLSETS",
+    "NAME",
+    "PURPOSES",
+    "answer",
+    "answers",
+    "offer",
+    "view",
+    "widen",
+]

@@ -182,6 +182,8 @@ async def test_the_model_finds_goals_the_message_did_not_call_for(tmp_path: Path
         assert reply["status"] == "ok" and not reply["response"].startswith("not offered"), reply
         first, second = model.offered(0), model.offered(1)
         assert "goal_set" not in first and "find_tools" in first  # no pattern offered the goal tools ...
+        names = [t["function"]["name"] for t in model.bodies[0]["tools"]]
+        assert names == sorted(names)  # in name order, find_tools too (a stable prefix for prompt caches)
         assert "goal_set" in second  # ... find_tools did, for the rest of the turn
         [found] = await tool_results(node, "g1", "find_tools")
         assert json.loads(found["content"])["added"] == ["goals"]
