@@ -852,14 +852,19 @@ class Agent(GenServer):
         """Answer ``find_tools`` (``minihermes.context.find_tools``) when the turn offers it: the toolsets it
         adds join the rest of the turn (``turn["found"]``, durable: a turn resumed after an approval or a
         crash keeps them) and, with ``keep``, the session's (as ``set_toolsets``). False when the turn does not
-        answer it (``auto_toolsets`` off, every tool offered): the call then goes as any other."""
+        answer it (``auto_toolsets`` off, a tool allow-list, every tool offered): the call then goes as any
+        other."""
         turn = self.turn
         assert turn is not None
         await self._tools()
         cat = self._catalogue
         assert cat is not None
         selection = self._selection(cat)
-        if not self._auto_toolsets or not finder.answers(cat, selection):
+        if (
+            not self._auto_toolsets
+            or turn.get("allowed_tools") is not None
+            or not finder.answers(cat, selection)
+        ):
             return False
         self._publish(
             {"type": "tool_call_start", "id": call_["id"], "name": call_["name"], "input": call_["input"]}
