@@ -216,6 +216,7 @@ async def _serve(cfg: AppConfig, host: str, port: int, auth: Any) -> None:
         asyncio.ensure_future(node.failed.wait()),
         asyncio.ensure_future(stop.wait()),
     }
+    api: asyncio.Future[Any] | None = None
     if port:
         from minihermes.api import SheddingConfig, serve_http
 
@@ -227,35 +228,66 @@ async def _serve(cfg: AppConfig, host: str, port: int, auth: Any) -> None:
             queue_timeout=http.queue_timeout,
             tenant_max_share=http.tenant_max_share,
         )
-        waiters.add(
-            asyncio.ensure_future(
-                serve_http(
-                    node,
-                    host,
-                    port,
-                    auth,
-                    stop=stop,
-                    on_started=lambda h, p: log.info("HTTP API on http://%s:%d (dashboard: /)", h, p),
-                    log_level="warning",
-                    shedding=shedding,
-                    sock=sock,
-                )
+        api = asyncio.ensure_future(
+            serve_http(
+                node,
+                host,
+                port,
+                auth,
+                stop=stop,
+                on_started=lambda h, p: log.info("HTTP API on http://%s:%d (dashboard: /)", h, p),
+                log_level="warning",
+                shedding=shedding,
+                sock=sock,
+                # The requests the node's stop cuts off are answered (503) before uvicorn gives up on them.
+                graceful_timeout=HTTP_DRAIN_SECONDS + node.options.shutdown_deadline + HTTP_ANSWER_SECONDS,
             )
         )
+        waiters.add(api)
     done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
     stop.set()
     for w in waiters:
-        if w not in done:
+        if w not in done and w is not api:
             w.cancel()
-    failed = node.failed.is_set()
+    failed = node.failed.is_set() or _failed(done, log)
+    log.info("stopping (%s)", "root supervisor failed" if node.failed.is_set() else "signal")
+    await _stop_in_order(node, api)
+    if api is not None and api not in done:
+        failed = _failed({api}, log) or failed
+    if failed:
+        raise SystemExit(1)
+
+
+HTTP_DRAIN_SECONDS = 2.0
+"""After the stop signal, how long the HTTP server gets to finish its requests on a running node (streams end
+by themselves once it drains) before the node stops under those still waiting on it."""
+HTTP_ANSWER_SECONDS = 5.0
+"""After the node stopped, how long uvicorn still gives the requests it cut off to send their answers."""
+
+
+async def _stop_in_order(node: Node, http: asyncio.Future[Any] | None) -> None:
+    """Stop the HTTP server, then the node. ``serve_http`` saw ``stop``: it accepts no more connections, its
+    streams end, and the requests in flight get ``HTTP_DRAIN_SECONDS`` to finish on a running node. Those still
+    waiting then (a turn on a slow model) are cut off by the node's stop, which answers them 503
+    ``shutting_down``, and uvicorn sends those answers before this returns (bounded by its graceful timeout):
+    a request task left to the event loop's teardown would be cancelled there, a traceback in the log."""
+    if http is None or http.done():
+        await node.stop()
+        return
+    await asyncio.wait({http}, timeout=HTTP_DRAIN_SECONDS)
+    stopping = asyncio.ensure_future(node.stop())
+    await asyncio.wait({http, stopping}, return_when=asyncio.ALL_COMPLETED)
+    await stopping
+
+
+def _failed(done: set[asyncio.Future[Any]], log: logging.Logger) -> bool:
+    """Whether a finished waiter ended with an error (logged)."""
+    failed = False
     for w in done:
         if not w.cancelled() and w.exception() is not None:
             log.error("stopping after an error: %s", w.exception())
             failed = True
-    log.info("stopping (%s)", "root supervisor failed" if node.failed.is_set() else "signal")
-    await node.stop()
-    if failed:
-        raise SystemExit(1)
+    return failed
 
 
 # -- chat -----------------------------------------------------------------------------------------------------
