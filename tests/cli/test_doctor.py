@@ -35,6 +35,7 @@ def test_storage_checks_on_a_fresh_and_an_existing_data_dir(tmp_path):
         "sqlite": "ok",
         "WAL": "ok",
         "FTS5": "ok",
+        "encryption": "ok",
         "schema": "ok",
     }
     assert not list((tmp_path / "new").glob(".doctor*"))  # the scratch files are gone
@@ -56,7 +57,7 @@ def test_storage_checks_on_a_fresh_and_an_existing_data_dir(tmp_path):
 def test_storage_is_checked_by_the_configured_backend(tmp_path):
     cfg = AppConfig.from_toml(f'[node]\ndata_dir = "{tmp_path / "cfg-data"}"\n')
     checks = asyncio.run(dr.check_storage(tmp_path / "ignored", cfg))
-    assert [c.name for c in checks] == ["data dir", "sqlite", "WAL", "FTS5", "schema"]
+    assert [c.name for c in checks] == ["data dir", "sqlite", "WAL", "FTS5", "encryption", "schema"]
     assert str(tmp_path / "cfg-data") in checks[0].detail and not (tmp_path / "ignored").exists()
 
     unknown = AppConfig.from_toml('[node]\nbackend = "mongo"\n')

@@ -265,7 +265,7 @@ def _write_items(c: sqlite3.Connection, key: tuple[str, str, str], items: Items)
                 else:
                     c.executemany(_ITEMS_INSERT, rows)
                 continue
-            except sqlite3.IntegrityError:
+            except c.IntegrityError:  # the connection's own class: sqlite3's, or SQLCipher's
                 pass
         c.execute(_ITEMS_CUT, (*key, name, start))
         if values:

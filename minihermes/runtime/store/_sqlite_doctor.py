@@ -2,24 +2,30 @@
 
 Blocking (sqlite3 and file system calls): run it in a thread. The folder is made if the store would make it
 (``data_dir=``); WAL and FTS5 are tried on a scratch database that is removed again; the store's own file is
-only read (``mode=ro``), never created or migrated.
+only read (``mode=ro``), never created or migrated; with a key, through SQLCipher with that key.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from ._errors import SchemaVersionError
+from ._sqlite_engine import connect
+from ._sqlite_keys import StoreKey, StoreKeyError, cipher_versions, db_errors, file_is_plain
 from ._sqlite_schema import LATEST_VERSION, MIN_SQLITE, read_version
 from .base import Finding
 
 OK, FAIL = "ok", "fail"
 
 
-def inspect(path: Path, *, make_dir: bool) -> list[Finding]:
-    """Findings "data dir", "sqlite", "WAL", "FTS5" and "schema" for a store on the file ``path``."""
+def inspect(
+    path: Path, *, make_dir: bool, resolve: Callable[[], StoreKey | None] = lambda: None
+) -> list[Finding]:
+    """Findings "data dir", "sqlite", "WAL", "FTS5", "encryption" and "schema" for a store on the file
+    ``path``, its key given by ``resolve``."""
     folder = path.parent
     try:
         if make_dir:
@@ -36,8 +42,34 @@ def inspect(path: Path, *, make_dir: bool) -> list[Finding]:
         Finding("sqlite", OK if fresh else FAIL, f"SQLite {sqlite3.sqlite_version} (needs {need} or later)")
     )
     out += _features(folder)
-    out.append(_schema(path))
+    try:
+        key = resolve()
+    except StoreKeyError as e:
+        return [*out, Finding("encryption", FAIL, str(e))]
+    out.append(_encryption(path, key))
+    out.append(_schema(path, key))
     return out
+
+
+def _encryption(path: Path, key: StoreKey | None) -> Finding:
+    """``encrypted: yes (SQLCipher 4.19.0 community, key from env MINIHERMES_DB_KEY), SQLite 3.53.4`` or
+    ``not encrypted (SQLite 3.40.1, stdlib)``."""
+    if key is None:
+        if file_is_plain(path) is False:
+            return Finding(
+                "encryption", FAIL, f"{path} is encrypted, and no key is configured (MINIHERMES_DB_KEY)"
+            )
+        return Finding("encryption", OK, f"not encrypted (SQLite {sqlite3.sqlite_version}, stdlib)", False)
+    try:
+        cipher, version = cipher_versions()
+    except StoreKeyError as e:
+        return Finding("encryption", FAIL, str(e))
+    detail = f"encrypted: yes (SQLCipher {cipher}, key from {key.source}, {key.kind}), SQLite {version}"
+    if file_is_plain(path):
+        return Finding(
+            "encryption", FAIL, f"{detail}; but {path} is a plain file: `minihermes keys rotate` encrypts it"
+        )
+    return Finding("encryption", OK, detail)
 
 
 def _features(folder: Path) -> list[Finding]:
@@ -66,7 +98,7 @@ def _features(folder: Path) -> list[Finding]:
     return out
 
 
-def _schema(path: Path) -> Finding:
+def _schema(path: Path, key: StoreKey | None) -> Finding:
     if not path.exists():
         return Finding(
             "schema",
@@ -75,7 +107,7 @@ def _schema(path: Path) -> Finding:
             required=False,
         )
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        conn = connect(f"file:{path}?mode=ro", busy_timeout=5, key=key, uri=True)
         try:
             have = read_version(conn)
             mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
@@ -83,7 +115,9 @@ def _schema(path: Path) -> Finding:
             conn.close()
     except SchemaVersionError:
         return Finding("schema", FAIL, f"{path} is not a MiniHermes database")
-    except sqlite3.Error as e:
+    except StoreKeyError as e:
+        return Finding("schema", FAIL, str(e))
+    except db_errors(key) as e:
         return Finding("schema", FAIL, f"{path}: {e}")
     if have is None:
         return Finding("schema", FAIL, f"{path} is not a MiniHermes database")

@@ -13,6 +13,11 @@ captured when they were submitted, so replaying them is safe.
 Reads: a few reader threads, each with its own connection, draining one shared queue in the same batched way
 (one loop wake-up per batch). In WAL mode each read statement sees the latest commit, so a read issued after
 a write's future resolved sees that write.
+
+Encryption (``key``, see ``_sqlite_keys``): every connection is an SQLCipher one keyed with it. ``rekey``
+re-encrypts the file in one write transaction of the writer (every page rewritten into the WAL and committed
+at once: a crash before the commit leaves the file under the old key, after it under the new one), with the
+readers held between two batches meanwhile; each reader then reopens its connection with the new key.
 """
 
 from __future__ import annotations
@@ -26,10 +31,12 @@ import threading
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future as ThreadFuture
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ._errors import StoreClosedError
+from ._sqlite_keys import StoreKey, StoreKeyError, apply_key, cipher_module, file_is_plain, wrong_key
 
 T = TypeVar("T")
 logger = logging.getLogger("minihermes.runtime.store.sqlite")
@@ -60,15 +67,33 @@ _STOP = _Stop()
 _Item = _Op | _Stop
 
 
-def connect(path: Path, *, busy_timeout: float, check_same_thread: bool = True) -> sqlite3.Connection:
-    """A connection in autocommit mode (we issue BEGIN/COMMIT ourselves) with the per-connection pragmas."""
-    conn = sqlite3.connect(
+def connect(
+    path: Path | str,
+    *,
+    busy_timeout: float,
+    check_same_thread: bool = True,
+    key: StoreKey | None = None,
+    uri: bool = False,
+) -> sqlite3.Connection:
+    """A connection in autocommit mode (we issue BEGIN/COMMIT ourselves) with the per-connection pragmas;
+    with ``key``, an SQLCipher connection keyed with it (``StoreKeyError`` when the key does not open the
+    file). Catch its errors as ``conn.Error`` / ``conn.IntegrityError``: the two drivers' classes differ."""
+    driver: Any = sqlite3 if key is None else cipher_module()
+    conn: sqlite3.Connection = driver.connect(
         path,
         timeout=busy_timeout,
         isolation_level=None,
         check_same_thread=check_same_thread,
         cached_statements=256,
+        uri=uri,
     )
+    if key is not None:
+        apply_key(conn, key)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()
+        except conn.DatabaseError:
+            conn.close()
+            raise wrong_key(Path(str(path).removeprefix("file:").partition("?")[0]), key) from None
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
     conn.execute("PRAGMA foreign_keys = ON")
     return conn
@@ -129,6 +154,11 @@ class SqliteEngine:
 
     def __init__(self, path: Path, *, busy_timeout: float, readers: int) -> None:
         self.path = path
+        self.key: StoreKey | None = None
+        """Set before ``start``; ``rekey`` changes it."""
+        self._key_generation = 0
+        self._reader_gates = [threading.Lock() for _ in range(readers)]
+        """Each reader holds its own while it runs a batch; ``rekey`` takes them all."""
         self._busy_timeout = busy_timeout
         self._reader_count = readers
         self._writes: queue.SimpleQueue[_Item] = queue.SimpleQueue()
@@ -159,7 +189,7 @@ class SqliteEngine:
             self._exited.clear()
             raise
         for i in range(self._reader_count):
-            self._spawn(f"reader-{i}", self._reader_main)
+            self._spawn(f"reader-{i}", self._reader_main, self._reader_gates[i])
         self._state = "open"
 
     def _spawn(self, role: str, target: Callable[..., None], *args: Any) -> None:
@@ -235,23 +265,59 @@ class SqliteEngine:
         self._reads.put(_Op(fn, future, loop))
         return await future
 
+    async def rekey(self, key: StoreKey) -> None:
+        """Re-encrypt the file with ``key`` (the store must be encrypted already): one transaction of the
+        writer, readers held meanwhile; then the WAL is checkpointed into the file and truncated, so no page
+        under the old key is left in either."""
+        if self.key is None:
+            raise (
+                wrong_key(self.path, None)
+                if file_is_plain(self.path) is False
+                else StoreKeyError(
+                    key.source,
+                    f"{self.path} is not encrypted: a running store cannot be encrypted in place; stop the node "
+                    "and run `minihermes keys rotate --new-key-file FILE`",
+                )
+            )
+        await self.write(partial(self._rekey, key), transactional=False)
+
+    def _rekey(self, key: StoreKey, conn: Any) -> None:
+        for gate in self._reader_gates:  # every reader between two batches, none in a read transaction
+            gate.acquire()
+        try:
+            conn.reset_key(key.secret)  # PRAGMA rekey: every page, one commit (or a rollback on failure)
+            self.key = key
+            self._key_generation += 1
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            for gate in self._reader_gates:
+                gate.release()
+
     # ------------------------------------------------------------------------------------------ readers
 
-    def _reader_main(self) -> None:
+    def _reader_main(self, gate: threading.Lock) -> None:
         conn: sqlite3.Connection | None = None
+        generation = self._key_generation
         try:
             while True:
                 batch, stops = _drain(self._reads, self._reads.get(), MAX_READ_BATCH)
-                for op in batch:
-                    try:
-                        if conn is None:  # opened lazily so that a failure is reported to a caller
-                            conn = connect(self.path, busy_timeout=self._busy_timeout)
-                            conn.execute("PRAGMA query_only = ON")
-                        op.result = op.fn(conn)
-                    except Exception as exc:
-                        op.error = exc
-                    if conn is not None and conn.in_transaction:
-                        conn.execute("ROLLBACK")  # a failed snapshot read must not pin an old WAL snapshot
+                with gate:
+                    if conn is not None and generation != self._key_generation:
+                        conn.close()  # keyed with the key before a rekey: reopened with the new one
+                        conn = None
+                    for op in batch:
+                        try:
+                            if conn is None:  # opened lazily so that a failure is reported to a caller
+                                generation = self._key_generation
+                                conn = connect(self.path, busy_timeout=self._busy_timeout, key=self.key)
+                                conn.execute("PRAGMA query_only = ON")
+                            op.result = op.fn(conn)
+                        except Exception as exc:
+                            op.error = exc
+                        if conn is not None and conn.in_transaction:
+                            conn.execute(
+                                "ROLLBACK"
+                            )  # a failed snapshot read must not pin an old WAL snapshot
                 _settle_all(batch)
                 if stops:
                     for _ in range(stops - 1):  # sentinels drained here belong to the other readers
@@ -265,7 +331,9 @@ class SqliteEngine:
 
     def _writer_main(self, setup: Callable[[sqlite3.Connection], None], started: ThreadFuture[None]) -> None:
         try:
-            conn = connect(self.path, busy_timeout=self._busy_timeout)
+            if self.key is None and file_is_plain(self.path) is False:
+                raise wrong_key(self.path, None)  # not "file is not a database" from deep in the schema code
+            conn = connect(self.path, busy_timeout=self._busy_timeout, key=self.key)
         except BaseException as exc:
             started.set_exception(exc)
             return
@@ -284,7 +352,7 @@ class SqliteEngine:
                 if stops:
                     return
         finally:
-            with contextlib.suppress(sqlite3.Error):
+            with contextlib.suppress(conn.Error):
                 conn.execute("PRAGMA optimize")
             conn.close()
 
@@ -322,7 +390,7 @@ class SqliteEngine:
         except Exception as exc:
             logger.error("sqlite write batch of %d ops failed: %r", len(runnable), exc)
             if conn.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
+                with contextlib.suppress(conn.Error):
                     conn.execute("ROLLBACK")
             for op in runnable:
                 op.result, op.error = None, exc

@@ -7,6 +7,9 @@
 
 Several processes may open the same file: every state change runs in a ``BEGIN IMMEDIATE`` transaction
 (waiting up to ``busy_timeout`` for the write lock) and nothing another process could change is cached.
+
+With a key (``encryption_key_file``, ``encryption_key_provider`` or ``MINIHERMES_DB_KEY``; ``_sqlite_keys``)
+the file is SQLCipher-encrypted, and ``rotate_key`` re-encrypts it while it serves.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from ._sqlite_data import SqliteBlobs, SqliteCheckpoints, SqliteKV, SqliteQuaran
 from ._sqlite_doctor import inspect
 from ._sqlite_engine import SqliteEngine
 from ._sqlite_events import SqliteEvents
+from ._sqlite_keys import StoreKey, check_options, resolve_key
 from ._sqlite_retention import apply_rules, incremental_vacuum
+from ._sqlite_rotation import record_rotation, serve_rotation_request
 from ._sqlite_schema import DB_FILENAME, LATEST_VERSION, prepare, read_version
 from ._sqlite_text import SqliteText
 from ._sqlite_tuples import SqliteTuples
@@ -74,6 +79,9 @@ class SqliteStore:
         busy_timeout: seconds to wait for another process's write lock before failing.
         anchor_key_file: the node key that signs retention anchors (Ed25519 PEM, created on first use);
             default ``anchor.key`` beside the database.
+        encryption_key_file: encrypt the file with the key in this file (outside the data directory).
+        encryption_key_provider: or with the key this callable returns ("package.module:callable").
+            Neither: the key in ``MINIHERMES_DB_KEY`` if set, else no encryption (docs/configuration.md).
     """
 
     backend = "sqlite"
@@ -91,6 +99,8 @@ class SqliteStore:
         readers: int = 4,
         busy_timeout: float = 5.0,
         anchor_key_file: str | os.PathLike[str] | None = None,
+        encryption_key_file: str | os.PathLike[str] | None = None,
+        encryption_key_provider: str | None = None,
     ) -> None:
         if (path is None) == (data_dir is None):
             raise ValueError("sqlite store: pass exactly one of path= or data_dir=")
@@ -100,6 +110,8 @@ class SqliteStore:
             raise ValueError(f"synchronous must be one of {_SYNCHRONOUS}, got {synchronous!r}")
         if isinstance(readers, bool) or not isinstance(readers, int) or readers < 1:
             raise ValueError(f"readers must be a positive int, got {readers!r}")
+        check_options(encryption_key_file, encryption_key_provider)
+        self._key_file, self._key_provider = encryption_key_file, encryption_key_provider
         self._data_dir = None if data_dir is None else Path(data_dir)
         self.path = Path(path) if path is not None else Path(data_dir or ".") / DB_FILENAME
         self._synchronous = synchronous.lower()
@@ -136,6 +148,7 @@ class SqliteStore:
                 return
             if self._data_dir is not None:
                 await asyncio.to_thread(self._data_dir.mkdir, parents=True, exist_ok=True)
+            self._engine.key = await asyncio.to_thread(self.resolve_key)
             await self._engine.start(partial(prepare, synchronous=self._synchronous))
 
     async def close(self) -> None:
@@ -152,6 +165,31 @@ class SqliteStore:
     ) -> None:
         await self.close()
 
+    def resolve_key(self) -> StoreKey | None:
+        """The configured key (reads its file, calls its provider or reads the environment), or None.
+        Blocking: ``open`` runs it in a thread."""
+        return resolve_key(
+            key_file=self._key_file, key_provider=self._key_provider, data_dir=self.path.parent
+        )
+
+    @property
+    def key_source(self) -> str | None:
+        """Where the open store's key came from (``env MINIHERMES_DB_KEY``, ``file ...``), None unencrypted."""
+        key = self._engine.key
+        return None if key is None else key.source
+
+    async def rotate_key(self, key: StoreKey) -> None:
+        """Re-encrypt the open store with ``key`` while it serves (writes and reads wait meanwhile). A crash
+        during it leaves the file under exactly one of the two keys, with all its data. The store must be
+        encrypted already (a plain one is encrypted offline: ``minihermes keys rotate``)."""
+        await self._engine.rekey(key)
+        await asyncio.to_thread(record_rotation, self.path, key)
+
+    async def serve_key_rotation(self) -> None:
+        """Run the rotation ``minihermes keys rotate`` asked for (its request file beside the database) and
+        write the outcome beside it; the serving node calls this on SIGUSR2."""
+        await serve_rotation_request(self)
+
     async def schema_version(self) -> int:
         version = await self._engine.read(read_version)
         return LATEST_VERSION if version is None else version
@@ -159,7 +197,9 @@ class SqliteStore:
     async def doctor(self) -> list[Finding]:
         """The folder is writable (made, with ``data_dir=``, as ``open`` would), SQLite is recent enough, WAL
         and FTS5 work there, and the file's schema version is one this MiniHermes opens (read only)."""
-        return await asyncio.to_thread(inspect, self.path, make_dir=self._data_dir is not None)
+        return await asyncio.to_thread(
+            inspect, self.path, make_dir=self._data_dir is not None, resolve=self.resolve_key
+        )
 
     async def write_batch(self, scope: Scope, writes: Sequence[Write]) -> list[Any]:
         """Every write as one op of the writer: it commits with its group, and when it fails the engine

@@ -1,0 +1,254 @@
+"""Encryption at rest for the SQLite store: where its key comes from, and the connections that use it.
+
+A key is configured in one of three ways; the first that is set wins:
+
+- ``encryption_key_file``: a store option (``[node.backend_options]``), a file outside the data directory
+  holding the key (surrounding white space ignored);
+- ``encryption_key_provider``: a store option, ``"package.module:callable"``, called with no arguments at
+  every open, returning the key (``bytes`` or ``str``): a hook for a KMS or a secrets manager;
+- the environment variable ``MINIHERMES_DB_KEY``.
+
+None set: the store is plain SQLite through the standard library's ``sqlite3``, as before. Set: every
+connection goes through SQLCipher (the ``sqlcipher3`` package: SQLite 3.53 with SQLCipher 4, AES-256 in CBC
+mode with an HMAC-SHA512 per page), which encrypts every page of the database and of its WAL; the blobs, the
+full-text indexes and the journal are pages of that file. The key is 64 hex digits (32 bytes, SQLCipher's raw
+key: no derivation), or any other text of at least ``MIN_PASSPHRASE`` characters, a passphrase SQLCipher
+stretches with its own KDF (PBKDF2-HMAC-SHA512, 256,000 iterations, salted by the file's random salt) on every
+connection it opens, about 0.3 s each. A provider may also return 32 raw bytes.
+
+A wrong key, a key for a plain file and a plain open of an encrypted file are each one ``StoreKeyError`` (a
+``ConfigError``: ``serve`` prints it as one line) naming the key's source, never the key.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from .._errors import ConfigError
+from ._errors import StoreError
+
+ENV_VAR = "MINIHERMES_DB_KEY"
+MIN_PASSPHRASE = 8
+SQLITE_MAGIC = b"SQLite format 3\x00"
+"""The first 16 bytes of a plain SQLite file; an SQLCipher file starts with its random salt instead."""
+CIPHER_PACKAGE = "sqlcipher3==0.6.4"
+RECORD_FILE = "key-rotation.json"
+"""Beside the database: when it was last re-encrypted, and the new key's source (no secret)."""
+_HEX_KEY = re.compile(r"^(?:x')?([0-9a-fA-F]{64})'?$")
+
+
+class StoreKeyError(StoreError, ConfigError):
+    """The store's key is missing, unusable, or does not open the file. The message names the key's source
+    (``env MINIHERMES_DB_KEY``, ``file /etc/...``, ``provider pkg.mod:fn``), never the key."""
+
+    def __init__(self, source: str, message: str) -> None:
+        ConfigError.__init__(self, source, message)
+
+
+@dataclass(frozen=True)
+class StoreKey:
+    """A resolved key: what SQLCipher is given (``x'<hex>'`` for a raw key, else the passphrase) and where it
+    came from. Its repr shows only the source."""
+
+    secret: str = field(repr=False)
+    source: str
+    raw: bool
+
+    @property
+    def kind(self) -> str:
+        return "raw 256-bit key" if self.raw else "passphrase (SQLCipher's PBKDF2)"
+
+
+def parse_key(value: bytes | str, source: str) -> StoreKey:
+    """A key from a file's, a variable's or a provider's value: 64 hex digits (optionally as ``x'...'``) or
+    32 raw bytes are a raw key; other text of at least ``MIN_PASSPHRASE`` characters is a passphrase."""
+    if isinstance(value, bytes):
+        if len(value) == 32:
+            return StoreKey(f"x'{value.hex()}'", source, raw=True)
+        try:
+            value = value.decode()
+        except UnicodeDecodeError:
+            raise StoreKeyError(source, "a binary key must be exactly 32 bytes") from None
+    if not isinstance(value, str):
+        raise StoreKeyError(source, f"expected the key as bytes or str, got {type(value).__name__}")
+    text = value.strip()
+    match = _HEX_KEY.match(text)
+    if match:
+        return StoreKey(f"x'{match.group(1).lower()}'", source, raw=True)
+    if len(text) < MIN_PASSPHRASE:
+        raise StoreKeyError(
+            source,
+            f"the key is empty or too short: give 64 hex digits (e.g. `openssl rand -hex 32`) or a passphrase "
+            f"of at least {MIN_PASSPHRASE} characters",
+        )
+    if "\x00" in text:
+        raise StoreKeyError(source, "the passphrase contains a NUL character")
+    return StoreKey(text, source, raw=False)
+
+
+def check_key_file(key_file: str | os.PathLike[str], data_dir: Path) -> Path:
+    """The key file's absolute path; refused inside the data directory (a copy of the directory would carry
+    its own key)."""
+    path = Path(key_file).expanduser()
+    source = f"file {path}"
+    resolved, folder = path.resolve(), data_dir.resolve()
+    if resolved == folder or folder in resolved.parents:
+        raise StoreKeyError(
+            source,
+            f"the key file is inside the data directory {folder}: keep it elsewhere (a backup or a copy of the "
+            "data directory must not carry its key)",
+        )
+    return resolved
+
+
+def load_provider(spec: str) -> Any:
+    """The callable named ``package.module:callable`` (or ``package.module.callable``)."""
+    source = f"provider {spec}"
+    module_name, sep, attribute = spec.partition(":")
+    if not sep:
+        module_name, _, attribute = spec.rpartition(".")
+    if not module_name or not attribute:
+        raise StoreKeyError(source, "expected 'package.module:callable'")
+    try:
+        provider = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as e:
+        raise StoreKeyError(source, f"cannot load it: {e}") from None
+    if not callable(provider):
+        raise StoreKeyError(source, "not a callable")
+    return provider
+
+
+def check_options(key_file: Any, key_provider: Any) -> None:
+    """Construction-time checks (no I/O): types, and at most one of the two options."""
+    for name, value in (("encryption_key_file", key_file), ("encryption_key_provider", key_provider)):
+        if value is not None and not isinstance(value, str | os.PathLike):
+            raise ValueError(f"{name} must be a path or a string, got {type(value).__name__}")
+    if key_file is not None and key_provider is not None:
+        raise ValueError("give one of encryption_key_file and encryption_key_provider, not both")
+    if isinstance(key_provider, str):
+        module_name, sep, attribute = key_provider.partition(":")
+        if not (module_name and (attribute if sep else "." in module_name)):
+            raise ValueError(
+                f"encryption_key_provider must be 'package.module:callable', got {key_provider!r}"
+            )
+
+
+def resolve_key(
+    *,
+    key_file: str | os.PathLike[str] | None,
+    key_provider: str | None,
+    data_dir: Path,
+    environ: dict[str, str] | os._Environ[str] | None = None,
+) -> StoreKey | None:
+    """The configured key (reads the file, calls the provider, or reads the environment), or None."""
+    if key_file is not None:
+        path = check_key_file(key_file, data_dir)
+        try:
+            return parse_key(path.read_bytes(), f"file {path}")
+        except OSError as e:
+            raise StoreKeyError(f"file {path}", f"cannot read the key file: {e.strerror or e}") from None
+    if key_provider is not None:
+        source = f"provider {key_provider}"
+        provider = load_provider(key_provider)
+        try:
+            value = provider()
+        except Exception as e:
+            raise StoreKeyError(source, f"the key provider failed: {type(e).__name__}: {e}") from None
+        if value is None:
+            raise StoreKeyError(source, "the key provider returned no key")
+        return parse_key(value, source)
+    env = os.environ if environ is None else environ
+    value = env.get(ENV_VAR)
+    if value is None:
+        return None
+    return parse_key(value, f"env {ENV_VAR}")
+
+
+def cipher_module() -> ModuleType:
+    """``sqlcipher3``, or a ``StoreKeyError`` saying how to get it."""
+    try:
+        return importlib.import_module("sqlcipher3")
+    except ImportError as e:
+        raise StoreKeyError(
+            "encryption",
+            f"a key is configured but SQLCipher is not installed ({e}): `pip install {CIPHER_PACKAGE}` "
+            "(a dependency of MiniHermes: wheels for Linux x86_64 and aarch64, macOS and Windows)",
+        ) from None
+
+
+def db_errors(key: StoreKey | None) -> tuple[type[Exception], ...]:
+    """The error classes of the driver a store with ``key`` uses (sqlite3's and SQLCipher's differ)."""
+    if key is None:
+        return (sqlite3.Error,)
+    return (sqlite3.Error, cipher_module().Error)
+
+
+def cipher_versions() -> tuple[str, str]:
+    """SQLCipher's and its SQLite's versions, e.g. ``("4.19.0 community", "3.53.4")``."""
+    driver = cipher_module()
+    conn = driver.connect(":memory:")
+    try:
+        version = str(conn.execute("PRAGMA cipher_version").fetchone()[0])
+    finally:
+        conn.close()
+    return version, str(driver.sqlite_version)
+
+
+def apply_key(conn: Any, key: StoreKey) -> None:
+    """Key a fresh SQLCipher connection (before its first statement). SQLCipher's own log of a failed page
+    (stderr) is silenced: the caller reports a wrong key as one line."""
+    conn.execute("PRAGMA cipher_log_level = NONE")
+    conn.set_key(key.secret)
+
+
+def file_is_plain(path: Path) -> bool | None:
+    """True: a plain SQLite file; False: something else (an SQLCipher file); None: no file or an empty one."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(SQLITE_MAGIC))
+    except FileNotFoundError:
+        return None
+    if not head:
+        return None
+    return head == SQLITE_MAGIC
+
+
+def wrong_key(path: Path, key: StoreKey | None) -> StoreKeyError:
+    """What to say when ``path`` does not open with ``key`` (None: opened without one)."""
+    plain = file_is_plain(path)
+    if key is None:
+        return StoreKeyError(
+            "encryption",
+            f"{path} is encrypted (or is not an SQLite database): set its key in {ENV_VAR}, or the store "
+            "option encryption_key_file or encryption_key_provider",
+        )
+    if plain:
+        return StoreKeyError(
+            key.source,
+            f"{path} is not encrypted but a key is configured: unset the key, or encrypt the store with "
+            "`minihermes keys rotate --new-key-file FILE` (node stopped), then configure that key",
+        )
+    last = last_rotation(path)
+    hint = "after `minihermes keys rotate`, give the new one"
+    if last is not None and last.get("key_source") != key.source:
+        at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(last.get("rotated_at") or 0)))
+        hint = f"it was re-encrypted at {at} with the key from {last.get('key_source')}"
+    return StoreKeyError(key.source, f"the key does not open {path}: a wrong key ({hint})")
+
+
+def last_rotation(db: Path) -> dict[str, Any] | None:
+    """What ``RECORD_FILE`` beside ``db`` says, if anything."""
+    try:
+        data = json.loads((db.parent / RECORD_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
