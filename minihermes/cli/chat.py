@@ -6,11 +6,17 @@ Server-Sent Events of ``POST /api/v1/sessions/{id}/messages`` (``"stream": true`
 ``agent.chat`` call on a server without that endpoint. Slash commands reach the other services; a subsystem
 the node does not run answers "not enabled". The help and the Tab completions offer only the commands the
 caller may use (the server's catalog for their credential; ``/approve`` and ``/deny`` to admins).
+
+The caller's notifications (a reminder that fired, a scheduled run's answer) are shown when the chat starts
+(the unread ones, then marked read) and as they arrive while it is open: printed above the prompt while it
+waits for a line (the line being typed is drawn again below), after the turn while one runs; ``/notifications``
+lists the latest ones (``_inbox.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shlex
 import sys
@@ -27,6 +33,7 @@ from rich.markup import escape
 from minihermes.runtime import ConfigError
 
 from ._backend import Backend, CommandError, Embedded, Remote, open_backend, reply_body, unreachable
+from ._inbox import Inbox
 from .commands import NotEnabled, pick_op
 
 ReadLine = Callable[[str], Awaitable[str]]
@@ -75,6 +82,12 @@ COMMANDS = (
     Slash("/deny", "/deny ID", "deny an approval", (("guardrails", "deny"),), admin=True),
     Slash("/history", "/history", "this session's messages", (("agent", "get_history"),)),
     Slash("/tools", "/tools", "the tools", (("tool_executor", "list_tools"),)),
+    Slash(
+        "/notifications",
+        "/notifications",
+        "your latest notifications (reminders, scheduled runs' answers)",
+        (("notifications", "list_notifications"),),
+    ),
     Slash("/help", "/help", "this help"),
     Slash("/quit", "/quit", "leave (Ctrl-D too)"),
 )
@@ -86,6 +99,7 @@ def help_text(commands: tuple[Slash, ...] | list[Slash]) -> str:
 
 
 DEFAULT_SESSION = "cli"
+PROMPT = "you> "
 
 
 async def run_chat(*, session: str, url: str | None, data_dir: Path, token: str | None) -> int:
@@ -93,7 +107,10 @@ async def run_chat(*, session: str, url: str | None, data_dir: Path, token: str 
     try:
         async with open_backend(url=url, data_dir=data_dir, token=token) as backend:
             loop = ChatLoop(console, backend, session)
-            return await loop.run(_terminal_reader(loop) if sys.stdin.isatty() else _stdin_line)
+            if sys.stdin.isatty():
+                return await loop.run(_terminal_reader(loop))
+            loop.redraw = lambda: PROMPT  # piped input: the prompt again after a notification
+            return await loop.run(_stdin_line)
     except CommandError as e:  # no server there, a credential needed, the data dir busy
         _fail(f"{e.code}: {e.message}")
     except (OSError, ConfigError) as e:  # the data dir cannot be used
@@ -121,6 +138,8 @@ def _terminal_reader(loop: ChatLoop) -> ReadLine:
     readline.set_completer_delims(" \t\n")
     readline.set_completer(complete)
     readline.parse_and_bind("tab: complete")
+    # A notification printed while a line is typed: the prompt and that line are drawn again below it.
+    loop.redraw = lambda: PROMPT + readline.get_line_buffer()
 
     async def read(prompt: str) -> str:
         return await asyncio.to_thread(input, prompt)  # EOFError at Ctrl-D
@@ -203,6 +222,18 @@ class Renderer:
         self.console.print(f"[bold green]agent>[/bold green] {escape(str(reply.get('response', '')))} {meta}")
 
 
+def _note(note: dict[str, Any]) -> str:
+    """One notification as rich markup: its text, then where it came from and when, dimmed."""
+    import time
+
+    created = note.get("created_at")
+    when = (
+        time.strftime("%Y-%m-%d %H:%M", time.localtime(created)) if isinstance(created, int | float) else ""
+    )
+    about = " · ".join(x for x in (str(note.get("source") or ""), when) if x)
+    return f"{escape(str(note.get('text', '')))}" + (f" [dim]({escape(about)})[/dim]" if about else "")
+
+
 def _short(text: str, limit: int) -> str:
     text = text.replace("\n", " ")
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -218,6 +249,14 @@ class ChatLoop:
         self._own_sessions = False
         self.commands: list[Slash] = list(COMMANDS)
         """The commands this caller may use (``_start`` narrows them): the help and completions."""
+        self.inbox: Inbox | None = None
+        """The caller's notifications, when the node runs them and the caller may read them."""
+        self.redraw: Callable[[], str] | None = None
+        """What to write again after a notification printed while the prompt waits (the prompt and the line
+        typed so far); None: nothing (a reader that shows no prompt)."""
+        self._at_prompt = False
+        self._pending: list[dict[str, Any]] = []
+        self._marking: set[asyncio.Future[None]] = set()
 
     def command_names(self) -> list[str]:
         return [c.name for c in self.commands]
@@ -232,6 +271,8 @@ class ChatLoop:
         instead of the shared default name (an explicit --session is kept)."""
         roles = await self.backend.roles()
         self.commands = [c for c in COMMANDS if await self._offered(c, roles)]
+        if "/notifications" in self.command_names():
+            self.inbox = Inbox(self.backend, can_mark=await self.backend.may("notifications", "mark_read"))
         if not isinstance(self.backend, Remote) or roles & {"admin", "viewer"}:
             return
         self._own_sessions = True
@@ -263,12 +304,29 @@ class ChatLoop:
             "/help for commands, /quit to leave."
         )
         await self._say_if_offline()
+        await self._show_unread()
+        watcher = asyncio.ensure_future(self.inbox.watch(self._arrived)) if self.inbox else None
+        try:
+            return await self._lines(read_line)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await watcher
+            if self._marking:  # what was shown is marked read before the backend closes
+                await asyncio.wait(self._marking, timeout=10)
+
+    async def _lines(self, read_line: ReadLine) -> int:
         while True:
+            self._flush_notifications()
+            self._at_prompt = True
             try:
-                line = (await read_line("you> ")).strip()
+                line = (await read_line(PROMPT)).strip()
             except EOFError:
                 self.console.print()
                 return 0
+            finally:
+                self._at_prompt = False
             if not line:
                 continue
             try:
@@ -375,6 +433,8 @@ class ChatLoop:
         elif cmd == "/history":
             for m in (await ask("agent", "get_history", {"session_id": self.session}))["messages"]:
                 c.print(f"[dim]{m['role']:>9}[/dim] {escape(str(m.get('content', ''))[:300])}")
+        elif cmd == "/notifications":
+            await self._notifications()
         elif cmd == "/tools":
             for t in (await ask("tool_executor", "list_tools", {}))["tools"]:
                 c.print(f"[cyan]{t['name']}[/cyan] {escape(t.get('description', ''))}")
@@ -404,6 +464,60 @@ class ChatLoop:
         else:
             c.print(f"unknown command {escape(cmd)}; /help lists them")
         return None
+
+    # -- notifications ------------------------------------------------------------------------------------
+
+    async def _show_unread(self) -> None:
+        """The unread notifications, as the chat starts; then they are read."""
+        if self.inbox is None:
+            return
+        try:
+            notes = await self.inbox.unread()
+        except CommandError:
+            return  # the inbox cannot be read now: the chat goes on without it
+        if notes:
+            self.console.print(f"[bold magenta]Reminders[/bold magenta] ({len(notes)} new):", highlight=False)
+            for note in notes:
+                self.console.print(f"  {_note(note)}", highlight=False, soft_wrap=True)
+            await self.inbox.mark_read(notes)
+
+    def _arrived(self, notes: list[dict[str, Any]]) -> None:
+        """New notifications from the live feed: shown now if the prompt waits, else after the turn."""
+        self._pending.extend(notes)
+        if self._at_prompt:
+            self._flush_notifications()
+
+    def _flush_notifications(self) -> None:
+        if not self._pending or self.inbox is None:
+            return
+        notes, self._pending = self._pending, []
+        out = self.console.file
+        redraw = self._at_prompt and self.redraw is not None
+        if redraw:  # clear the prompt's line (a terminal), or end it (piped output)
+            out.write("\r\x1b[2K" if self.console.is_terminal else "\n")
+        for note in notes:
+            self.console.print(
+                f"[bold magenta]Reminder:[/bold magenta] {_note(note)}", highlight=False, soft_wrap=True
+            )
+        if redraw and self.redraw is not None:
+            out.write(self.redraw())
+            out.flush()
+        marking = asyncio.ensure_future(self.inbox.mark_read(notes))
+        self._marking.add(marking)
+        marking.add_done_callback(self._marking.discard)
+
+    async def _notifications(self) -> None:
+        if self.inbox is None:
+            raise NotEnabled("notifications", self.backend.where)
+        notes = await self.inbox.recent()
+        if not notes:
+            self.console.print("[dim]no notifications[/dim]")
+            return
+        for note in notes:
+            mark = "[dim]    [/dim]" if note.get("read") else "[magenta]new [/magenta]"
+            self.console.print(f"{mark}{_note(note)}", highlight=False, soft_wrap=True)
+        self.inbox.shown.update(str(n["id"]) for n in notes if n.get("id"))
+        await self.inbox.mark_read(notes)
 
     async def _say_if_offline(self) -> None:
         """When the offline model answers, say so once, with where a real model is connected."""
