@@ -455,6 +455,9 @@ def _scripting() -> None:
     from .mcp_servers import mcp_app
     from .skills import skills_app
     from .skills_io import skills_export  # noqa: F401  (registers skills import / export)
+    from .store_keys import keys_rotate
+
+    keys_app.command("rotate")(keys_rotate)  # the store's encryption key, beside the API keys
     from .tools import tools_app
 
     app.command("call")(connected(call, NO_JSON))

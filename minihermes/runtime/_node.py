@@ -236,6 +236,10 @@ class Node:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_stop)
+        # `minihermes keys rotate` asks a serving node to re-encrypt its store (SqliteStore.serve_key_rotation)
+        rotate = getattr(self.store, "serve_key_rotation", None)
+        if rotate is not None and hasattr(signal, "SIGUSR2"):
+            loop.add_signal_handler(signal.SIGUSR2, lambda: self.spawn(rotate()))
 
     def _root_failed(self, reason: str) -> None:
         log.critical("root supervisor gave up: %s", reason)

@@ -12,10 +12,13 @@ several nodes; ``minihermes.runtime.store.postgres.PostgresStore``, needs psycop
 ``register_backend(name, factory)``; shared, dialect-independent rules live in ``_common`` and ``_chain``.
 ``store.write_batch(scope, [KVPut(...), TupleWrite(...), TextUpsert(...), ...])`` applies writes to several
 primitives in one transaction (all or none). ``sqlite_v1_fixture`` writes a data dir in the oldest storage format, for migration tests.
+``rotate_store_key(data_dir, new_key_file)`` re-encrypts an encrypted SQLite store (``minihermes keys rotate``).
 """
 
 from ._errors import FencedOut, SchemaVersionError, StoreClosedError, StoreError
 from ._registry import BackendFactory, backend_names, get_backend, open_store, register_backend
+from ._sqlite_keys import StoreKeyError
+from ._sqlite_rotation import rotate_store_key
 from .base import (
     JSON,
     BlobInfo,
@@ -95,6 +98,7 @@ __all__ = [
     "Store",
     "StoreClosedError",
     "StoreError",
+    "StoreKeyError",
     "TextIndex",
     "TextRemove",
     "TextUpsert",
@@ -108,5 +112,6 @@ __all__ = [
     "get_backend",
     "open_store",
     "register_backend",
+    "rotate_store_key",
     "sqlite_v1_fixture",
 ]

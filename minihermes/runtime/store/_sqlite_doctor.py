@@ -69,6 +69,11 @@ def _encryption(path: Path, key: StoreKey | None) -> Finding:
         return Finding(
             "encryption", FAIL, f"{detail}; but {path} is a plain file: `minihermes keys rotate` encrypts it"
         )
+    if path.exists():
+        try:
+            connect(f"file:{path}?mode=ro", busy_timeout=5, key=key, uri=True).close()
+        except StoreKeyError as e:
+            return Finding("encryption", FAIL, str(e))
     return Finding("encryption", OK, detail)
 
 
