@@ -148,6 +148,17 @@ BEFORE: dict[tuple[str, str], str] = {
     ("notifications", "list_notifications"): "read",
     ("notifications", "mark_read"): "write",
     ("notifications", "notify"): "admin",
+    # issue 25: forgetting runs as the caller (a user forgets what is theirs, an admin a user or the tenant);
+    # each store's forget_subject is memory.forget's fan-out and checks the subject against the caller itself.
+    ("memory", "forget"): "write",
+    ("cron_scheduler", "forget_subject"): "write",
+    ("goals", "forget_subject"): "write",
+    ("guardrails", "forget_subject"): "write",
+    ("kanban", "forget_subject"): "write",
+    ("notifications", "forget_subject"): "write",
+    ("session_manager", "forget_subject"): "write",
+    ("skill_store", "forget_subject"): "write",
+    ("skill_tools", "forget_subject"): "write",
 }
 """``minihermes.permissions.DEFAULT_TABLE`` before change 5 (every op not in it was admin-only)."""
 
