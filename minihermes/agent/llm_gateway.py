@@ -70,7 +70,7 @@ from minihermes.runtime import (
 from . import gateway as policy
 from .audit_event import fire_audit
 from .credentials import CredentialVault, check_api_key, check_phantom_token
-from .gateway import BudgetExceeded, Caller, Circuit, Failure, LLMInternalError, LLMUnavailable
+from .gateway import BudgetExceeded, Caller, Circuit, Failure, LLMInternalError, LLMUnavailable, local
 from .gateway import probe as connection
 
 __all__ = ["BudgetExceeded", "LLMGateway", "LLMInternalError", "LLMUnavailable"]
@@ -79,6 +79,8 @@ ADMIN_ROLES = frozenset({"admin", "system"})
 SESSION_ROLES = ADMIN_ROLES | {"user"}
 """A user may pin their session to another registered provider; changing the tenant's needs an admin."""
 DEFAULT_PROVIDER = policy.OFFLINE_KIND
+_NOT_SETTINGS = frozenset({"credential_key", "allowed_egress", "ollama_url"})
+"""The args that are not ``GatewaySettings`` fields."""
 EGRESS_SETTING = (
     f"the llm_gateway arg allowed_egress (or {egress.ENV_VAR} for the whole node; docs/configuration.md)"
 )
@@ -99,13 +101,16 @@ class LLMGateway(GenServer):
         allowed_egress: list[str] | None = None
         """Internal addresses a provider's ``base_url`` may reach (``minihermes.llm.egress``): None only
         public ones, ``["*"]`` any (a one-owner node), else ``"host:port"``, ``"host"``, CIDR networks."""
+        ollama_url: str | None = None
+        """Where ``detect_local`` looks for a local Ollama (default ``MINIHERMES_OLLAMA_URL``, else
+        http://127.0.0.1:11434)."""
 
         @field_validator("*", mode="before")
         @classmethod
         def _a_number(cls, value: Any, info: ValidationInfo) -> Any:  # type: ignore[override]
             # Replaces the settings' check of the same name (pydantic: by name; it needs ``info`` to tell
             # the fields apart): the key is a string, the settings numbers.
-            if info.field_name in ("credential_key", "allowed_egress"):
+            if info.field_name in _NOT_SETTINGS:
                 return value
             return policy.GatewaySettings._a_number(value)
 
@@ -134,6 +139,7 @@ class LLMGateway(GenServer):
     counters: dict[str, int] = state(default_factory=dict)
 
     _settings: policy.GatewaySettings
+    _ollama_url: str
     _egress: egress.EgressPolicy
     _vault: CredentialVault
     _ledger: policy.UsageLedger
@@ -146,9 +152,8 @@ class LLMGateway(GenServer):
     _tick_due: float
 
     async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
-        self._settings = policy.GatewaySettings.from_args(
-            args, extra=frozenset({"credential_key", "allowed_egress"})
-        )
+        self._settings = policy.GatewaySettings.from_args(args, extra=_NOT_SETTINGS)
+        self._ollama_url = local.ollama_url(args.get("ollama_url"))
         try:
             self._egress = egress.EgressPolicy.parse(args.get("allowed_egress"), EGRESS_SETTING)
         except ValueError as e:
@@ -684,6 +689,31 @@ class LLMGateway(GenServer):
         if isinstance(result, Completion):
             return {**out, "ok": True, "model": result.model or model}
         return {**out, "error": connection.classify(result, secret)}
+
+    @call(access="admin")
+    def detect_local(self) -> dict[str, Any] | Deferred:
+        """A local Ollama to offer while the offline model answers (seed 000's auto-switch, never silently):
+        ``{ollama: {url, models, registration}}`` when one answers at ``ollama_url`` with its models
+        (``registration``: ``register_provider``'s arguments for its first model, then ``switch_provider``
+        with its name), else ``{ollama: null, reason}``. Nothing is registered or switched here. The address
+        goes through this node's egress rules as a provider's ``base_url`` does: where tenants may not reach
+        it, nothing is asked (``reason`` says so)."""
+        _require(ADMIN_ROLES, "detect_local")
+        entry = self.providers.get(self.active["provider"]) or {}
+        if entry.get("kind", self.active["provider"]) != policy.OFFLINE_KIND:
+            return {"status": "ok", "ollama": None, "reason": "a real model is the active provider"}
+        return Deferred(self.host.spawn(self._detected()))
+
+    async def _detected(self) -> dict[str, Any]:
+        found = await local.detect_ollama(self._ollama_url, self._egress)
+        if not found.models:
+            reason = found.reason or f"the Ollama at {found.url} has no models (ollama pull <model>)"
+            return {"status": "ok", "ollama": None, "reason": reason, "url": found.url}
+        offer = local.registration(found.url, found.models[0], self.providers)
+        return {
+            "status": "ok",
+            "ollama": {"url": found.url, "models": found.models, "registration": offer},
+        }
 
     @call(access="admin")
     async def register_credential(self, phantom_token: str, api_key: str) -> dict[str, Any]:
