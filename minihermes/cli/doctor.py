@@ -18,13 +18,17 @@ Checks, each ``ok``, ``warn``, ``fail`` or ``skip``; the exit code is 1 when a *
   else fails);
 - providers: the LLM gateway's configured providers (from the running server on that port or ``--url``, or
   else the data dir): the simulated one is always fine; a real one is probed with a short timeout (any HTTP
-  answer means reachable; no credential is sent). The active provider is required, the others warn.
+  answer means reachable; no credential is sent). The active provider is required, the others warn. While
+  the offline model answers and a local Ollama does (``llm_gateway.detect_local``, as the node's egress rules
+  allow), the check offers it with the exact commands that switch to it: doctor never switches by itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import shlex
 import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -47,6 +51,8 @@ class Check:
     status: str
     detail: str
     required: bool = False
+    command: str = ""
+    """What to run to act on the finding (printed whole below the table), or nothing."""
 
 
 # -- storage --------------------------------------------------------------------------------------------------
@@ -131,7 +137,51 @@ async def providers_from(url: str | None, data_dir: Path, token: str | None) -> 
 
     async with open_backend(url=url, data_dir=data_dir, token=token) as backend:
         reply: dict[str, Any] = await backend.ask("llm_gateway", "list_providers", {}, timeout=30)
+        reply["local"] = await _detect_local(backend)
         return reply
+
+
+async def _detect_local(backend: Any) -> dict[str, Any] | None:
+    """``llm_gateway.detect_local``'s answer, or None where the caller may not ask it (or the node has no
+    such op): a local model server to offer."""
+    from ._backend import CommandError
+
+    if not await backend.may("llm_gateway", "detect_local"):
+        return None
+    try:
+        found: dict[str, Any] = await backend.ask("llm_gateway", "detect_local", {}, timeout=30)
+    except CommandError:
+        return None
+    return found
+
+
+def local_offer(detected: dict[str, Any] | None, where: list[str]) -> Check | None:
+    """The offer of a local Ollama that answers, with the commands that register and switch to it (``where``:
+    the connection options they need), or None when there is nothing to offer."""
+    ollama = (detected or {}).get("ollama")
+    if not ollama or not ollama.get("models"):
+        return None
+    registration = ollama["registration"]
+    models = ", ".join(ollama["models"][:5]) + (", ..." if len(ollama["models"]) > 5 else "")
+    register = _call("register_provider", registration, where)
+    switch = _call("switch_provider", {"provider": registration["name"]}, where)
+    return Check(
+        "providers",
+        "local ollama",
+        WARN,
+        f"A local Ollama is running at {ollama['url']} with models {models}, and the offline model answers: "
+        f'switch to it (model {registration["model"]}; another by editing "model") with the command below',
+        command=f"{register} && \\\n{switch}",
+    )
+
+
+def _call(op: str, payload: dict[str, Any], where: list[str]) -> str:
+    """``minihermes call llm_gateway OP PAYLOAD WHERE...`` as shell text of short lines (a long JSON object
+    over several lines inside its quotes, each option on a continued line): it is copied from a terminal."""
+    body = json.dumps(payload, indent=2) if len(json.dumps(payload)) > 40 else json.dumps(payload)
+    lines = [f"minihermes call llm_gateway {op} {shlex.quote(body)}"]
+    lines += [shlex.join(where[i : i + 2]) for i in range(0, len(where), 2)]
+    return " \\\n  ".join(lines)
 
 
 def _declared(kind: str) -> Any:
@@ -357,7 +407,19 @@ async def run_checks(
         )
         return checks
     checks += await check_providers(listing, probe_timeout)
+    offer = local_offer(listing.get("local"), _where(source, data_dir if named else None))
+    if offer is not None:
+        checks.append(offer)
     return checks
+
+
+def _where(source: str | None, data_dir: Path | None) -> list[str]:
+    """The options a command needs to reach the node doctor checked (and the credential it used)."""
+    from ._connection import connection
+
+    where = ["--url", source] if source else ["--data-dir", str(data_dir)] if data_dir else []
+    token_env = connection().token_env
+    return [*where, "--token-env", token_env] if token_env and source else where
 
 
 def exit_code(checks: list[Check]) -> int:
@@ -366,6 +428,15 @@ def exit_code(checks: list[Check]) -> int:
 
 def as_dicts(checks: list[Check]) -> list[dict[str, Any]]:
     return [asdict(c) for c in checks]
+
+
+def show(console: Any, checks: list[Check]) -> None:
+    """The checks as a table, then each check's command as it is (not wrapped: it is copied from here)."""
+    console.print(render(checks))
+    for c in checks:
+        if c.command:
+            console.print(f"To act on {c.group} / {c.name}, run:", highlight=False)
+            console.print(c.command, soft_wrap=True, markup=False, highlight=False)
 
 
 def render(checks: list[Check]) -> Any:

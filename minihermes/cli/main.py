@@ -351,7 +351,7 @@ def doctor(
 
         typer.echo(json.dumps({"checks": dr.as_dicts(checks), "ok": dr.exit_code(checks) == 0}, indent=2))
     else:
-        Console().print(dr.render(checks))
+        dr.show(Console(), checks)
     raise typer.Exit(dr.exit_code(checks))
 
 
