@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import json
 import logging
 import re
@@ -205,7 +206,7 @@ def audit_record(
     record: dict[str, Any] = {
         "event_type": clean_type,
         "detail": text,
-        "session_id": session_id[:200],
+        "session_id": session_id[:SESSION_ID_CHARS],
         "data": body,
         "principal": ctx.principal,
         "ts": now,
@@ -217,15 +218,32 @@ def audit_record(
     return record
 
 
+SESSION_ID_CHARS = 200
+"""How much of a session id an event keeps (and so its session subject names)."""
+
+
+def subject(prefix: str, name: str) -> str:
+    """The subject key of a principal (``USER_SUBJECT``) or a session (``SESSION_SUBJECT``). A name the store
+    cannot take as it is (a NUL, or longer than its 512-character limit with the prefix: an event's ids come
+    from requests) is named by its sha256 instead, the same way when the event is written and when it is
+    forgotten, so no such event is left unwritten and none unforgettable."""
+    if prefix == SESSION_SUBJECT:
+        name = name[:SESSION_ID_CHARS]
+    key = prefix + name
+    if len(key) <= 512 and "\x00" not in key:
+        return key
+    return prefix + "sha256:" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def audit_subjects(record: dict[str, Any]) -> list[str]:
     """Whom an event concerns, as the keys it is sealed under: the principal who acted (not the runtime's
     own ``system``) and the session. Forgetting either makes the event unreadable."""
     subjects = []
-    principal = record.get("principal", "")
+    principal = str(record.get("principal", ""))
     if principal not in _UNOWNED:
-        subjects.append(USER_SUBJECT + principal)
+        subjects.append(subject(USER_SUBJECT, principal))
     if record.get("session_id"):
-        subjects.append(SESSION_SUBJECT + record["session_id"])
+        subjects.append(subject(SESSION_SUBJECT, str(record["session_id"])))
     return subjects
 
 
@@ -281,4 +299,5 @@ __all__ = [
     "scrub_secrets",
     "sees_own_only",
     "shown_to",
+    "subject",
 ]

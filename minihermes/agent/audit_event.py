@@ -46,6 +46,7 @@ from minihermes.audit import (
     scrub_secrets,
     sees_own_only,
     shown_to,
+    subject,
 )
 from minihermes.context import forget as forgetting
 from minihermes.runtime import (
@@ -274,10 +275,13 @@ class AuditEvent(GenEvent):
             if not forgetting.is_admin() and owner != current_context().principal:
                 return _forgot(0, 0)  # not theirs (or of nobody known): nothing of theirs to take
             sessions = {who.session_id}
-            subjects = [SESSION_SUBJECT + who.session_id]
+            subjects = [subject(SESSION_SUBJECT, who.session_id)]
         elif who.user_id:
             sessions = await forgetting.subject_sessions(self.host, who)
-            subjects = [USER_SUBJECT + who.user_id, *(SESSION_SUBJECT + s for s in sorted(sessions))]
+            subjects = [
+                subject(USER_SUBJECT, who.user_id),
+                *(subject(SESSION_SUBJECT, s) for s in sorted(sessions)),
+            ]
 
         def legacy(data: Any) -> str | None:
             """Events written before they were sealed (chain format 1): those of the subject, by content."""

@@ -284,3 +284,21 @@ def test_a_postgres_node_signs_anchors_with_its_data_dirs_key(tmp_path: Path) ->
     config.model.node.backend_options = {"dsn": PG_DSN, "schema": "never_opened"}
     node = build_node(config)  # not started: nothing is opened
     assert node.store.anchor_key.path == tmp_path / "d" / "anchor.key"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("session", ["s\x00nul", "x" * 600, "é" * 300], ids=["nul", "over-512", "multibyte"])
+async def test_an_event_whose_ids_the_store_cannot_key_is_written_and_forgettable(
+    start: Callable[[], Any], session: str
+) -> None:
+    # Ids come from requests: a session id with a NUL or past the store's 512-character subject limit made
+    # the event go unwritten (the fuzzer's finding) and its forget crash the actor.
+    node = await start()
+    assert await ask(
+        node, BOB, "doer", "act", event_type="tool_executed", session_id=session, data={"input": TOKEN}
+    )
+    events = await trail(node)
+    assert len(events) == 1 and session.startswith(events[0]["session_id"]) and TOKEN in json.dumps(events)
+    out = await ask(node, ADA, "audit_event", "forget_subject", session_id=session)
+    assert out["forgotten"] == 1, out
+    assert TOKEN not in json.dumps(await trail(node))
+    assert (await ask(node, ADA, "audit_event", "verify"))["ok"]
