@@ -8,10 +8,12 @@
 // the Sessions page) is read-only here: its history and waiting calls are shown, the composer is off and
 // says whose session it is; posting goes to a session of one's own. A message the server refuses stays in
 // the log marked "Not sent", with the reason, and back in the box. The header line names the model that
-// answers (the gateway's active provider and model), read again after each turn and after a switch.
+// answers (the gateway's active provider and model), read again after each turn and after a switch. While
+// the offline model answers, an admin is offered a local Ollama that answers (`localModelOffer`).
 
 import { streamChat } from "../api.js";
 import { badge, clear, errorBox, fmtValue, h, notEnabled, opButton, pre, select, toast } from "../ui.js";
+import { localModelOffer } from "./govern.js";
 
 export const page = { title: "Chat", actors: ["agent", "session_manager"], render };
 
@@ -342,6 +344,7 @@ async function render(root, ctx) {
   await loadHistory();
   showModel();
   root.append(
+    localModelOffer(ctx),
     h("div", { class: "chat-head" }, picker, model),
     readOnly,
     log,

@@ -116,6 +116,47 @@ function options(selectEl, values, keep = true) {
 }
 
 // [name, "name: description"] of every tool the caller may see (tool_executor.list_tools), for pickers.
+// A local Ollama to switch to while the offline model answers (llm_gateway.detect_local, within the node's
+// egress rules): a banner with its models and a button that registers the one picked and switches the tenant
+// to it. Only for those who may do both; never switched without the click. Shown on the Chat and Providers
+// pages; `switched` runs after a switch (the page's own refresh).
+export function localModelOffer(ctx, switched = async () => {}) {
+  const box = h("div", { class: "notice local-offer", role: "status", hidden: true });
+  const may = ["detect_local", "register_provider", "switch_provider"].every((op) => ctx.catalog.can("llm_gateway", op));
+  if (!may) return box;
+  (async () => {
+    let found;
+    try {
+      found = await ctx.api.call("llm_gateway", "detect_local", {});
+    } catch {
+      box.dataset.detected = "error";
+      return; // not answered: nothing to offer
+    }
+    const offer = found.ollama;
+    box.dataset.detected = offer?.models?.length ? "ollama" : "none";
+    if (!offer || !offer.models?.length) return;
+    const pick = select("model", offer.models.map((m) => [m, m]), offer.registration.model);
+    const errors = h("div", { class: "form-errors", "aria-live": "polite" });
+    const take = opButton(ctx, "llm_gateway", "switch_provider", "Switch to it", async () => {
+      const registration = { ...offer.registration, model: pick.value };
+      await ctx.api.call("llm_gateway", "register_provider", registration);
+      const reply = await ctx.api.call("llm_gateway", "switch_provider", { provider: registration.name });
+      toast(`now ${reply.provider} (${reply.model})`);
+      box.hidden = true;
+      clear(box);
+      window.dispatchEvent(new Event("minihermes:provider-switched")); // the offline-model notes
+      await switched();
+    }, { class: "primary small", errors });
+    clear(box,
+      h("b", {}, "A local Ollama is running"),
+      ` at ${offer.url} with models ${offer.models.join(", ")}: switch to it? `,
+      pick, " ", take, errors);
+    box.dataset.url = offer.url;
+    box.hidden = false;
+  })();
+  return box;
+}
+
 export async function toolNames(ctx) {
   if (!ctx.catalog.can("tool_executor", "list_tools")) return [];
   try {
@@ -247,7 +288,7 @@ async function renderProviders(root, ctx) {
     }
   }
   await load();
-  root.append(section("Providers and circuits", switchForm, switchErrors, box));
+  root.append(localModelOffer(ctx, load), section("Providers and circuits", switchForm, switchErrors, box));
   if (ctx.catalog.can("llm_gateway", "register_provider") || ctx.catalog.can("llm_gateway", "register_credential")) {
     root.append(h("div", { class: "split" }, section("Register a credential", credForm), section("Register a provider", provForm)));
   }
