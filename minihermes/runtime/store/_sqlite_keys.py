@@ -14,7 +14,7 @@ mode with an HMAC-SHA512 per page), which encrypts every page of the database an
 full-text indexes and the journal are pages of that file. The key is 64 hex digits (32 bytes, SQLCipher's raw
 key: no derivation), or any other text of at least ``MIN_PASSPHRASE`` characters, a passphrase SQLCipher
 stretches with its own KDF (PBKDF2-HMAC-SHA512, 256,000 iterations, salted by the file's random salt) on every
-connection it opens, about 0.3 s each. A provider may also return 32 raw bytes.
+connection it opens, about 0.3 s each. A provider may also return 32 raw bytes; a file is always text.
 
 A wrong key, a key for a plain file and a plain open of an encrypted file are each one ``StoreKeyError`` (a
 ``ConfigError``: ``serve`` prints it as one line) naming the key's source, never the key.
@@ -68,16 +68,19 @@ class StoreKey:
         return "raw 256-bit key" if self.raw else "passphrase (SQLCipher's PBKDF2)"
 
 
-def parse_key(value: bytes | str, source: str) -> StoreKey:
-    """A key from a file's, a variable's or a provider's value: 64 hex digits (optionally as ``x'...'``) or
-    32 raw bytes are a raw key; other text of at least ``MIN_PASSPHRASE`` characters is a passphrase."""
+def parse_key(value: bytes | str, source: str, *, binary: bool = False) -> StoreKey:
+    """A key from a file's, a variable's or a provider's value: 64 hex digits (optionally as ``x'...'``), or
+    (``binary``: a provider's bytes) exactly 32 bytes, are a raw key; other text of at least
+    ``MIN_PASSPHRASE`` characters is a passphrase. A file is always text: its 32 bytes may be a passphrase."""
     if isinstance(value, bytes):
-        if len(value) == 32:
+        if binary and len(value) == 32:
             return StoreKey(f"x'{value.hex()}'", source, raw=True)
         try:
             value = value.decode()
         except UnicodeDecodeError:
-            raise StoreKeyError(source, "a binary key must be exactly 32 bytes") from None
+            raise StoreKeyError(
+                source, "the key is not text (a provider may return exactly 32 bytes)"
+            ) from None
     if not isinstance(value, str):
         raise StoreKeyError(source, f"expected the key as bytes or str, got {type(value).__name__}")
     text = value.strip()
@@ -165,7 +168,7 @@ def resolve_key(
             raise StoreKeyError(source, f"the key provider failed: {type(e).__name__}: {e}") from None
         if value is None:
             raise StoreKeyError(source, "the key provider returned no key")
-        return parse_key(value, source)
+        return parse_key(value, source, binary=True)
     env = os.environ if environ is None else environ
     value = env.get(ENV_VAR)
     if value is None:
