@@ -692,7 +692,7 @@ class LLMGateway(GenServer):
 
     @call(access="admin")
     def detect_local(self) -> dict[str, Any] | Deferred:
-        """A local Ollama to offer while the offline model answers (seed 000's auto-switch, never silently):
+        """A local Ollama to offer while the offline model answers (an offer, never a silent switch):
         ``{ollama: {url, models, registration}}`` when one answers at ``ollama_url`` with its models
         (``registration``: ``register_provider``'s arguments for its first model, then ``switch_provider``
         with its name), else ``{ollama: null, reason}``. Nothing is registered or switched here. The address

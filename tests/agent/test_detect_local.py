@@ -1,4 +1,4 @@
-"""``llm_gateway.detect_local`` (issue 24, seed 000's Ollama auto-switch, never silently): while the offline
+"""``llm_gateway.detect_local`` (issue 24: an offer, never a silent switch): while the offline
 model answers, a local Ollama that answers ``GET /api/tags`` is offered with its models and the registration
 that switches to it; nothing is registered or switched by detecting; the address goes through the node's
 egress rules (a node whose operator did not allow it asks nothing and offers nothing); only admins ask."""

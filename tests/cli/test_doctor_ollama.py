@@ -1,4 +1,4 @@
-"""``minihermes doctor`` offers a local Ollama (issue 24, seed 000's auto-switch, never silently): while the
+"""``minihermes doctor`` offers a local Ollama (issue 24: an offer, never a silent switch): while the
 offline model answers and an Ollama answers on its address, doctor's output names it and its models and prints
 the exact commands that switch to it; running them (in a shell, as a person pastes them) switches; doctor
 itself switched nothing. No Ollama answering: no offer."""

@@ -1,4 +1,4 @@
-"""The dashboard offers a local Ollama (issue 24, seed 000's auto-switch, never silently), in headless Chromium
+"""The dashboard offers a local Ollama (issue 24: an offer, never a silent switch), in headless Chromium
 against `minihermes serve` whose Ollama address (MINIHERMES_OLLAMA_URL) is a fake one on loopback: while the
 offline model answers, an admin's Chat and Providers pages show "A local Ollama is running ... switch to it?";
 the button registers the picked model and switches the tenant; nothing is offered when nothing Ollama-like

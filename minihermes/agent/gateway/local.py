@@ -1,4 +1,4 @@
-"""A local model server to offer (seed 000's auto-switch, never silently): ``llm_gateway.detect_local``.
+"""A local model server to offer, never switched to silently: ``llm_gateway.detect_local``.
 
 ``detect_ollama`` asks ``GET <url>/api/tags`` (the models an Ollama has pulled) once, with a short timeout,
 through the gateway's egress rules like any provider URL: where the node does not let tenants reach that
