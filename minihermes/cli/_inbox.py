@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._backend import Backend, CommandError, Embedded, Remote
+from ._sse import sse_events
 
 ACTOR = "notifications"
 STREAM_PATH = "/api/v1/notifications/stream"
@@ -100,8 +101,6 @@ class Inbox:
 
     async def _watch_server(self, backend: Remote, deliver: Deliver) -> None:
         import httpx
-
-        from .chat import sse_events
 
         failures = 0
         while True:

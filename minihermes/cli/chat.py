@@ -21,7 +21,7 @@ import json
 import shlex
 import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from minihermes.runtime import ConfigError
 
 from ._backend import Backend, CommandError, Embedded, Remote, open_backend, reply_body, unreachable
 from ._inbox import Inbox
+from ._sse import sse_events
 from .commands import NotEnabled, pick_op
 
 ReadLine = Callable[[str], Awaitable[str]]
@@ -625,30 +626,3 @@ class ChatLoop:
             self.console.print(
                 f"[yellow]{a['approval_id']}[/yellow] {escape(a['tool'])} {args} [dim]session={a['session_id']}[/dim]"
             )
-
-
-async def sse_events(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:
-    """Server-Sent Events as dicts: the JSON ``data`` of each event, with ``type`` from ``event:`` when the
-    data has none. Comments (keep-alives) are skipped."""
-    name = ""
-    data: list[str] = []
-    async for raw in lines:
-        line = raw.rstrip("\r")
-        if not line:
-            if data:
-                try:
-                    value = json.loads("\n".join(data))
-                except ValueError:
-                    value = {"text": "\n".join(data)}
-                if not isinstance(value, dict):
-                    value = {"value": value}
-                if name and "type" not in value:
-                    value["type"] = name
-                yield value
-            name, data = "", []
-        elif line.startswith(":"):
-            continue
-        elif line.startswith("event:"):
-            name = line[6:].strip()
-        elif line.startswith("data:"):
-            data.append(line[5:].removeprefix(" "))
