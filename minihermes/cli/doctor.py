@@ -6,7 +6,8 @@ Checks, each ``ok``, ``warn``, ``fail`` or ``skip``; the exit code is 1 when a *
   answers ``/healthz``, is ready (``/readyz``), accepts the credential (``/api/v1/whoami``), and its services
   are healthy (``health_monitor.get_health``);
 - storage (required): the node's store backend checks itself (``Store.doctor()``): for SQLite, the data dir
-  exists or can be made and is writable, SQLite is recent enough, has FTS5 and runs in WAL mode there; for
+  exists or can be made and is writable, SQLite is recent enough, has FTS5 and runs in WAL mode there, and
+  whether the file is encrypted (cipher, the key's source, SQLite's version; a wrong or missing key fails); for
   PostgreSQL, the server, pgvector, unaccent and the database's locale; for both, the stored schema version is
   one this version can open. With a server (``--url``, or one on the port) and no data dir or config named,
   the server's storage is reported instead, as its ``/readyz`` says it, and ``./data`` is neither read nor
