@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from minihermes.runtime import AppConfig, ConfigError
-from minihermes.runtime.store import StoreKeyError, rotate_store_key
+from minihermes.runtime.store import StoreError, StoreKeyError, rotate_store_key
 
 from ._connection import connection
 
@@ -53,6 +53,9 @@ def keys_rotate(
     except (StoreKeyError, ConfigError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
+    except (StoreError, OSError) as e:  # the store refused (another process on it, a failed copy)
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
     if not result.get("ok"):
         typer.echo(f"error: {result.get('error')}", err=True)
         raise typer.Exit(1)

@@ -240,6 +240,8 @@ class Node:
         rotate = getattr(self.store, "serve_key_rotation", None)
         if rotate is not None and hasattr(signal, "SIGUSR2"):
             loop.add_signal_handler(signal.SIGUSR2, lambda: self.spawn(rotate()))
+            if self.data_dir_lock is not None and self.data_dir_lock.held:
+                self.data_dir_lock.update(key_rotation=True)  # only a node saying so is sent SIGUSR2
 
     def _root_failed(self, reason: str) -> None:
         log.critical("root supervisor gave up: %s", reason)

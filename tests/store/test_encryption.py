@@ -29,7 +29,7 @@ import pytest
 
 from minihermes.agent.app import build_agent_node, default_config
 from minihermes.cli import doctor as dr
-from minihermes.runtime import ConfigError
+from minihermes.runtime import ConfigError, DataDirLock
 from minihermes.runtime.store import StoreKeyError, open_store
 
 from .._proc import kill_hard, read_line, spawn_module
@@ -217,6 +217,17 @@ async def test_keys_rotate_encrypts_a_plain_store_offline(
     )
     assert out.returncode == 0 and "it was plain until now" in out.stdout, out.stderr
     assert holders(data, "Plain words 4711") == []
+
+    # A process holding the data dir that takes no rotation (an embedded node, a CLI command) is not signalled.
+    lock = DataDirLock(data)
+    lock.acquire(command="minihermes chat")
+    try:
+        out = await asyncio.to_thread(
+            run_cli, "keys", "rotate", "--data-dir", str(data), "--new-key-file", str(new_key)
+        )
+    finally:
+        lock.release()
+    assert out.returncode == 1 and "takes no key rotation" in out.stderr, out.stderr
     monkeypatch.setenv("MINIHERMES_DB_KEY", PASSPHRASE)
     async with open_store("sqlite", data_dir=data) as store:
         assert await store.kv.get(SCOPE, "k") == {"v": "Plain words 4711"}

@@ -186,12 +186,19 @@ async def rotate_store_key(
 
     folder = Path(data_dir)
     path = check_key_file(new_key_file, folder)
-    new_key = parse_key(await asyncio.to_thread(path.read_bytes), f"file {path}")
+    try:
+        new_key = parse_key(await asyncio.to_thread(path.read_bytes), f"file {path}")
+    except OSError as e:
+        raise StoreKeyError(f"file {path}", f"cannot read the new key: {e.strerror or e}") from None
     holder = running_node(folder)
     if holder is not None:
         pid = holder.get("pid")
-        if not isinstance(pid, int):
-            return {"ok": False, "error": f"the node on {folder} has not recorded its pid yet: try again"}
+        if not holder.get("key_rotation") or not isinstance(pid, int):
+            return {
+                "ok": False,
+                "error": f"{DataDirBusy(folder, holder)} takes no key rotation (`minihermes serve` does, "
+                "once started): stop it and run this again",
+            }
         result = await asyncio.to_thread(request_rotation, folder, pid, path)
         return {**result, "mode": "served"}
     lock = DataDirLock(folder)
