@@ -77,7 +77,11 @@ async def check_storage(data_dir: Path, config: AppConfig | None = None) -> list
         findings = await node_store(config, data_dir).doctor()
     except (ValueError, TypeError, OSError, ImportError, StoreError) as e:  # a refused config: no traceback
         return [Check("storage", backend, FAIL, str(e), True)]
-    return [Check("storage", f.name, f.status, f.detail, f.required) for f in findings]
+    checks = [Check("storage", f.name, f.status, f.detail, f.required) for f in findings]
+    if backend != "sqlite" and os.environ.get("MINIHERMES_DB_KEY"):  # a key set where it encrypts nothing
+        detail = f"not encrypted by MiniHermes: MINIHERMES_DB_KEY is for SQLite only; on {backend}, encrypt the disk"
+        checks.append(Check("storage", "encryption", WARN, detail))
+    return checks
 
 
 # -- sandbox --------------------------------------------------------------------------------------------------
