@@ -22,7 +22,9 @@ ENV = {"WEB_JWT_SECRET": SECRET}
 
 
 def inbox(server: Server, tok: str) -> list[dict[str, Any]]:
-    r = httpx.get(f"{server.url}/api/v1/notifications", headers={"Authorization": f"Bearer {tok}"}, timeout=30)
+    r = httpx.get(
+        f"{server.url}/api/v1/notifications", headers={"Authorization": f"Bearer {tok}"}, timeout=30
+    )
     assert r.status_code == 200, r.text
     notes: list[dict[str, Any]] = r.json()["notifications"]
     return notes
