@@ -80,6 +80,16 @@ class Inbox:
         if notes:
             deliver(notes)
 
+    async def _on_event(self, event: dict[str, Any], deliver: Deliver) -> None:
+        """One event of the caller's topic, from the node or the server's stream: a notification not shown
+        yet is delivered; ``dropped`` (the subscriber fell behind) re-reads the unread list."""
+        if event.get("type") == "dropped":
+            await self._catch_up(deliver)
+        elif event.get("type") == "notification":
+            notes = self._new([{k: v for k, v in event.items() if k != "type"}])
+            if notes:
+                deliver(notes)
+
     async def _watch_node(self, backend: Embedded, deliver: Deliver) -> None:
         from minihermes.work.notifications import topic_for
 
@@ -88,14 +98,8 @@ class Inbox:
             await self._catch_up(deliver)  # what arrived between the first listing and the subscription
             while True:
                 event = await sub.get()
-                if not isinstance(event, dict):
-                    continue
-                if event.get("type") == "dropped":
-                    await self._catch_up(deliver)
-                elif event.get("type") == "notification":
-                    notes = self._new([{k: v for k, v in event.items() if k != "type"}])
-                    if notes:
-                        deliver(notes)
+                if isinstance(event, dict):
+                    await self._on_event(event, deliver)
         finally:
             sub.close()
 
@@ -113,12 +117,7 @@ class Inbox:
                         failures = 0
                         await self._catch_up(deliver)
                         async for event in sse_events(resp.aiter_lines()):
-                            if event.get("type") == "dropped":
-                                await self._catch_up(deliver)
-                            elif event.get("type") == "notification":
-                                notes = self._new([{k: v for k, v in event.items() if k != "type"}])
-                                if notes:
-                                    deliver(notes)
+                            await self._on_event(event, deliver)
             except httpx.HTTPError:
                 pass  # the server went away (or restarts): try again
             await asyncio.sleep(RETRY_SECONDS[min(failures, len(RETRY_SECONDS) - 1)])
