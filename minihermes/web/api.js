@@ -69,6 +69,13 @@ async function request(method, path, body, contentType = "application/json") {
   const init = { method, headers: headers(body === undefined ? {} : { "content-type": contentType }) };
   if (body !== undefined) init.body = contentType === "application/json" ? JSON.stringify(body) : body;
   const response = await send(path, init);
+  const { text, data } = await readBody(response);
+  if (!response.ok) throw new ApiError(response.status, data, text);
+  return data;
+}
+
+// A response's text and its JSON (null when it is empty or not JSON): what an ApiError carries.
+async function readBody(response) {
   const text = await response.text();
   let data = null;
   try {
@@ -76,8 +83,7 @@ async function request(method, path, body, contentType = "application/json") {
   } catch {
     data = null;
   }
-  if (!response.ok) throw new ApiError(response.status, data, text);
-  return data;
+  return { text, data };
 }
 
 // A file the server sends (GET, with the caller's credential like every request): `{blob, filename, headers}`;
@@ -85,13 +91,7 @@ async function request(method, path, body, contentType = "application/json") {
 async function download(path) {
   const response = await send(path, { method: "GET", headers: headers({ accept: "*/*" }) });
   if (!response.ok) {
-    const text = await response.text();
-    let data = null;
-    try {
-      data = JSON.parse(text);
-    } catch {
-      data = null;
-    }
+    const { text, data } = await readBody(response);
     throw new ApiError(response.status, data, text);
   }
   const disposition = response.headers.get("content-disposition") || "";
@@ -156,13 +156,7 @@ export async function streamChat(sessionId, content, onEvent, signal) {
   });
   const type = response.headers.get("content-type") || "";
   if (!response.ok || !type.startsWith("text/event-stream")) {
-    const text = await response.text();
-    let data = null;
-    try {
-      data = JSON.parse(text);
-    } catch {
-      data = null;
-    }
+    const { text, data } = await readBody(response);
     if (!response.ok) throw new ApiError(response.status, data, text);
     return data;
   }
