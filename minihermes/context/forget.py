@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from minihermes import permissions
 from minihermes.runtime import (
     ActorError,
     ActorNotFound,
@@ -42,7 +43,6 @@ FORGET_OP = "forget_subject"
 AUDIT_ACTOR = "audit_event"
 """Told last: the other stores may write audit events while they forget."""
 FORGET_TIMEOUT = 120.0
-_ADMIN_ROLES = frozenset({"admin", "system"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +62,9 @@ class Subject:
 
 
 def is_admin(ctx: RequestContext | None = None) -> bool:
-    """An admin or the runtime: may forget any user, any session, the tenant."""
-    return bool((ctx or current_context()).roles & _ADMIN_ROLES)
+    """An admin or the runtime (``minihermes.permissions.is_admin``, of the current request by default): may
+    forget any user, any session, the tenant."""
+    return permissions.is_admin(ctx or current_context())
 
 
 def subject(op: str, *, user_id: str = "", session_id: str = "", tenant: bool = False) -> Subject:
