@@ -37,6 +37,7 @@ import json
 import random
 import typing
 import uuid
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import ValidationInfo, field_validator
@@ -53,6 +54,7 @@ from minihermes.llm import (
 )
 from minihermes.llm.protocol import CompletionReply
 from minihermes.runtime import (
+    ActorError,
     Clock,
     ConfigError,
     Conflict,
@@ -61,31 +63,48 @@ from minihermes.runtime import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    RequestContext,
     call,
     cast,
     current_context,
+    reset_context,
+    set_context,
     state,
 )
 
 from . import gateway as policy
 from .audit_event import fire_audit
 from .credentials import CredentialVault, check_api_key, check_phantom_token
-from .gateway import BudgetExceeded, Caller, Circuit, Failure, LLMInternalError, LLMUnavailable, local
+from .gateway import (
+    BudgetExceeded,
+    Caller,
+    Cap,
+    Circuit,
+    Failure,
+    LLMInternalError,
+    LLMUnavailable,
+    PriceUnknown,
+    local,
+    spend,
+)
 from .gateway import probe as connection
 
-__all__ = ["BudgetExceeded", "LLMGateway", "LLMInternalError", "LLMUnavailable"]
+__all__ = ["BudgetExceeded", "LLMGateway", "LLMInternalError", "LLMUnavailable", "PriceUnknown"]
 
 ADMIN_ROLES = frozenset({"admin", "system"})
 SESSION_ROLES = ADMIN_ROLES | {"user"}
 """A user may pin their session to another registered provider; changing the tenant's needs an admin."""
 DEFAULT_PROVIDER = policy.OFFLINE_KIND
-_NOT_SETTINGS = frozenset({"credential_key", "allowed_egress", "ollama_url"})
+_NOT_SETTINGS = frozenset({"credential_key", "allowed_egress", "ollama_url", "prices"})
 """The args that are not ``GatewaySettings`` fields."""
 EGRESS_SETTING = (
     f"the llm_gateway arg allowed_egress (or {egress.ENV_VAR} for the whole node; docs/configuration.md)"
 )
 
-BudgetScope = Literal["tenant", "user", "session", "cron_job"]
+BudgetScope = Literal["tenant", "user", "session", "cron_job", "kanban_worker"]
+Period = Literal["day", "month", "total"]
+MAX_USAGE_PERIODS = 400
+"""At most this many past days (or months) in one ``get_usage`` reply."""
 
 
 class LLMGateway(GenServer):
@@ -104,6 +123,15 @@ class LLMGateway(GenServer):
         ollama_url: str | None = None
         """Where ``detect_local`` looks for a local Ollama (default ``MINIHERMES_OLLAMA_URL``, else
         http://127.0.0.1:11434)."""
+        prices: dict[str, Any] | None = None
+        """The price table: ``{provider: {model: {input, output, cached?, cache_write?}}}`` in USD per
+        million tokens; provider a registered name or a kind, model ``"*"`` for any (``gateway.spend``)."""
+
+        @field_validator("prices")
+        @classmethod
+        def _price_table(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+            spend.check_price_table(value)  # a bad price fails when the config loads
+            return value
 
         @field_validator("*", mode="before")
         @classmethod
@@ -133,7 +161,8 @@ class LLMGateway(GenServer):
     provider_stats: dict[str, dict[str, Any]] = state(default_factory=dict)
     usage: dict[str, Any] = state(default_factory=policy.empty_usage)
     """The tenant's total; per user, session and cron job in ``UsageLedger`` (KV)."""
-    budgets: dict[str, dict[str, int]] = state(default_factory=dict)
+    budgets: dict[str, dict[str, Any]] = state(default_factory=dict)
+    """Caps: scope -> key -> period -> ``spend.cap_entry`` (a bare int, saved before periods: tokens, total)."""
     credentials: dict[str, dict[str, Any]] = state(default_factory=dict)
     """Phantom token -> {version, registered_at}. The keys themselves live only in the vault."""
     counters: dict[str, int] = state(default_factory=dict)
@@ -150,9 +179,17 @@ class LLMGateway(GenServer):
     _tick_timer: str
     _tick_token: str
     _tick_due: float
+    _prices: dict[str, dict[str, dict[str, float]]]
+    _paused: set[str]
+    """Cron jobs asked to pause in this period (``job@label``): asked once, not at every refused call."""
 
     async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
         self._settings = policy.GatewaySettings.from_args(args, extra=_NOT_SETTINGS)
+        try:
+            self._prices = spend.check_price_table(args.get("prices"))
+        except ValueError as e:
+            raise ConfigError("llm_gateway.args.prices", str(e)) from None
+        self._paused = set()
         self._ollama_url = local.ollama_url(args.get("ollama_url"))
         try:
             self._egress = egress.EgressPolicy.parse(args.get("allowed_egress"), EGRESS_SETTING)
@@ -208,7 +245,8 @@ class LLMGateway(GenServer):
         )
         progress = self._stream_progress(stream_topic)
         _check_usage_keys("completion", session_id=session_id, user_id=user_id, cron_job=cron_job)
-        caller = Caller(user_id or current_context().principal, session_id, cron_job)
+        worker = spend.KANBAN_WORKER if session_id.startswith(spend.KANBAN_SESSION_PREFIX) else ""
+        caller = Caller(user_id or current_context().principal, session_id, cron_job, worker)
         if self._clock.monotonic() > self._tick_due + self._settings.tick_interval:
             self._arm_tick()  # a tick was dropped (full mailbox): recovery must not stop for good
         # Spawned here, inside the handler, so the task runs in this request's tenant context.
@@ -239,11 +277,11 @@ class LLMGateway(GenServer):
         caller: Caller,
         progress: policy.StreamProgress | None,
     ) -> CompletionReply:
-        self._ledger.prefetch(caller.keys())
-        await self._check_budgets(caller)
+        spending = self._spending(caller)
+        self._ledger.prefetch_names(spending.counted)
         failures: list[Failure] = []
         for name, model in route:
-            outcome = await self._try_provider(name, model, request, caller, progress)
+            outcome = await self._try_provider(name, model, request, spending, progress)
             if isinstance(outcome, Failure):
                 failures.append(outcome)
                 if outcome.streamed:
@@ -264,12 +302,13 @@ class LLMGateway(GenServer):
         name: str,
         model: str,
         request: CompletionRequest,
-        caller: Caller,
+        spending: _Spending,
         progress: policy.StreamProgress | None,
     ) -> CompletionReply | Failure:
         entry = self.providers.get(name)
         if entry is None:
             return Failure(name, "not_registered")
+        await self._check_budgets(spending, name, entry, model or entry["model"], request)
         circuit_state = self.circuits.get(name, {}).get("state", policy.CLOSED)
         if circuit_state == policy.OPEN or (circuit_state == policy.HALF_OPEN and name in self._trials):
             return Failure(name, "circuit_open")
@@ -287,7 +326,7 @@ class LLMGateway(GenServer):
                 await self._settle_failure(name, failed.kind, retries=0)
                 return Failure(name, failed.kind)
             try:
-                return await self._attempts(name, entry, lease.provider, model, request, caller, progress)
+                return await self._attempts(name, entry, lease.provider, model, request, spending, progress)
             finally:
                 self._pool.release(lease)
         finally:
@@ -301,7 +340,7 @@ class LLMGateway(GenServer):
         provider: Provider,
         model: str,
         request: CompletionRequest,
-        caller: Caller,
+        spending: _Spending,
         progress: policy.StreamProgress | None,
     ) -> CompletionReply | Failure:
         clock = self._clock
@@ -321,7 +360,7 @@ class LLMGateway(GenServer):
                 elapsed = clock.monotonic() - started
                 if progress is not None:
                     self.host.incr_counter("llm_streamed_calls_total", provider=name)
-                return await self._settle_success(name, entry, result, elapsed, retries, caller)
+                return await self._settle_success(name, entry, result, elapsed, retries, spending)
             kind = str(result.kind)
             if progress is not None and progress.deltas:
                 # Failing after text was streamed: neither a retry nor failover may start it over.
@@ -353,10 +392,12 @@ class LLMGateway(GenServer):
         completion: Completion,
         elapsed: float,
         retries: int,
-        caller: Caller,
+        spending: _Spending,
     ) -> CompletionReply:
         usage = completion.usage
-        cost = policy.cost_of(usage, entry["pricing"])
+        model = completion.model or entry["model"]
+        price = spend.price_of(self._prices, name, entry, model)
+        cost = policy.cost_of(usage, price) if price is not None else None
         slow = elapsed > (entry["slow_call_seconds"] or self._settings.slow_call_seconds)
         policy.add_success(self._stats(name), usage, cost, elapsed, slow)
         policy.add_usage(self.usage, usage, cost)
@@ -368,7 +409,8 @@ class LLMGateway(GenServer):
             self.host.save_soon()
         else:
             await self._commit()  # a circuit move is durable before anyone acts on the answer
-        await self._ledger.add(caller.keys(), usage, cost)
+        await self._ledger.add_named(spending.counted, usage, cost, f"{name}/{model}")
+        self._alert(spending)
         self._announce(name, change)
         host = self.host
         host.incr_counter("llm_calls_total", provider=name, outcome="ok")
@@ -413,19 +455,115 @@ class LLMGateway(GenServer):
     def _bump(self, counter: str) -> None:
         self.counters[counter] = self.counters.get(counter, 0) + 1
 
-    async def _check_budgets(self, caller: Caller) -> None:
-        if not self.budgets:
+    def _spending(self, caller: Caller) -> _Spending:
+        """The caps over a call of ``caller`` and the buckets it counts into, at the clock's now."""
+        now = self.host.now()
+        caps: list[tuple[Cap, str]] = []
+        counted: list[str] = []
+        for scope, key in [("tenant", ""), *caller.keys()]:
+            mine = spend.caps_for(self.budgets, scope, key) if self.budgets else []
+            for suffix in spend.counted_suffixes(scope, mine, now):
+                counted.append(f"{scope}/{key}{suffix}")
+            caps += [
+                (cap, f"{scope}/{key}{spend.bucket_suffix(cap.period, cap.time_zone, now)}") for cap in mine
+            ]
+        return _Spending(caller, now, caps, counted)
+
+    def _amounts(self, cap: Cap, bucket_name: str, bucket: dict[str, Any]) -> dict[str, Any]:
+        # The tenant's lifetime is its state's total (counted since before the ledger had a tenant bucket).
+        return self.usage if cap.scope == "tenant" and cap.period == "total" else bucket
+
+    async def _check_budgets(
+        self, spending: _Spending, name: str, entry: dict[str, Any], model: str, request: CompletionRequest
+    ) -> None:
+        """Before a call is sent to ``name``: refuse it when it would cross a hard cap (its prompt's tokens
+        priced by the table), or when a money cap applies and its price is unknown."""
+        if not spending.caps:
             return
-        usage: list[tuple[str, str, dict[str, Any]]] = [("tenant", "", self.usage)]
-        for scope, key in caller.keys():
-            if policy.budget_limit(self.budgets, scope, key) is not None:
-                usage.append((scope, key, await self._ledger.get(scope, key)))
-        spent = policy.spent_budget(self.budgets, usage)
-        if spent is not None:
-            self._bump("budget_exceeded")
-            await self._commit()
-            self.host.incr_counter("llm_budget_exceeded_total", scope=str(spent.details["scope"]))
-            raise spent
+        price = spend.price_of(self._prices, name, entry, model)
+        if spending.est_tokens is None:
+            spending.est_tokens = spend.prompt_tokens(request)
+        est_tokens = spending.est_tokens
+        est_usd = None if price is None else est_tokens * price["input"] / 1_000_000
+        refused: ActorError | None = None
+        for cap, bucket_name in spending.caps:
+            if cap.max_usd is not None and price is None:
+                refused = PriceUnknown(
+                    f"the {cap.period} money budget for {cap.who()} cannot be checked: the price of "
+                    f"{name}/{model} is unknown; set it in the llm_gateway arg prices or register_provider "
+                    f"pricing (docs/configuration.md)",
+                    scope=cap.scope,
+                    key=cap.key,
+                    provider=name,
+                    model=model,
+                )
+                break
+            bucket = self._amounts(cap, bucket_name, await self._ledger.get_named(bucket_name))
+            refused = spend.refusal(cap, bucket, est_tokens, est_usd, spending.now)
+            if refused is not None:
+                if cap.scope == "cron_job":
+                    await self._pause_cron_job(cap, refused)
+                break
+        if refused is None:
+            return
+        self._bump("budget_exceeded")
+        await self._commit()
+        self.host.incr_counter("llm_budget_exceeded_total", scope=str(refused.details["scope"]))
+        raise refused
+
+    async def _pause_cron_job(self, cap: Cap, refused: ActorError) -> None:
+        """A cron job at its cap is paused with the reason, to resume when the period rolls over (the
+        scheduler does that; a pause or resume by a person overrides it)."""
+        resets = spend.period_end(cap.period, cap.time_zone, self.host.now())
+        marker = f"{cap.key}@{resets}"
+        if marker in self._paused or not self.host.has_actor("cron_scheduler"):
+            return
+        ctx = current_context()
+        system = RequestContext(
+            tenant=ctx.tenant, namespace=ctx.namespace, principal="llm_gateway", roles=frozenset({"system"})
+        )
+        token = set_context(system)
+        try:
+            await self.host.ask(
+                "cron_scheduler",
+                "budget_pause",
+                {"job_id": cap.key, "reason": refused.message, "resume_at": resets},
+            )
+            self._paused.add(marker)
+        except ActorError as e:  # the refusal stands either way; the next refused run asks again
+            self.host.log.warning("llm_gateway: pausing cron job %s failed: %s", cap.key, e.message)
+        finally:
+            reset_context(token)
+
+    def _alert(self, spending: _Spending) -> None:
+        """Soft thresholds: an audit event once per cap, period and threshold, kept on the period's bucket."""
+        for cap, bucket_name in spending.caps:
+            if not cap.alerts:
+                continue
+            bucket = self._ledger.cached(bucket_name)
+            if bucket is None:
+                continue
+            share = spend.used_share(cap, self._amounts(cap, bucket_name, bucket))
+            sent = bucket.setdefault("alerts", {}).setdefault(cap.cap_id, [])
+            for threshold in spend.crossed(cap, share, sent):
+                sent.append(threshold)
+                self._ledger.touch(bucket_name)
+                self.host.incr_counter("llm_budget_alerts_total", scope=cap.scope)
+                self._audit(
+                    "budget_alert",
+                    f"{cap.who()} used {threshold:g}% of the {cap.period} budget",
+                    {
+                        "scope": cap.scope,
+                        "key": cap.key,
+                        "period": cap.period,
+                        "time_zone": cap.time_zone,
+                        "threshold": threshold,
+                        "percent": round(share, 2),
+                        "label": spend.period_label(cap.period, cap.time_zone, spending.now),
+                        "max_usd": cap.max_usd,
+                        "max_tokens": cap.max_tokens,
+                    },
+                )
 
     def _announce(self, name: str, change: str | None, reason: str = "") -> None:
         if change is None:
@@ -736,31 +874,150 @@ class LLMGateway(GenServer):
         return {"status": "ok", "phantom_token": phantom_token, "replaced": previous is not None}
 
     @call(access="admin")
-    async def set_budget(self, scope: BudgetScope, key: str, max_tokens: int | None) -> dict[str, Any]:
-        """Cap total tokens (input + output) for the tenant or one user/session/cron job (``"*"``: each one).
-        ``max_tokens=None`` removes the budget. Calls are refused once usage reaches the cap."""
+    async def set_budget(
+        self,
+        scope: BudgetScope,
+        key: str,
+        max_tokens: int | None = None,
+        max_usd: float | None = None,
+        period: Period = "total",
+        time_zone: str = "UTC",
+        alerts: list[float] | None = None,
+    ) -> dict[str, Any]:
+        """Cap tokens (input + output) and/or money (USD, priced by the price table) for the tenant or one
+        user / session / cron job / kanban worker (``"*"``: each one), per ``period`` (``day``, ``month`` in
+        ``time_zone``, or ``total``). ``alerts``: soft thresholds in percent (default 50, 80, 100), each an
+        audit event once per period. Neither limit given removes the cap of that period. A call that would
+        cross a cap is refused before it is sent (``budget_exceeded``). Admins only."""
         _require(ADMIN_ROLES, "set_budget")
         if scope == "tenant":
             key = ""
         elif not key:
             raise InvalidArgument(f"a {scope} budget needs a key ('*' for every {scope})", field="key")
         _check_usage_keys("set_budget", key=key)
-        if max_tokens is not None and max_tokens < 0:
-            raise InvalidArgument("max_tokens must be >= 0 (null removes the budget)", field="max_tokens")
-        if scope == "tenant" or key == "*":
-            used = int(self.usage["total_tokens"]) if scope == "tenant" else None
+        if scope == "kanban_worker" and key not in ("*", spend.KANBAN_WORKER):
+            raise InvalidArgument(
+                f"the kanban worker's key is {spend.KANBAN_WORKER!r} (its turns' sessions are kanban:...)",
+                field="key",
+            )
+        entry = spend.cap_entry(max_tokens, max_usd, period, time_zone, alerts)
+        now = self.host.now()
+        if scope == "tenant" and period == "total":
+            used = dict(self.usage)
+        elif key == "*":
+            used = None
         else:
-            used = int((await self._ledger.get(scope, key))["total_tokens"])
-        if max_tokens is None:
-            self.budgets.get(scope, {}).pop(key, None)
-            if not self.budgets.get(scope, True):
-                del self.budgets[scope]
+            used = dict(
+                await self._ledger.get_named(f"{scope}/{key}{spend.bucket_suffix(period, time_zone, now)}")
+            )
+        per_scope = self.budgets.get(scope, {})
+        periods = spend.entries_of(per_scope.get(key))
+        if max_tokens is None and max_usd is None:
+            periods.pop(period, None)
         else:
-            self.budgets.setdefault(scope, {})[key] = max_tokens
+            periods[period] = entry
+        if periods:
+            self.budgets.setdefault(scope, {})[key] = periods
+        else:
+            per_scope.pop(key, None)
+            if not per_scope:
+                self.budgets.pop(scope, None)
+        removed = max_tokens is None and max_usd is None
         self._audit(
-            "budget_set", f"{scope} budget set", {"scope": scope, "key": key, "max_tokens": max_tokens}
+            "budget_set",
+            f"{scope} budget {'removed' if removed else 'set'} ({period})",
+            {"scope": scope, "key": key, **entry, "removed": removed},
         )
-        return {"status": "ok", "scope": scope, "key": key, "max_tokens": max_tokens, "used": used}
+        resets = spend.period_end(period, time_zone, now)
+        return {
+            "status": "ok",
+            "scope": scope,
+            "key": key,
+            **entry,
+            "used": None if used is None else int(used["total_tokens"]),
+            "used_usd": None if used is None else float(used["cost_usd"]),
+            "resets_at": resets,
+        }
+
+    @call(access="read")
+    async def get_usage(
+        self, scope: str = "", key: str = "", period: Period = "day", limit: int = 31
+    ) -> dict[str, Any]:
+        """Spend per scope and period: ``current`` (this period: calls, tokens, USD, calls of unknown price,
+        ``models``), ``history`` (the last ``limit`` days or months, newest first; ``total``: the lifetime),
+        and ``caps`` (each cap over this scope and key: its limits, what is used, percent, ``resets_at``,
+        the thresholds announced). A user sees their own usage only (scope ``user``, their own name, the
+        default for them); admins any scope (default the tenant)."""
+        ctx = current_context()
+        admin = bool(ctx.roles & ADMIN_ROLES)
+        scope = scope or ("tenant" if admin else "user")
+        if scope not in spend.SCOPES:
+            raise InvalidArgument(f"scope must be one of {', '.join(spend.SCOPES)}", field="scope")
+        if period not in spend.PERIODS:
+            raise InvalidArgument(f"period must be one of {', '.join(spend.PERIODS)}", field="period")
+        if not 1 <= limit <= MAX_USAGE_PERIODS:
+            raise InvalidArgument(f"limit must be within 1..{MAX_USAGE_PERIODS}", field="limit")
+        if scope == "tenant":
+            key = ""
+        elif scope == "user" and not key and not admin:
+            key = ctx.principal
+        elif scope == "kanban_worker" and not key:
+            key = spend.KANBAN_WORKER
+        _check_usage_keys("get_usage", key=key)
+        if not admin and not (scope == "user" and key == ctx.principal):
+            raise PermissionDenied(
+                "get_usage: a user sees their own usage only (scope user, their own name)",
+                op="get_usage",
+                field="scope",
+            )
+        if scope != "tenant" and not key:
+            raise InvalidArgument(f"get_usage: a {scope} needs a key", field="key")
+        now = self.host.now()
+        base = f"{scope}/{key}"
+        if period == "total":
+            lifetime = dict(self.usage) if scope == "tenant" else dict(await self._ledger.get_named(base))
+            history = [{"label": "total", **_usage_view(lifetime)}]
+        else:
+            found = await self._ledger.list_named(f"{base}@{period}:", self.host.kv.list)
+            rows = sorted(
+                ((name.split(":", 1)[1], bucket) for name, bucket in found.items() if "~" not in name),
+                reverse=True,
+            )[:limit]
+            history = [{"label": label, **_usage_view(bucket)} for label, bucket in rows]
+        label = spend.period_label(period, "UTC", now)
+        current = next((h for h in history if h["label"] == label), {"label": label, **_usage_view({})})
+        caps = []
+        for cap in spend.caps_for(self.budgets, scope, key) if key != "*" else []:
+            name = f"{base}{spend.bucket_suffix(cap.period, cap.time_zone, now)}"
+            bucket = await self._ledger.get_named(name)
+            amounts = self._amounts(cap, name, bucket)
+            caps.append(
+                {
+                    "period": cap.period,
+                    "time_zone": cap.time_zone,
+                    "rule": cap.rule,
+                    "max_tokens": cap.max_tokens,
+                    "max_usd": cap.max_usd,
+                    "alerts": list(cap.alerts),
+                    "label": spend.period_label(cap.period, cap.time_zone, now),
+                    "used_tokens": int(amounts.get("total_tokens") or 0),
+                    "used_usd": round(float(amounts.get("cost_usd") or 0.0), 9),
+                    "percent": round(spend.used_share(cap, amounts), 2),
+                    "alerts_sent": list((bucket.get("alerts") or {}).get(cap.cap_id, [])),
+                    "resets_at": spend.period_end(cap.period, cap.time_zone, now),
+                }
+            )
+        return {
+            "status": "ok",
+            "scope": scope,
+            "key": key,
+            "period": period,
+            "time_zone": "UTC",
+            "now": now,
+            "current": current,
+            "history": history,
+            "caps": caps,
+        }
 
     # -- inspection -------------------------------------------------------------------------------------
 
@@ -841,6 +1098,31 @@ class LLMGateway(GenServer):
                 provider=provider,
                 reason=unusable[0],
             )
+
+
+@dataclass(slots=True)
+class _Spending:
+    """One completion's spend plan: the caps over it (each with the bucket its period reads) and every
+    bucket it counts into; ``est_tokens``, the prompt's estimate, made once when a cap needs it."""
+
+    caller: Caller
+    now: float
+    caps: list[tuple[Cap, str]]
+    counted: list[str]
+    est_tokens: int | None = None
+
+
+def _usage_view(bucket: dict[str, Any]) -> dict[str, Any]:
+    """A usage bucket as ``get_usage`` shows it."""
+    return {
+        "calls": int(bucket.get("calls") or 0),
+        "input_tokens": int(bucket.get("input_tokens") or 0),
+        "output_tokens": int(bucket.get("output_tokens") or 0),
+        "total_tokens": int(bucket.get("total_tokens") or 0),
+        "cost_usd": round(float(bucket.get("cost_usd") or 0.0), 9),
+        "unknown_cost_calls": int(bucket.get("unknown_cost_calls") or 0),
+        "models": {name: dict(row) for name, row in sorted((bucket.get("models") or {}).items())},
+    }
 
 
 def _require(roles: frozenset[str], op: str) -> None:

@@ -11,7 +11,9 @@ state of their own and send no messages.
 - ``retry``: one timed provider call, retry delays, and streaming progress;
 - ``pool``: ``ProviderPool``, provider clients built lazily, shared, and closed once retired and idle;
 - ``usage``: usage buckets, provider stats, costs, budgets, and ``UsageLedger`` (usage per user, session
-  and cron job in the tenant's KV).
+  and cron job in the tenant's KV);
+- ``spend``: spend caps (tokens and money, per day, month or in total, in a time zone, with soft alert
+  thresholds), the price table, and the refusal of a call that would cross a cap.
 """
 
 from .calls import (
@@ -41,6 +43,7 @@ from .providers import (
 )
 from .retry import StreamProgress, call_with_timeout, redact, retry_delay, stream_completion
 from .settings import GatewaySettings
+from .spend import Cap, PriceUnknown
 from .usage import (
     BUDGET_SCOPES,
     KVStore,
@@ -67,6 +70,7 @@ __all__ = [
     "BudgetExceeded",
     "BuildFailed",
     "Caller",
+    "Cap",
     "Circuit",
     "Failure",
     "GatewaySettings",
@@ -74,6 +78,7 @@ __all__ = [
     "LLMInternalError",
     "LLMUnavailable",
     "Lease",
+    "PriceUnknown",
     "ProviderPool",
     "StreamProgress",
     "UsageLedger",

@@ -35,7 +35,8 @@ class LLMUnavailable(ActorError):
 
 
 class BudgetExceeded(ActorError):
-    """A token budget (tenant, user, session or cron job) is spent; no provider was called."""
+    """A budget (tenant, user, session, cron job or kanban worker; tokens or money, per period) is spent, or
+    the call would cross it: no provider was called."""
 
     code = "budget_exceeded"
     http_status = 429
@@ -55,9 +56,15 @@ class Caller:
     user: str
     session: str
     cron_job: str
+    kanban_worker: str = ""
 
     def keys(self) -> list[tuple[str, str]]:
-        pairs = (("user", self.user), ("session", self.session), ("cron_job", self.cron_job))
+        pairs = (
+            ("user", self.user),
+            ("session", self.session),
+            ("cron_job", self.cron_job),
+            ("kanban_worker", self.kanban_worker),
+        )
         return [(scope, key) for scope, key in pairs if key]
 
 

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from minihermes.llm import Usage
 
 from .calls import BudgetExceeded
+from .spend import add_model
 
 BUDGET_SCOPES = ("tenant", "user", "session", "cron_job")
 
@@ -208,6 +209,54 @@ class UsageLedger:
             self._dirty.add(name)
         if self._dirty and (self._flushing is None or self._flushing.done()):
             self._flushing = self._spawn(self._flush_later())
+
+    def prefetch_names(self, names: Sequence[str]) -> None:
+        """``prefetch`` by bucket name (``spend.bucket_suffix`` names period buckets)."""
+        for name in names:
+            full = self.PREFIX + name
+            if full not in self._cache and full not in self._loading:
+                self._loading[full] = self._spawn(self._bucket(full))
+
+    async def get_named(self, name: str) -> dict[str, Any]:
+        """The live bucket ``name`` (``<scope>/<key>[@<period>:<label>[~<zone>]]``)."""
+        return await self._bucket(self.PREFIX + name)
+
+    def cached(self, name: str) -> dict[str, Any] | None:
+        """The bucket if it is in memory (no store read): the hot path's view of a caller's buckets."""
+        return self._cache.get(self.PREFIX + name)
+
+    def touch(self, name: str) -> None:
+        """A bucket changed by hand (its ``alerts``): written with the next flush."""
+        self._dirty.add(self.PREFIX + name)
+        if self._flushing is None or self._flushing.done():
+            self._flushing = self._spawn(self._flush_later())
+
+    async def add_named(self, names: Sequence[str], usage: Usage, cost: float | None, model: str) -> None:
+        """Count one call into each bucket of ``names``; period buckets (``@`` in the name) per model too,
+        and a call of unknown price as such (``unknown_cost_calls``), never as free."""
+        for short in names:
+            name = self.PREFIX + short
+            bucket = await self._bucket(name)
+            add_usage(bucket, usage, cost)
+            if cost is None:
+                bucket["unknown_cost_calls"] = int(bucket.get("unknown_cost_calls") or 0) + 1
+            if "@" in short:
+                add_model(bucket, model, usage.input_tokens, usage.output_tokens, cost)
+            self._dirty.add(name)
+        if self._dirty and (self._flushing is None or self._flushing.done()):
+            self._flushing = self._spawn(self._flush_later())
+
+    async def list_named(self, prefix: str, kv_list: Callable[[str], Awaitable[Any]]) -> dict[str, Any]:
+        """Buckets whose names start with ``prefix``: what is stored, overlaid with what is in memory (the
+        counts not written yet)."""
+        full = self.PREFIX + prefix
+        out = {
+            key[len(self.PREFIX) :]: value for key, value in await kv_list(full) if isinstance(value, dict)
+        }
+        for name, bucket in self._cache.items():
+            if name.startswith(full):
+                out[name[len(self.PREFIX) :]] = bucket
+        return out
 
     async def flush(self) -> None:
         """Write everything pending now (a graceful stop)."""
