@@ -73,6 +73,8 @@ MAX_PROMPT_CHARS = 20_000
 DEFAULT_TICK = 1.0
 BATCH = 200
 MAX_RUNS_KEPT = 200
+RESUME = "cron:resume:"
+"""Jobs paused at their spend cap, by when the next period starts: ``cron:resume:<ms>:<job_id>``."""
 DUE_SLACK = 0.005
 """A fire time this close ahead of the clock is due now (timer and float rounding, not lateness)."""
 _WRITERS = frozenset({"admin", "system", "user"})
@@ -102,6 +104,20 @@ def _job_view(job: dict[str, Any]) -> dict[str, Any]:
 def _visible(job: dict[str, Any]) -> bool:
     """Users see their own jobs; admins and the system every job."""
     return is_admin() or job.get("owner") == current_context().principal
+
+
+def _resumed(job: dict[str, Any], now: float) -> dict[str, Any]:
+    """A paused job going on from the next fire time after now (what was missed while paused is not run)."""
+    sched = parse_schedule(job["schedule"], job["tz"])
+    anchor = job.get("next_run_at") or job["created_at"]
+    nxt = sched.at if sched.kind == "once" else sched.following(anchor, now)
+    return {
+        "status": "active" if nxt is not None else "done",
+        "next_run_at": nxt,
+        "paused_by": None,
+        "paused_reason": None,
+        "resume_at": None,
+    }
 
 
 class CronScheduler(GenServer):
@@ -268,9 +284,39 @@ class CronScheduler(GenServer):
     @call(access="write")
     async def pause_job(self, job_id: str) -> dict[str, Any]:
         _require_writer("pause_job")
-        job = await self._change("pause_job", job_id, lambda j: {"status": "paused"})
+        # A person's pause stands: a pause at a spend cap no longer resumes by itself.
+        person = {"status": "paused", "paused_by": current_context().principal, "resume_at": None}
+        job = await self._change("pause_job", job_id, lambda j: person)
         await self._drop_due(job)
         return {"status": "ok", "job_id": job_id, "job_status": "paused"}
+
+    @call(access="admin")
+    async def budget_pause(self, job_id: str, reason: str, resume_at: float | None = None) -> dict[str, Any]:
+        """Pause a job at its spend cap (the ``llm_gateway`` asks, as the system): ``paused_reason`` says why,
+        and with ``resume_at`` (the next period) the scheduler resumes it then, unless a person paused or
+        resumed it meanwhile. A job a person paused stays as it is."""
+        if not is_admin():
+            raise PermissionDenied("budget_pause: for the runtime and admins", op="budget_pause")
+        check_job_id(job_id, "budget_pause")
+        job = await self.host.kv.get(job_key(job_id))
+        if not isinstance(job, dict) or job["status"] not in ("active", "paused"):
+            return {"status": "ok", "job_id": job_id, "job_status": job["status"] if job else None}
+        if job["status"] == "paused" and job.get("paused_by") != "budget":
+            return {"status": "ok", "job_id": job_id, "job_status": "paused"}
+        paused = {
+            "status": "paused",
+            "paused_by": "budget",
+            "paused_reason": reason[:1000],
+            "resume_at": resume_at,
+        }
+        job = await self._change("budget_pause", job_id, lambda j: paused)
+        await self._drop_due(job)
+        if resume_at is not None:
+            await self.host.kv.put(f"{RESUME}{round(resume_at * 1000):015d}:{job_id}", {"job_id": job_id})
+        self._audit_event(
+            "cron_budget_paused", f"job_id={job_id} resume_at={resume_at} reason={reason[:200]}"
+        )
+        return {"status": "ok", "job_id": job_id, "job_status": "paused", "resume_at": resume_at}
 
     @call(access="write")
     async def resume_job(self, job_id: str) -> dict[str, Any]:
@@ -281,10 +327,7 @@ class CronScheduler(GenServer):
         def change(job: dict[str, Any]) -> dict[str, Any]:
             if job["status"] != "paused":
                 raise Conflict(f"resume_job: job '{job_id}' is {job['status']}, not paused", job_id=job_id)
-            sched = parse_schedule(job["schedule"], job["tz"])
-            anchor = job.get("next_run_at") or job["created_at"]
-            nxt = sched.at if sched.kind == "once" else sched.following(anchor, now)
-            return {"status": "active" if nxt is not None else "done", "next_run_at": nxt}
+            return _resumed(job, now)
 
         job = await self._change("resume_job", job_id, change)
         if job["next_run_at"] is not None:
@@ -383,6 +426,7 @@ class CronScheduler(GenServer):
         try:
             while True:
                 self._tick_again = False
+                await self._resume_due()
                 await self._dispatch_due()
                 await self._dispatch_retries()
                 if not self._tick_again:
@@ -414,6 +458,22 @@ class CronScheduler(GenServer):
                 return
             if not await self._still_leading():
                 return
+
+    async def _resume_due(self) -> None:
+        """Jobs paused at a spend cap whose next period has begun go on (from their next fire time)."""
+        now = self.host.now()
+        for key, _ in await self.host.kv.list(RESUME, limit=self.batch):
+            _, _, at_ms, job_id = key.split(":", 3)
+            at = int(at_ms) / 1000
+            if at > now + DUE_SLACK:
+                break
+            job = await self.host.kv.get(job_key(job_id))
+            if isinstance(job, dict) and job["status"] == "paused" and job.get("paused_by") == "budget":
+                job = await self._change("budget_resume", job_id, lambda j: _resumed(j, now))
+                if job["next_run_at"] is not None:
+                    await self.host.kv.put(due_key(job["next_run_at"], job_id), {"job_id": job_id})
+                self._audit_event("cron_budget_resumed", f"job_id={job_id}")
+            await self.host.kv.delete(key)
 
     async def _still_leading(self) -> bool:
         lock = await self.host.locks.get("cron_leader")
