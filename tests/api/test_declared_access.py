@@ -35,6 +35,8 @@ BEFORE: dict[tuple[str, str], str] = {
     ("llm_gateway", "set_failover"): "admin",
     ("llm_gateway", "register_credential"): "admin",
     ("llm_gateway", "set_budget"): "admin",
+    # Added (issue 30): users read their own spend; the op narrows a user to their own usage.
+    ("llm_gateway", "get_usage"): "read",
     ("llm_gateway", "timer_tick"): "admin",
     ("llm_gateway", "test_provider"): "admin",
     ("tool_executor", "list_tools"): "read",
