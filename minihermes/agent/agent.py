@@ -740,6 +740,14 @@ class Agent(GenServer):
         if self.host.has_subscribers(self.stream_topic):
             request["stream_topic"] = self.stream_topic
         reply = await self.host.ask("llm_gateway", "completion", request, timeout=self.llm_timeout)
+        # The turn's tokens and cost, for its reply (cost None once a call's price is unknown).
+        spent = turn.setdefault("usage", {"calls": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0})
+        used = reply.get("response", {}).get("usage") or {}
+        spent["calls"] += 1
+        spent["input_tokens"] += int(used.get("input_tokens") or 0)
+        spent["output_tokens"] += int(used.get("output_tokens") or 0)
+        cost, total = reply.get("cost_usd"), spent["cost_usd"]
+        spent["cost_usd"] = None if cost is None or total is None else round(total + cost, 9)
         response: dict[str, Any] = reply["response"]
         return response
 
@@ -952,6 +960,8 @@ class Agent(GenServer):
             "tool_calls": turn["tool_calls"],
             "iterations": turn["iterations"],
             "turn_id": turn["turn_id"],
+            "usage": turn.get("usage")
+            or {"calls": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0},
         }
         self.stats["turns"] += 1
         self.stats["iterations"] += turn["iterations"]

@@ -44,6 +44,8 @@ async def test_a_turn_with_tools_and_the_reply_shape(make_node):
         "tool_calls": 2,
         "iterations": 2,
         "turn_id": reply["turn_id"],
+        # The turn's tokens and cost: the scripted gateway reports neither usage nor a price.
+        "usage": {"calls": 2, "input_tokens": 0, "output_tokens": 0, "cost_usd": None},
     }
     history = (await node.ask("agent/s1", "get_history"))["messages"]
     assert [m["role"] for m in history] == ["user", "assistant", "tool", "tool", "assistant"]
