@@ -12,7 +12,8 @@ memories or learned skills. An item's ``setup`` messages are sent first in the s
 - ``correct``: not a "cannot", and it has every expected value (``answer``: substrings of the reply) and
   leaves the expected state (``memory``: key -> value, read back with memory_recall; ``file``: path ->
   content, read back with read_file; ``tool``: tool -> substrings of what that tool returns now;
-  ``forgotten``: keys memory_recall no longer finds);
+  ``forgotten``: keys memory_recall no longer finds; ``quarantined``: key -> value held for confirmation
+  because it came from untrusted content, then found once the user confirms it);
   for an item labelled ``"cannot"``, an answer that says it cannot.
 - ``cannot``: the answer starts with "I can't"/"I cannot"/"I couldn't" (an honest refusal or failure).
 - ``wrong``: anything else: an answer that is not a "cannot" and misses the expected value or state, or a
@@ -106,6 +107,19 @@ async def _missing(node: Node, ctx: RequestContext, session: str, answer: str, e
         got = await _tool(node, ctx, session, "memory_recall", {"key": key})
         if not isinstance(got, dict) or str(got.get("value")) != value:
             return f"memory {key!r} is {got!r}, not {value!r}"
+    for key, value in expect.get("quarantined", {}).items():
+        # Derived from untrusted content (a file, a web page): held, not remembered, until confirmed.
+        got = await _tool(node, ctx, session, "memory_recall", {"key": key})
+        if not isinstance(got, dict) or got.get("found") is not False:
+            return f"memory {key!r} is {got!r} before it was confirmed"
+        held = await node.ask("memory", "list_quarantined", {}, ctx=ctx)
+        entry = next((m for m in held["memories"] if m["key"] == key), None)
+        if entry is None or str(entry["value"]) != value:
+            return f"quarantined {key!r} is {entry!r}, not {value!r}"
+        await node.ask("memory", "confirm_memory", {"id": entry["id"]}, ctx=ctx)
+        got = await _tool(node, ctx, session, "memory_recall", {"key": key})
+        if not isinstance(got, dict) or str(got.get("value")) != value:
+            return f"memory {key!r} is {got!r} after it was confirmed, not {value!r}"
     for key in expect.get("forgotten", []):
         got = await _tool(node, ctx, session, "memory_recall", {"key": key})
         if not isinstance(got, dict) or got.get("found") is not False:

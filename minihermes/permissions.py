@@ -136,6 +136,13 @@ def is_admin(ctx: RequestContext) -> bool:
     return not ctx.roles.isdisjoint(ADMIN_ROLES)
 
 
+def provenance(ctx: RequestContext) -> tuple[str, bool]:
+    """``(provenance, derived_from_untrusted)`` of what ``ctx`` writes, as the runtime stamped it on the
+    request (``RequestContext.provenance``/``untrusted``): a person's own request is ``user`` (``admin`` for
+    an admin or the runtime), a turn's write is ``agent`` or ``tool:<name>``. No argument can set either."""
+    return ctx.provenance or ("admin" if is_admin(ctx) else "user"), ctx.untrusted
+
+
 def is_writer(ctx: RequestContext) -> bool:
     """May change things at all (a viewer may not)."""
     return not ctx.roles.isdisjoint(WRITER_ROLES)
@@ -200,6 +207,7 @@ __all__ = [
     "may",
     "may_access",
     "owner_context",
+    "provenance",
     "require",
     "restricted",
 ]

@@ -66,6 +66,12 @@ class TurnCompleted(TypedDict):
     """The session's previous turn when this turn's message corrects it ("no, that's wrong", "actually
     it's ...", ``consistency.is_correction``): listeners retract what that turn produced (its episode, a
     skill learned from it). "" otherwise."""
+    untrusted: bool
+    """The turn saw untrusted content (a tool result marked untrusted: a web page, a file, an MCP result) or
+    was started by one that did: what listeners derive from it (its episode, a skill learned from it) is
+    quarantined until its owner or an admin confirms it."""
+    untrusted_sources: list[str]
+    """Where that content came from, first first: ``tool:<name>``."""
 
 
 def listeners(host: Host) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -320,7 +321,9 @@ class Agent(GenServer):
             "start": len(self.history),
             "iterations": 0,
             "tool_calls": 0,
-            "untrusted_seen": False,
+            # A turn started by one that saw untrusted content (a delegated task) carries it on.
+            "untrusted_seen": caller.untrusted,
+            "untrusted_from": [caller.provenance] if caller.untrusted and caller.provenance else [],
             "paused": None,
             "max_iterations": min(max_iterations or self.max_iterations, self.max_iterations),
             "allowed_tools": None if allowed_tools is None else sorted(set(allowed_tools)),
@@ -672,6 +675,9 @@ class Agent(GenServer):
         self._publish(
             {"type": "tool_call_start", "id": call_["id"], "name": call_["name"], "input": call_["input"]}
         )
+        # What the call writes is stamped with where its content comes from (``RequestContext.provenance``):
+        # the agent's, or the first untrusted tool's once the turn saw outside content.
+        token = set_context(self._stamped(turn))
         try:
             result = await self.host.ask(
                 "tool_executor",
@@ -681,9 +687,14 @@ class Agent(GenServer):
             )
         except ActorError as e:
             result = {"status": "error", "error": {"code": e.code, "message": e.message}}
+        finally:
+            reset_context(token)
         untrusted = bool(result.get("untrusted"))
         if untrusted:
             turn["untrusted_seen"] = True
+            sources = turn.setdefault("untrusted_from", [])
+            if f"tool:{call_['name']}" not in sources:
+                sources.append(f"tool:{call_['name']}")
         is_error = result.get("status") == "error"
         payload = result.get("error") if is_error else result.get("result")
         self._tool_result(call_, {"error": payload} if is_error else payload, is_error, untrusted=untrusted)
@@ -702,6 +713,14 @@ class Agent(GenServer):
         self.stats["tool_calls"] += 1
         self.host.incr_counter("agent_tool_calls_total")
         self.host.save_soon()  # durable before the next call runs and before the reply
+
+    @staticmethod
+    def _stamped(turn: dict[str, Any]) -> RequestContext:
+        """The current context, stamped with the provenance of what a tool call of ``turn`` writes."""
+        sources = turn.get("untrusted_from") or []
+        if turn["untrusted_seen"]:
+            return replace(current_context(), provenance=sources[0] if sources else "tool", untrusted=True)
+        return replace(current_context(), provenance="agent", untrusted=False)
 
     def _tool_result(
         self, call_: dict[str, Any], payload: Any, is_error: bool, *, untrusted: bool = False
@@ -1071,6 +1090,8 @@ class Agent(GenServer):
             "truthful": not wrong,
             "fell_short": short,
             "corrects_turn": previous if previous and is_correction(turn["message"]) else "",
+            "untrusted": bool(turn["untrusted_seen"]),
+            "untrusted_sources": list(turn.get("untrusted_from") or []),
         }
 
     def _publish(self, event: dict[str, Any]) -> None:

@@ -84,12 +84,14 @@ from minihermes.context.recall import (
     load_embedder,
 )
 from minihermes.context.redact import redact_text, secret_kinds
+from minihermes.permissions import provenance as stamped_provenance
 from minihermes.runtime import MAX_KEY_CHARS as MAX_ACTOR_KEY_CHARS
 from minihermes.runtime import (
     ActorArgs,
     Conflict,
     GenServer,
     InvalidArgument,
+    NotFound,
     PermissionDenied,
     RequestContext,
     call,
@@ -151,6 +153,11 @@ RETENTION_INTERVAL = 3600.0
 """Seconds: expired memories are removed by one pass at the end of the interval they expired in."""
 _PURGE_REMINDER = "memory_expiry"
 _PURGE_BATCH = 100
+_QUAR = "memq:"
+"""kv prefix of a quarantined write (``memq:`` + the record key it would have): the whole record as it would
+be stored, held apart from the live one until its owner or an admin confirms it (``confirm_memory``)."""
+MAX_QUARANTINED = 1_000
+"""Quarantined writes a tenant may hold at once (a poisoned loop cannot fill the store)."""
 """Expired facts removed per transaction by the retention pass."""
 
 
@@ -381,6 +388,11 @@ def _view(record: dict[str, Any]) -> dict[str, Any]:
     out["kind"] = record.get("kind", "semantic")
     out["pinned"] = bool(record.get("pinned"))
     out["private"] = bool(_holder(record))
+    out["provenance"] = str(record.get("provenance") or "unrecorded")
+    out["derived_from_untrusted"] = bool(record.get("derived_from_untrusted"))
+    out["quarantined"] = bool(record.get("quarantined"))
+    if record.get("confirmed_by"):
+        out["confirmed_by"] = record["confirmed_by"]
     if record.get("source_session"):
         out["source_session"] = record["source_session"]
     if record["scope"] == "agent":
@@ -599,11 +611,17 @@ class Memory(GenServer):
         private: bool | None,
         source_session: str,
         ttl_seconds: int = 0,
+        origin: tuple[str, bool] | None = None,
+        confirmed_by: str = "",
     ) -> dict[str, Any]:
-        """``store_memory`` once its sessions are checked (a turn's episode names the turn's own)."""
+        """``store_memory`` once its sessions are checked (a turn's episode names the turn's own).
+        ``origin``: ``(provenance, derived_from_untrusted)`` when the runtime knows it better than the
+        request's stamp (a turn's episode); a write derived from untrusted content is quarantined
+        (``_quarantine``) unless ``confirmed_by`` names who confirmed it."""
         op = "store_memory"
         _check_ttl(op, "ttl_seconds", ttl_seconds, default_allowed=True)  # before anything is read
         ctx = current_context()
+        prov, untrusted = origin if origin is not None else stamped_provenance(ctx)
         if _privileged(ctx):
             holder = (user_id or ctx.principal) if private else ""
         else:
@@ -630,6 +648,32 @@ class Memory(GenServer):
                 op=op,
                 field="key",
             )
+        now = self.host.now()
+        ttl = ttl_seconds or self.ttl_defaults.get(kind, NEVER)
+        expires_at = None if ttl == NEVER else now + ttl
+        if untrusted and not confirmed_by:
+            # Held apart, whole, until its owner or an admin confirms it: not recalled, searched, listed,
+            # put in core or in a prompt meanwhile, and the live fact under the key (if any) stays as it was.
+            pending = {
+                "key": key,
+                "value": text,
+                "scope": scope,
+                "owner": owner,
+                "holder": holder,
+                "tier": tier,
+                "kind": kind,
+                "pinned": pinned,
+                "private": bool(holder),
+                "source_session": source_session or session_id,
+                "user_id": user_id or ctx.principal,
+                "created_at": now,
+                "updated_at": now,
+                "expires_at": expires_at,
+                "provenance": prov,
+                "derived_from_untrusted": True,
+                "quarantined": True,
+            }
+            return await self._quarantine(rkey, pending, session_id)
         existing = await self.host.kv.get(rkey)
         previous: dict[str, Any] | None = existing if isinstance(existing, dict) else None
         # The holder's own record from before ownership (at the shared key) is replaced by this one.
@@ -639,9 +683,6 @@ class Memory(GenServer):
             raise Conflict(
                 f"{op}: this tenant has {self.max_memories} memories already", code="quota_exceeded"
             )
-        now = self.host.now()
-        ttl = ttl_seconds or self.ttl_defaults.get(kind, NEVER)
-        expires_at = None if ttl == NEVER else now + ttl
         # A fact that expired but is not removed yet is gone to every reader: storing it again creates it.
         earlier = next((r for r in (previous, replaced) if r is not None and not expired(r, now)), None)
         record = {
@@ -659,7 +700,12 @@ class Memory(GenServer):
             "created_at": earlier["created_at"] if earlier else now,
             "updated_at": now,
             "expires_at": expires_at,
+            "provenance": prov,
+            "derived_from_untrusted": untrusted,
         }
+        if confirmed_by:
+            record["confirmed_by"] = confirmed_by
+            record["confirmed_at"] = now
         analysed = " ".join(index_terms(f"{key} {text}"))
         meta = {
             "key": key,
@@ -719,7 +765,140 @@ class Memory(GenServer):
             "private": bool(holder),
             "created": earlier is None,
             "expires_at": expires_at,
+            "provenance": prov,
+            "quarantined": False,
         }
+
+    async def _quarantine(self, rkey: str, pending: dict[str, Any], session_id: str) -> dict[str, Any]:
+        """Hold a write derived from untrusted content (``pending``, the record it would be) under
+        ``memq:`` + its record key; the latest such write to a key replaces an earlier one."""
+        op = "store_memory"
+        qkey = _QUAR + rkey
+        if await self.host.kv.get(qkey) is None:
+            held = await self.host.kv.list(_QUAR, limit=MAX_QUARANTINED)
+            if len(held) >= MAX_QUARANTINED:
+                raise Conflict(
+                    f"{op}: this tenant holds {MAX_QUARANTINED} quarantined memories already; confirm or "
+                    "discard some (list_quarantined)",
+                    code="quota_exceeded",
+                )
+        pending["quarantined_at"] = pending["updated_at"]
+        await self.host.kv.put(qkey, pending)
+        if pending["expires_at"] is not None:
+            await self._plan_purge(float(pending["expires_at"]))
+        self.host.incr_counter("memory_quarantined_total")
+        self._audit(
+            "memory_quarantined",
+            f"scope={pending['scope']} key={pending['key']} provenance={pending['provenance']}",
+            session_id,
+            pending,
+        )
+        return {
+            "status": "ok",
+            "key": pending["key"],
+            "scope": pending["scope"],
+            "tier": pending["tier"],
+            "kind": pending["kind"],
+            "private": pending["private"],
+            "created": False,
+            "expires_at": pending["expires_at"],
+            "provenance": pending["provenance"],
+            "quarantined": True,
+            "id": rkey,
+        }
+
+    # -- quarantine ---------------------------------------------------------------------------------------
+
+    @call(access="read")
+    async def list_quarantined(self, user_id: str = "", limit: int = 100) -> dict[str, Any]:
+        """The writes held for confirmation (derived from untrusted content: a web page, a file, an MCP or
+        tool result) that the caller may confirm: a user's own; an admin's all of the tenant's (or
+        ``user_id``'s). Each is the memory as it would be stored, with ``id`` (for ``confirm_memory`` /
+        ``discard_memory``), ``provenance`` and ``quarantined_at``; newest first."""
+        op = "list_quarantined"
+        _check_ids(op, user_id=user_id)
+        if not 1 <= limit <= 1000:
+            raise InvalidArgument(f"{op}: limit must be 1..1000", op=op, field="limit")
+        ctx = current_context()
+        now = self.host.now()
+        held = [
+            (qkey[len(_QUAR) :], r)
+            for qkey, r in await self.host.kv.list(_QUAR, limit=MAX_QUARANTINED)
+            if isinstance(r, dict) and not expired(r, now) and self._may_confirm(ctx, r, user_id)
+        ]
+        held.sort(key=lambda item: -float(item[1].get("quarantined_at") or 0))
+        items = [
+            {**_view(r), "id": rkey, "quarantined_at": r.get("quarantined_at")} for rkey, r in held[:limit]
+        ]
+        return {"status": "ok", "memories": items, "count": len(items), "total": len(held)}
+
+    @staticmethod
+    def _may_confirm(ctx: RequestContext, record: Mapping[str, Any], user_id: str = "") -> bool:
+        """The held write's owner (a private one's holder) or an admin; a shared one: admins only."""
+        if _privileged(ctx):
+            return not user_id or _holder(record) == user_id or record.get("user_id") == user_id
+        holder = _holder(record)
+        return bool(holder) and holder == ctx.principal and "user" in ctx.roles
+
+    async def _held(self, op: str, id: str) -> dict[str, Any]:
+        _check_text(op, "id", id, MAX_RECORD_KEY)
+        record = await self.host.kv.get(_QUAR + id)
+        # Another user's held write is "not found", never "forbidden", as their memories are.
+        if not isinstance(record, dict) or not self._may_confirm(current_context(), record):
+            raise NotFound(f"{op}: no quarantined memory '{id[:200]}' of yours", op=op, field="id")
+        return record
+
+    @call(access="write")
+    async def confirm_memory(self, id: str) -> dict[str, Any]:
+        """Confirm a quarantined write (its owner or an admin): it is stored as the memory it would have
+        been (replacing the live fact under its key, if any), keeping its ``provenance`` and
+        ``derived_from_untrusted``, with ``confirmed_by``; from then on it is recalled like any other."""
+        op = "confirm_memory"
+        _require_writer(op)
+        record = await self._held(op, id)
+        ctx = current_context()
+        now = self.host.now()
+        at = record.get("expires_at")
+        if at is not None and float(at) <= now:
+            await self.host.kv.delete(_QUAR + id)
+            raise NotFound(f"{op}: the quarantined memory '{id[:200]}' has expired", op=op, field="id")
+        scope = str(record["scope"])
+        holder = _holder(record)
+        # Stored as its writer would have stored it: a user's own record, or (admin) a shared or named one.
+        writer = ctx if _privileged(ctx) else replace(ctx, principal=holder)
+        token = set_context(writer)
+        try:
+            reply = await self._store(
+                key=str(record["key"]),
+                value=record["value"],
+                scope=scope,  # type: ignore[arg-type]
+                tier=record["tier"],
+                agent_id=str(record["owner"]) if scope == "agent" else "",
+                session_id=str(record["owner"]) if scope == "session" else "",
+                user_id=holder or str(record.get("user_id") or ""),
+                kind=record.get("kind", "semantic"),
+                pinned=bool(record.get("pinned")),
+                private=bool(holder),
+                source_session=str(record.get("source_session") or ""),
+                ttl_seconds=NEVER if at is None else max(1, math.ceil(float(at) - now)),
+                origin=(str(record.get("provenance") or "tool"), True),
+                confirmed_by=ctx.principal,
+            )
+        finally:
+            reset_context(token)
+        await self.host.kv.delete(_QUAR + id)
+        self._audit("memory_confirmed", f"key={record['key']} by={ctx.principal}", "", record)
+        return {**reply, "id": id, "confirmed": True}
+
+    @call(access="write")
+    async def discard_memory(self, id: str) -> dict[str, Any]:
+        """Discard a quarantined write (its owner or an admin): it is removed and never stored."""
+        op = "discard_memory"
+        _require_writer(op)
+        record = await self._held(op, id)
+        await self.host.kv.delete(_QUAR + id)
+        self._audit("memory_discarded", f"key={record['key']}", "", record)
+        return {"status": "ok", "id": id, "key": record["key"], "discarded": True}
 
     @call(access="write")
     async def delete_memory(
@@ -1167,12 +1346,28 @@ class Memory(GenServer):
             elif await self._forget(part.record, audit=False):
                 deleted += 1
         partial = await self._purge(fragments)
+        held = 0
+        for qkey, pending in await self.host.kv.list(_QUAR):
+            if not isinstance(pending, dict):
+                hit = mode == "tenant"
+            elif mode == "session":
+                hit = (
+                    (pending.get("scope") == "session" and pending.get("owner") == session_id)
+                    or pending.get("source_session") == session_id
+                ) and (admin or owner == ctx.principal or _owns(pending, ctx.principal))
+            elif mode == "user":
+                hit = _owns(pending, user_id) or (admin and pending.get("user_id") == user_id)
+            else:
+                hit = True
+            if hit and await self.host.kv.delete(qkey):
+                held += 1
         if session_id:
             await self.host.kv.delete(_LAST_EPISODE + quote(session_id, safe=""))
         elsewhere = await forgetting.forget_elsewhere(
             self.host, session_id=session_id, user_id="" if session_id else user_id, indexes=[INDEX]
         )
         elsewhere["cleared"]["memories"] = deleted + partial
+        elsewhere["cleared"]["quarantined_memories"] = held
         self._stats["forgets"] += 1
         self._audit("memories_forgotten", f"mode={mode} deleted={deleted}", session_id, None)
         return {"status": "ok", "mode": mode, "memories": deleted, "partial_memories": partial, **elsewhere}
@@ -1188,6 +1383,12 @@ class Memory(GenServer):
                 await self._forget(record, audit=False)
             else:
                 await self._purge([t])  # a tuple whose record is gone: with whatever else it left
+        for qkey, pending in await self.host.kv.list(_QUAR):  # held writes of the session's scope too
+            if isinstance(pending, dict) and (pending.get("scope"), pending.get("owner")) == (
+                "session",
+                session_id,
+            ):
+                await self.host.kv.delete(qkey)
         await self.host.kv.delete(_LAST_EPISODE + quote(session_id, safe=""))
 
     @call
@@ -1209,6 +1410,12 @@ class Memory(GenServer):
                 due.append(rkey)
             else:
                 later.append(float(meta["expires_at"]))
+        for qkey, pending in await self.host.kv.list(_QUAR):  # held writes expire as memories do
+            at = pending.get("expires_at") if isinstance(pending, dict) else None
+            if at is not None and float(at) <= now:
+                await self.host.kv.delete(qkey)
+            elif at is not None:
+                later.append(float(at))
         purged = 0
         for start in range(0, len(due), _PURGE_BATCH):
             batch = due[start : start + _PURGE_BATCH]
@@ -1290,6 +1497,7 @@ class Memory(GenServer):
         success: bool = True,
         turn_id: str = "",
         corrects_turn: str = "",
+        untrusted: bool = False,
         **_record: Any,
     ) -> None:
         """A finished turn (published by the agent, never awaited): its episode, private to the turn's user
@@ -1299,7 +1507,8 @@ class Memory(GenServer):
         remembered from such a turn) or the turn only looked memories up (every tool call in
         ``LOOKUP_TOOLS``: its episode would repeat other memories). A turn that corrects the session's
         previous one (``corrects_turn``) first deletes that turn's episode. The episode expires after the
-        episodic default (``ttl_defaults``), or with the shortest-lived memory the turn stored."""
+        episodic default (``ttl_defaults``), or with the shortest-lived memory the turn stored. The episode of
+        a turn that saw untrusted content (``untrusted``) is quarantined like any write derived from it."""
         if corrects_turn:
             await self._retract_episode(session_id, corrects_turn, user_id)
         if not episodic or not success:
@@ -1328,6 +1537,7 @@ class Memory(GenServer):
             private=True,
             source_session=session_id,
             ttl_seconds=self._episode_ttl(tool_calls or []),
+            origin=("agent", bool(untrusted)),
         )
         if turn_id and session_id:
             # What a correction in the session's next message retracts (one entry per session).
@@ -1358,6 +1568,8 @@ class Memory(GenServer):
         entry = await self.host.kv.get(marker)
         if not isinstance(entry, dict) or entry.get("turn_id") != turn_id:
             return
+        # An episode still held in quarantine goes too.
+        await self.host.kv.delete(_QUAR + _record_key("global", "", str(entry.get("key") or ""), user))
         for record in await self._candidates("global", "", str(entry.get("key") or ""), user):
             if record.get("kind") == "episodic" and _owns(record, user):
                 await self._forget(record, audit=False)

@@ -29,6 +29,14 @@ class RequestContext:
     principal: str = "local"
     roles: frozenset[str] = field(default_factory=lambda: frozenset({"admin"}))
     request_id: str = ""
+    provenance: str = ""
+    """Where content written for this request comes from, as the runtime stamps it (never a caller's or a
+    model's argument): "" for a person's own request (stores record ``user``, or ``admin`` for an admin),
+    ``agent`` for what the agent writes in a turn, ``tool:<name>`` when the turn saw untrusted content (the
+    first such tool)."""
+    untrusted: bool = False
+    """Whether the request may carry content derived from untrusted output (a web page, a file, an MCP or
+    tool result marked untrusted): what it writes is quarantined until its owner or an admin confirms it."""
 
     def __post_init__(self) -> None:
         for name in ("tenant", "namespace"):
@@ -49,6 +57,8 @@ class RequestContext:
             "principal": self.principal,
             "roles": sorted(self.roles),
             "request_id": self.request_id,
+            **({"provenance": self.provenance} if self.provenance else {}),
+            **({"untrusted": True} if self.untrusted else {}),
         }
 
     @classmethod
@@ -59,6 +69,8 @@ class RequestContext:
             principal=str(data.get("principal", "local")),
             roles=frozenset(data.get("roles", ())),
             request_id=str(data.get("request_id", "")),
+            provenance=str(data.get("provenance", "")),
+            untrusted=bool(data.get("untrusted", False)),
         )
 
 

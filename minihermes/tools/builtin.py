@@ -141,6 +141,17 @@ async def _memory_store(args: dict[str, Any], env: ToolEnv) -> Any:
             "ttl_seconds": args.get("ttl_seconds", 0),
         },
     )
+    if reply.get("quarantined"):
+        # Derived from untrusted content earlier in the turn: held until the user confirms it. Said as it
+        # is, so the answer does not claim a memory that is not there yet.
+        return {
+            "key": reply.get("key"),
+            "stored": False,
+            "quarantined": True,
+            "message": "held for confirmation, not stored yet: this turn read untrusted content (a web "
+            "page, a file or a tool result), so the user must confirm it first (the dashboard's Quarantine "
+            "page, or `minihermes quarantine`)",
+        }
     fields = ("key", "scope", "tier", "created", "expires_at")
     return {k: reply[k] for k in fields if k in reply} | {"stored": True}
 

@@ -36,6 +36,8 @@ async def test_store_recall_overwrite_delete(make_node):
         "private": False,
         "created": True,
         "expires_at": None,  # facts do not expire unless asked (or configured)
+        "provenance": "admin",  # a person's own request, stamped by the runtime
+        "quarantined": False,
     }
     got = await mem(node, "recall_memory", key="favourite_colour")
     assert got["found"] is True and got["value"] == "teal" and got["user_id"] == "alice"

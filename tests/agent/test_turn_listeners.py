@@ -92,6 +92,8 @@ async def test_a_listener_added_to_the_app_config_gets_each_finished_turn(tmp_pa
         "truthful": True,
         "fell_short": "",
         "corrects_turn": "",
+        "untrusted": False,
+        "untrusted_sources": [],
     }
     assert all(c["is_error"] is False and "714" in c["result"] for c in record["tool_calls"])
     assert (tenant, principal, roles) == (mh.ctx.tenant, mh.ctx.principal, mh.ctx.roles)

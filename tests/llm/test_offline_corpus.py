@@ -43,7 +43,7 @@ def test_the_corpus_is_large_and_labelled() -> None:
         "goals", "cannot", "chit-chat", "tool named", "secrets", "typos",
     }  # fmt: skip
     for item in items:
-        labels = {"answer", "memory", "file", "tool", "forgotten"}
+        labels = {"answer", "memory", "file", "tool", "forgotten", "quarantined"}
         assert item["expect"] == "cannot" or set(item["expect"]) <= labels
     # Issue 24: everyday wordings of each ability, and ones that must stay "cannot".
     everyday = [item for item in items if item["id"].startswith("everyday-")]

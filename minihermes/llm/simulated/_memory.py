@@ -187,6 +187,13 @@ class Remember(Intent):
 
     def describe(self, step: Step, outcome: Outcome) -> str:
         stored = _stored_value(step, outcome)
+        if isinstance(outcome.data, dict) and outcome.data.get("quarantined"):
+            # Derived from untrusted content this turn: held until the person confirms it, and said so.
+            return (
+                f"I haven't stored {_phrase(step.owner, step.subject)} yet: it comes from content I read "
+                f"in this conversation ({stored}), so it waits for your confirmation on the Quarantine page "
+                "(or `minihermes quarantine`) before I remember it."
+            )
         if step.form == "result":
             return f"I've stored the result ({stored}) in your memory as '{step.subject}'."
         if step.form.startswith("fact"):
