@@ -16,6 +16,7 @@ from minihermes.agent.agent import Agent
 from minihermes.agent.app import TOOLSETS, build_agent_node, default_config
 from minihermes.agent.memory import Memory
 from minihermes.agent.tool_executor import ToolExecutor
+from minihermes.context import prompt
 from minihermes.context.recall import fell_short, for_prompt
 from minihermes.context.toolsets import CORE, selection, wanted_by
 from minihermes.runtime import ActorSpec, ConfigError, InvalidArgument
@@ -205,8 +206,9 @@ async def test_a_stated_fact_outranks_episodes_and_a_failed_episode_is_not_recal
     await chat(node, "what is my favourite colour", session="other", ctx=ACME_USER)
     section = REQUESTS[-1]["messages"][1]["content"]
     assert "## Relevant memories" in section
-    lines = section.split("## Relevant memories\n", 1)[1].splitlines()
-    assert lines[0] == "- favourite_colour: teal"  # the stated fact, first
+    lines = section.split("## Relevant memories\n", 1)[1].split("</memories>")[0].splitlines()
+    assert lines[:2] == [prompt.DATA_NOTE, "<memories>"]  # quoted as data, not instructions
+    assert lines[2] == "- favourite_colour: teal"  # the stated fact, first
     assert not any("max_iterations" in line or "blue" in line for line in lines)  # fell short: not recalled
 
 

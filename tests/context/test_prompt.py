@@ -172,7 +172,10 @@ async def test_memories_and_goals_in_the_per_turn_section(make_node, tmp_path):
     await node.ask("memory", "store_memory", {"key": "pet", "value": "a cat named Miso"}, ctx=ACME)
     await chat(node, "where do we deploy the target app?")
     section = doubles.REQUESTS[0]["messages"][1]["content"]
-    assert "## Relevant memories\n- deploy_target: fly.io in region ams" in section
+    assert (
+        "## Relevant memories\n" + prompt.DATA_NOTE + "\n<memories>\n- deploy_target: fly.io in region ams"
+        in section
+    )
     assert "Miso" not in section  # below the minimum score: not injected
     assert "## Active goals" in section and "ship the MVP (g1)" in section
     await node.ask("goals", "barrier", {}, ctx=ACME)
