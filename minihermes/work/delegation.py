@@ -7,6 +7,10 @@ reads. Each child session is recorded with its depth (``delegation:<session>`` i
 ``delegate_task`` knows how deep it is; at ``MAX_DEPTH`` the tool refuses and children at the last level
 are not offered it at all. The child's message is the goal (then the context given with it); what a
 sub-agent is for (``CHILD_PROMPT``) goes with it as the turn's ``instructions``, in its system prompt.
+
+A record keeps the goal (a day) and the caller (``owner``): forgetting a user deletes the records they made,
+forgetting a session those of its children (``forget_delegations``, asked through ``task_queue``'s
+``forget_subject``). The child sessions themselves are the caller's sessions, forgotten with them.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from minihermes.runtime import ActorCrashed, ActorError, AskTimeout
+from minihermes.context.forget import Subject, may_forget, session_owner
+from minihermes.runtime import ActorCrashed, ActorError, AskTimeout, Host, current_context
 from minihermes.tools.catalog import Toolset
 from minihermes.tools.contract import MUTATING, TRUSTED, Tool, ToolEnv, ToolFailure
 
@@ -28,6 +33,7 @@ CHILD_TIMEOUT = 100.0
 agent waits 120 s for a tool (its ``tool_timeout``), so the child's own budget is what ends a slow child,
 with an error that says so."""
 RECORD_TTL = 86400.0
+PREFIX = "delegation:"
 DEFAULT_TOOLSETS = ("compute", "memory", "files")
 _NAMED = "compute, memory, files, web, terminal, kanban, delegation"
 """The toolsets the tool's description names (a child may be given any toolset of the tool executor)."""
@@ -78,15 +84,21 @@ async def delegate_task(args: dict[str, Any], env: ToolEnv) -> Any:
         raise ToolFailure("session_required", "delegate_task runs from an agent session")
     if not agent_supports("max_iterations", "allowed_tools", "delegation_depth"):
         raise ToolFailure("unavailable", "this agent cannot restrict a child's tools and budget")
-    parent = await env.host.kv.get(f"delegation:{env.session_id}")
+    parent = await env.host.kv.get(f"{PREFIX}{env.session_id}")
     depth = int(parent["depth"]) if isinstance(parent, dict) else 0
     if depth >= MAX_DEPTH:
         raise ToolFailure("depth_exceeded", f"delegation is limited to {MAX_DEPTH} levels")
     child_depth = depth + 1
     tools = expand_toolsets(list(args.get("toolsets") or []), child_depth, env.toolsets)
     child = f"delegate:{uuid.uuid4().hex[:16]}"
-    record = {"parent": env.session_id, "depth": child_depth, "goal": args["goal"][:500], "tools": tools}
-    await env.host.kv.put(f"delegation:{child}", record, ttl=RECORD_TTL)
+    record = {
+        "parent": env.session_id,
+        "depth": child_depth,
+        "goal": args["goal"][:500],
+        "tools": tools,
+        "owner": current_context().principal,
+    }
+    await env.host.kv.put(f"{PREFIX}{child}", record, ttl=RECORD_TTL)
     extra: dict[str, Any] = {
         "max_iterations": CHILD_ITERATIONS,
         "allowed_tools": tools,
@@ -121,6 +133,25 @@ async def delegate_task(args: dict[str, Any], env: ToolEnv) -> Any:
         "iterations": reply.get("iterations"),
         "tool_calls": reply.get("tool_calls"),
     }
+
+
+async def forget_delegations(host: Host, who: Subject) -> int:
+    """Delete the delegation records of a user (those they made), of a session (its children's, and its own
+    if it is a child) or of the tenant, those the caller may forget; returns how many. A record from before
+    records kept their owner belongs to its parent session's owner."""
+    gone = 0
+    for key, record in await host.kv.list(PREFIX):
+        if not isinstance(record, dict):
+            continue
+        parent = str(record.get("parent") or "")
+        owner = str(record.get("owner") or "") or await session_owner(host, parent) or ""
+        if who.session_id:
+            named = who.session_id in (parent, key.removeprefix(PREFIX)) and may_forget(owner)
+        else:
+            named = who.tenant or owner == who.user_id
+        if named:
+            gone += await host.kv.delete(key)
+    return gone
 
 
 DELEGATION_TOOLSET = Toolset(

@@ -13,6 +13,14 @@ So the plan, every sub-task's turn and the tools those turns call are authorized
 before contexts were kept fails on resume (``permission_denied``: start it again) rather than go on as
 ``system``.
 ``status(task_id)`` reports progress; ``cancel(task_id)`` stops it (the workflow's ``cancel`` signal).
+
+A run's checkpoint keeps the task, the plan and every sub-task's answer, and the turn markers keep the
+sub-tasks' replies. Each run started is recorded with whom it acts for (a tuple ``orchestration, task_id,
+principal``), so forgetting that person (``forget_orchestrations``, asked through ``task_queue``'s
+``forget_subject``) finds their runs; ``forget(task_id)`` (theirs, or an admin's) cancels a run still going
+and clears the task, steps, result, signals and caller from its state and deletes its markers. The run keeps
+its status, so it is not run again; its ``task_id`` is its name and stays. The sub-tasks' sessions are the
+caller's, forgotten with them.
 """
 
 from __future__ import annotations
@@ -21,10 +29,12 @@ import asyncio
 from typing import Any
 
 from minihermes.audit import fire_audit
+from minihermes.context.forget import Subject, may_forget
 from minihermes.llm.protocol import CompletionReply, ProviderList
 from minihermes.runtime import (
     ActorArgs,
     ActorError,
+    Host,
     InvalidArgument,
     NotFound,
     PermissionDenied,
@@ -40,6 +50,24 @@ from ._turns import run_turn_once
 from .plan import PLAN_PROMPT, SubTask, plan_deterministic, plan_from_llm
 
 SUB_TIMEOUT = 600.0
+RUN = "orchestration"
+"""The tuple recording a run and whom it acts for: ``[RUN, task_id, principal]``."""
+
+
+def marker_prefix(task_id: str) -> str:
+    """``_turns.run_turn_once``'s markers of a run's sub-tasks (their sessions are ``orch:<task_id>:<n>``)."""
+    return f"work:turn:orch:{task_id}:"
+
+
+async def forget_orchestrations(host: Host, who: Subject) -> int:
+    """Forget the runs a user started, or (admin) every run of the tenant (``Orchestrator.forget``); a
+    session started none. Returns how many."""
+    if who.session_id or not host.has_actor("orchestrator"):
+        return 0
+    runs = await host.tuples.read_all([RUN, None, None if who.tenant else who.user_id])
+    for task_id in sorted({str(r[1]) for r in runs}):
+        await host.ask(f"orchestrator/{task_id}", "forget", {"task_id": task_id}, timeout=SUB_TIMEOUT)
+    return len(runs)
 
 
 class Orchestrator(Workflow):
@@ -101,10 +129,16 @@ class Orchestrator(Workflow):
             op="execute",
         )
 
-    def _claim(self) -> None:
+    async def _claim(self) -> None:
         """A run about to start acts for its caller (one that joins a running run does not change that)."""
         if self.wf_status == "idle":
-            self.run_as = current_context().to_dict()
+            ctx = current_context()
+            self.run_as = ctx.to_dict()
+            await self.host.tuples.write([RUN, self._task_id, ctx.principal])
+
+    @property
+    def _task_id(self) -> str:
+        return self.actor_id.partition("/")[2]
 
     # -- steps --------------------------------------------------------------------------------------------
 
@@ -164,13 +198,13 @@ class Orchestrator(Workflow):
     @call
     async def run(self, **args: Any) -> Any:
         """Start (or join) the run as the caller and reply when it finishes (``Workflow.run``)."""
-        self._claim()
+        await self._claim()
         return await super().run(**args)
 
     @call
     async def start(self, **args: Any) -> dict[str, Any]:
         """Start the run as the caller and reply at once (``Workflow.start``)."""
-        self._claim()
+        await self._claim()
         return await super().start(**args)
 
     @call
@@ -203,6 +237,29 @@ class Orchestrator(Workflow):
     async def cancel(self, task_id: str) -> dict[str, Any]:
         """Stop the orchestration (sub-tasks already running in agent sessions finish there)."""
         return await self.signal("cancel")
+
+    @call(access="write")
+    async def forget(self, task_id: str) -> dict[str, Any]:
+        """Forget this run (its caller's or an admin's request; see the module): ``{forgotten}``."""
+        if not (self.run_as or self.wf_args or self.wf_steps or self.wf_result):
+            return {"status": "ok", "task_id": self._task_id, "forgotten": False}
+        # A run from before callers were kept is nobody's: an admin's to forget (or the tenant's forget).
+        if not may_forget(str((self.run_as or {}).get("principal") or "")):
+            raise PermissionDenied("forget: only who started a run, or an admin, can forget it", op="forget")
+        if self.wf_status == "running":
+            await self.signal("cancel", "forgotten")
+        self.wf_args = {}
+        self.wf_steps = {}
+        self.wf_result = None
+        self.wf_signals = []
+        self.run_as = None
+        if self.wf_error:
+            self.wf_error = {"code": self.wf_error.get("code", "failed"), "message": "(forgotten)"}
+        await self.host.checkpoint()
+        for key, _ in await self.host.kv.list(marker_prefix(self._task_id)):
+            await self.host.kv.delete(key)
+        await self.host.tuples.take_all([RUN, self._task_id, None])
+        return {"status": "ok", "task_id": self._task_id, "forgotten": True}
 
     @call
     def workflow_query(self, task_id: str, name: str = "status") -> Any:

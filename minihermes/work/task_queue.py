@@ -13,14 +13,29 @@ Consumers that ``dequeue`` through this actor ack through it. Task types the age
 receipt: its tasks stay tied to its node wherever this queue is active. It stores results with
 ``store_result`` (what ``set_result`` does; ``get_result`` reads them) and reports each outcome here
 (``settled``) for the counters and audit events.
+
+A task's payload is not in the channel message: it is kept in the tenant's KV (``tq:task:<ref>``, with its
+owner) and the message carries the reference, so that forgetting a person can delete what they queued
+(the channel has no delete); ``tq:ref:<msg_id>`` leads from a message to it, and both go when the task is
+acked. A message whose payload is gone was forgotten: it is acked (dropped) when it is next handed out, and
+nobody gets it. Results keep their task's owner.
+
+Forgetting (``forget_subject``, asked by ``memory.forget``): the background work a session, a user or the
+tenant left, as far as the caller may forget it: queued tasks' payloads (ready, in flight or dead-lettered),
+results and the turn markers that hold their replies (``cleared: tasks, task_results``); the delegation
+records of ``delegate_task`` (``delegations``, ``delegation.forget_delegations``); and the orchestrator's
+runs (``orchestrations``, ``orchestrator.forget_orchestrations``): those two are no actor the fan-out can
+ask (a tool's records, a workflow keyed per run), so the queue asks for them.
 """
 
 from __future__ import annotations
 
 import re
+import uuid
 from typing import Any
 
 from minihermes.audit import fire_audit
+from minihermes.context.forget import Subject, may_forget, session_owner, subject
 from minihermes.runtime import (
     ActorArgs,
     Deferred,
@@ -35,6 +50,9 @@ from minihermes.runtime import (
     state,
 )
 from minihermes.runtime.store import ChannelMessage
+
+from .delegation import forget_delegations
+from .orchestrator import forget_orchestrations
 
 TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 MAX_LIMIT = 100
@@ -67,26 +85,93 @@ def channel_of(task_type: str) -> str:
     return f"tasks:{task_type}"
 
 
+RESULT_PREFIX = "tq:result:"
+TASK_PREFIX = "tq:task:"
+REF_PREFIX = "tq:ref:"
+MARKER_PREFIX = "work:turn:task:"
+"""``_turns.run_turn_once``'s marker of a task's turn (``task_worker``): it keeps the turn's reply."""
+
+
 def result_key(msg_id: str) -> str:
-    return f"tq:result:{msg_id}"
+    return f"{RESULT_PREFIX}{msg_id}"
 
 
-async def store_result(host: Host, msg_id: str, result: dict[str, Any]) -> None:
-    """Keep a task's outcome for ``get_result`` (in the current tenant's KV)."""
-    await host.kv.put(result_key(msg_id), result, ttl=RESULT_TTL)
+async def store_result(host: Host, msg_id: str, result: dict[str, Any], owner: str = "") -> None:
+    """Keep a task's outcome for ``get_result`` (in the current tenant's KV), with the task's ``owner`` (whom
+    forgetting it follows)."""
+    await host.kv.put(result_key(msg_id), {**result, "owner": owner} if owner else result, ttl=RESULT_TTL)
 
 
-def task_of(msg: ChannelMessage) -> dict[str, Any]:
-    """A received channel message as the task ``dequeue`` hands out."""
+async def task_owner(host: Host, msg_id: str) -> str:
+    """Who enqueued the task ``msg_id`` while its payload is kept (queued or in flight), else ``""``."""
+    ref = await host.kv.get(f"{REF_PREFIX}{msg_id}")
+    record = await host.kv.get(f"{TASK_PREFIX}{ref}") if isinstance(ref, str) else None
+    return str(record.get("owner") or "") if isinstance(record, dict) else ""
+
+
+async def open_task(host: Host, msg: ChannelMessage) -> dict[str, Any] | None:
+    """A received channel message as the task ``dequeue`` hands out, its payload read from where it is kept;
+    None if the payload was forgotten. (A message from before payloads left the channel carries its own.)"""
     body = msg.payload if isinstance(msg.payload, dict) else {}
+    payload = body.get("payload", {})
+    if "ref" in body:
+        record = await host.kv.get(f"{TASK_PREFIX}{body['ref']}")
+        if not isinstance(record, dict):
+            return None
+        payload = record.get("payload", {})
     return {
         "msg_id": msg.msg_id,
         "task_type": msg.msg_type,
-        "payload": body.get("payload", {}),
+        "payload": payload,
         "enqueued_at": body.get("enqueued_at"),
         "enqueued_by": body.get("owner"),
         "deliveries": msg.deliveries,
     }
+
+
+async def drop_payload(host: Host, msg_id: str) -> None:
+    """An acked task's payload and the way to it: no longer needed."""
+    ref = await host.kv.get(f"{REF_PREFIX}{msg_id}")
+    if isinstance(ref, str):
+        await host.kv.delete(f"{TASK_PREFIX}{ref}")
+    await host.kv.delete(f"{REF_PREFIX}{msg_id}")
+
+
+async def forget_tasks(host: Host, who: Subject) -> dict[str, int]:
+    """Delete the payloads of the subject's queued tasks (a session: those naming it), their results and the
+    markers holding their turns' replies, those the caller may forget: ``{tasks, task_results}``."""
+
+    def named(owner: str, session: str) -> bool:
+        if who.session_id:
+            return session == who.session_id and may_forget(owner)
+        return who.tenant or owner == who.user_id
+
+    refs: set[str] = set()
+    for key, record in await host.kv.list(TASK_PREFIX):
+        if not isinstance(record, dict):
+            continue
+        payload = record.get("payload")
+        session = payload.get("session_id") if isinstance(payload, dict) else ""
+        if named(str(record.get("owner") or ""), str(session or "")):
+            await host.kv.delete(key)
+            refs.add(key.removeprefix(TASK_PREFIX))
+    msg_ids: set[str] = set()
+    for key, ref in await host.kv.list(REF_PREFIX):
+        if ref in refs:
+            await host.kv.delete(key)
+            msg_ids.add(key.removeprefix(REF_PREFIX))
+    results = 0
+    for key, result in await host.kv.list(RESULT_PREFIX):
+        if not isinstance(result, dict):
+            continue
+        session = str(result.get("session_id") or "")
+        owner = str(result.get("owner") or "") or await session_owner(host, session) or ""
+        if named(owner, session):
+            results += await host.kv.delete(key)
+            msg_ids.add(key.removeprefix(RESULT_PREFIX))
+    for msg_id in msg_ids:
+        await host.kv.delete(f"{MARKER_PREFIX}{msg_id}")
+    return {"tasks": len(refs), "task_results": results}
 
 
 class TaskQueue(GenServer):
@@ -142,18 +227,34 @@ class TaskQueue(GenServer):
         if task_type not in self.types:
             await self._declare(task_type)
             self.types = sorted({*self.types, task_type})
-        body = {
-            "payload": payload or {},
-            "enqueued_at": self.host.now(),
-            "owner": ctx.principal,
-            "roles": sorted(ctx.roles & _WRITERS),
-        }
         dedup = f"idem:{idempotency_key}" if idempotency_key else None
         duplicate = False
         if dedup is not None:
             known = await self.host.kv.get(f"tq:idem:{idempotency_key}")
             duplicate = isinstance(known, str)
-        msg_id = await self.host.channels.send(channel_of(task_type), task_type, body, dedup_key=dedup)
+        # The payload is kept beside the channel, by its owner, so that forgetting them can delete it.
+        ref = uuid.uuid4().hex
+        if not duplicate:
+            record = {"owner": ctx.principal, "task_type": task_type, "payload": payload or {}}
+            await self.host.kv.put(f"{TASK_PREFIX}{ref}", record)
+        body = {
+            "ref": ref,
+            "enqueued_at": self.host.now(),
+            "owner": ctx.principal,
+            "roles": sorted(ctx.roles & _WRITERS),
+        }
+        try:
+            msg_id = await self.host.channels.send(channel_of(task_type), task_type, body, dedup_key=dedup)
+        except BaseException:
+            await self.host.kv.delete(f"{TASK_PREFIX}{ref}")
+            raise
+        if not duplicate:
+            # The channel deduplicates for longer than ``tq:idem``: a first msg_id that has its payload wins.
+            if await self.host.kv.get(f"{REF_PREFIX}{msg_id}") is None:
+                await self.host.kv.put(f"{REF_PREFIX}{msg_id}", ref)
+            else:
+                await self.host.kv.delete(f"{TASK_PREFIX}{ref}")
+                duplicate = True
         if dedup is not None and not duplicate:
             await self.host.kv.put(f"tq:idem:{idempotency_key}", msg_id, ttl=RESULT_TTL)
         if not duplicate:
@@ -200,7 +301,13 @@ class TaskQueue(GenServer):
             if got or left <= 0 or len(types) == 1 or not types:
                 break
             await clock.sleep(min(0.05, left))
-        tasks = [task_of(m) for m in got]
+        tasks = []
+        for m in got:
+            task = await open_task(self.host, m)
+            if task is not None:
+                tasks.append(task)
+            elif await self.host.channels.ack(channel_of(m.msg_type), m.msg_id):  # forgotten: dropped
+                await drop_payload(self.host, m.msg_id)
         return {"status": "ok", "tasks": tasks, "count": len(tasks)}
 
     @call
@@ -212,6 +319,7 @@ class TaskQueue(GenServer):
             check_task_type("ack", task_type)
         for t in [task_type] if task_type else self.types:
             if await self.host.channels.ack(channel_of(t), msg_id):
+                await drop_payload(self.host, msg_id)
                 self._count_completed(t)
                 return {"status": "ok", "msg_id": msg_id, "task_type": t}
         raise NotFound(f"ack: task {msg_id} is not in flight", op="ack", msg_id=msg_id)
@@ -284,17 +392,24 @@ class TaskQueue(GenServer):
             raise InvalidArgument("dead_letters: limit must be 1..1000", field="limit")
         check_task_type("dead_letters", task_type)
         dead = await self.host.channels.dead_letters(channel_of(task_type), limit)
-        items = [
-            {
-                "msg_id": d.msg_id,
-                "task_type": d.msg_type,
-                "payload": (d.payload or {}).get("payload"),
-                "deliveries": d.deliveries,
-                "reason": d.reason,
-                "dead_at": d.dead_at,
-            }
-            for d in dead
-        ]
+        items = []
+        for d in dead:
+            body = d.payload if isinstance(d.payload, dict) else {}
+            payload = body.get("payload")
+            if "ref" in body:
+                record = await self.host.kv.get(f"{TASK_PREFIX}{body['ref']}")
+                payload = record.get("payload") if isinstance(record, dict) else None
+            items.append(
+                {
+                    "msg_id": d.msg_id,
+                    "task_type": d.msg_type,
+                    "payload": payload,
+                    "forgotten": "ref" in body and payload is None,
+                    "deliveries": d.deliveries,
+                    "reason": d.reason,
+                    "dead_at": d.dead_at,
+                }
+            )
         return {"status": "ok", "dead_letters": items, "count": len(items)}
 
     @call(access="admin")
@@ -310,7 +425,8 @@ class TaskQueue(GenServer):
     async def set_result(self, msg_id: str, result: dict[str, Any]) -> dict[str, Any]:
         """Store a task's outcome for ``get_result`` (consumers call this before they ack)."""
         check_msg_id("set_result", msg_id)
-        await store_result(self.host, msg_id, result)
+        owner = await task_owner(self.host, msg_id) or current_context().principal
+        await store_result(self.host, msg_id, result, owner)
         return {"status": "ok", "msg_id": msg_id}
 
     @call
@@ -320,6 +436,19 @@ class TaskQueue(GenServer):
         if result is None:
             return {"status": "pending", "msg_id": msg_id}
         return {"status": "ok", "msg_id": msg_id, "result": result}
+
+    @call(access="write")
+    async def forget_subject(
+        self, user_id: str = "", session_id: str = "", tenant: bool = False
+    ) -> dict[str, Any]:
+        """Forget a session's, a user's or (admin) the tenant's background work, as far as the caller may
+        (see the module): ``cleared: {tasks, task_results, delegations, orchestrations}``. Nothing is audited
+        per task (a payload is the user's own words)."""
+        who = subject("forget_subject", user_id=user_id, session_id=session_id, tenant=tenant)
+        cleared = await forget_tasks(self.host, who)
+        cleared["delegations"] = await forget_delegations(self.host, who)
+        cleared["orchestrations"] = await forget_orchestrations(self.host, who)
+        return {"status": "ok", "cleared": cleared}
 
     def _wake_worker(self) -> None:
         if self.host.has_actor("task_worker"):

@@ -24,7 +24,7 @@ from minihermes.runtime.store import ChannelMessage
 from ._cronstore import acting_as
 from ._turns import run_turn_once
 from .cron_runner import ConsumerLoop
-from .task_queue import channel_of, store_result, task_of
+from .task_queue import channel_of, drop_payload, open_task, store_result
 
 TASK_TYPE = "agent_prompt"
 
@@ -69,7 +69,11 @@ class TaskWorker(GenServer):
         return {"status": "ok", "running": len(self._loop.busy), **self._stats}
 
     async def _handle(self, msg: ChannelMessage) -> None:
-        task = task_of(msg)
+        task = await open_task(self.host, msg)
+        if task is None:  # its payload was forgotten with its owner: nothing to run, nobody to tell
+            if await self.host.channels.ack(self.channel, msg.msg_id):
+                await drop_payload(self.host, msg.msg_id)
+            return
         msg_id = str(task["msg_id"])
         payload = task.get("payload") or {}
         prompt = str(payload.get("prompt") or "")
@@ -77,10 +81,11 @@ class TaskWorker(GenServer):
         if not prompt.strip():
             await self._nack(msg_id, requeue=False, reason="payload.prompt is empty")
             return
+        owner = str(task.get("enqueued_by") or "task_worker")
         ctx = RequestContext(
             tenant=self._scope[0],
             namespace=self._scope[1],
-            principal=str(task.get("enqueued_by") or "task_worker"),
+            principal=owner,
             roles=frozenset({"user"}),
             request_id=f"task:{msg_id}",
         )
@@ -101,8 +106,9 @@ class TaskWorker(GenServer):
                 "session_id": session,
                 "finished_at": self.host.now(),
             }
-            await store_result(self.host, msg_id, result)
+            await store_result(self.host, msg_id, result, owner)
             if await self.host.channels.ack(self.channel, msg_id):
+                await drop_payload(self.host, msg_id)
                 self._settled(msg_id, completed=True)
             else:
                 # Handed out again meanwhile (visibility timeout): that delivery finds the turn done.
