@@ -161,6 +161,8 @@ BEFORE: dict[tuple[str, str], str] = {
     ("session_manager", "forget_subject"): "write",
     ("skill_store", "forget_subject"): "write",
     ("skill_tools", "forget_subject"): "write",
+    ("task_queue", "forget_subject"): "write",
+    ("orchestrator", "forget"): "write",  # the run's own caller's or an admin's (checked in the op)
 }
 """``minihermes.permissions.DEFAULT_TABLE`` before change 5 (every op not in it was admin-only)."""
 
