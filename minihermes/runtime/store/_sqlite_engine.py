@@ -14,7 +14,8 @@ Reads: a few reader threads, each with its own connection, draining one shared q
 (one loop wake-up per batch). In WAL mode each read statement sees the latest commit, so a read issued after
 a write's future resolved sees that write.
 
-Encryption (``key``, see ``_sqlite_keys``): every connection is an SQLCipher one keyed with it. ``rekey``
+Encryption (``key``, see ``_sqlite_keys``): every connection is an SQLCipher one keyed with it (through one
+``Keying``: a passphrase derived once, the file's cipher settings found by the first connection). ``rekey``
 re-encrypts the file in one write transaction of the writer (every page rewritten into the WAL and committed
 at once: a crash before the commit leaves the file under the old key, after it under the new one), with the
 readers held between two batches meanwhile; each reader then reopens its connection with the new key.
@@ -36,7 +37,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ._errors import StoreClosedError
-from ._sqlite_keys import StoreKey, StoreKeyError, apply_key, cipher_module, file_is_plain, wrong_key
+from ._sqlite_keys import (
+    Keying,
+    StoreKey,
+    StoreKeyError,
+    apply_key,
+    cipher_module,
+    file_is_plain,
+    wrong_key,
+)
 
 T = TypeVar("T")
 logger = logging.getLogger("minihermes.runtime.store.sqlite")
@@ -74,29 +83,55 @@ def connect(
     check_same_thread: bool = True,
     key: StoreKey | None = None,
     uri: bool = False,
+    keying: Keying | None = None,
 ) -> sqlite3.Connection:
     """A connection in autocommit mode (we issue BEGIN/COMMIT ourselves) with the per-connection pragmas;
-    with ``key``, an SQLCipher connection keyed with it (``StoreKeyError`` when the key does not open the
-    file). Catch its errors as ``conn.Error`` / ``conn.IntegrityError``: the two drivers' classes differ."""
-    driver: Any = sqlite3 if key is None else cipher_module()
-    conn: sqlite3.Connection = driver.connect(
-        path,
-        timeout=busy_timeout,
-        isolation_level=None,
-        check_same_thread=check_same_thread,
-        cached_statements=256,
-        uri=uri,
-    )
-    if key is not None:
-        apply_key(conn, key)
-        try:
-            conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()
-        except conn.DatabaseError:
-            conn.close()
-            raise wrong_key(Path(str(path).removeprefix("file:").partition("?")[0]), key) from None
+    with ``key`` (or a store's ``keying``, which remembers the file's cipher settings), an SQLCipher
+    connection keyed with it (``StoreKeyError`` when the key does not open the file). Catch its errors as
+    ``conn.Error`` / ``conn.IntegrityError``: the two drivers' classes differ."""
+    file = Path(str(path).removeprefix("file:").partition("?")[0]) if uri else Path(path)
+    if keying is None and key is not None:
+        keying = Keying(key, file)
+    if keying is None:
+        conn: sqlite3.Connection = sqlite3.connect(
+            path,
+            timeout=busy_timeout,
+            isolation_level=None,
+            check_same_thread=check_same_thread,
+            cached_statements=256,
+            uri=uri,
+        )
+    else:
+        conn = _open_keyed(path, keying, busy_timeout, check_same_thread, uri, file)
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
     conn.execute("PRAGMA foreign_keys = ON")
     return conn
+
+
+def _open_keyed(
+    path: Path | str, keying: Keying, busy_timeout: float, check_same_thread: bool, uri: bool, file: Path
+) -> sqlite3.Connection:
+    """An SQLCipher connection that has read page 1 under ``keying``: the file's settings tried in turn
+    until one opens it (then remembered), else the key is wrong."""
+    driver = cipher_module()
+    for profile in keying.candidates():
+        conn: sqlite3.Connection = driver.connect(
+            path,
+            timeout=busy_timeout,
+            isolation_level=None,
+            check_same_thread=check_same_thread,
+            cached_statements=256,
+            uri=uri,
+        )
+        try:
+            apply_key(conn, keying.secret(), profile)
+            conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()
+        except conn.DatabaseError:
+            conn.close()
+            continue
+        keying.profile = profile
+        return conn
+    raise wrong_key(file, keying.key)
 
 
 @contextlib.contextmanager
@@ -156,6 +191,8 @@ class SqliteEngine:
         self.path = path
         self.key: StoreKey | None = None
         """Set before ``start``; ``rekey`` changes it."""
+        self._keying: Keying | None = None
+        """With a key: the raw key and cipher settings every connection is opened with (``_sqlite_keys``)."""
         self._key_generation = 0
         self._reader_gates = [threading.Lock() for _ in range(readers)]
         """Each reader holds its own while it runs a batch; ``rekey`` takes them all."""
@@ -282,11 +319,13 @@ class SqliteEngine:
         await self.write(partial(self._rekey, key), transactional=False)
 
     def _rekey(self, key: StoreKey, conn: Any) -> None:
+        assert self._keying is not None  # rekey() checked that the store is encrypted
+        keying = self._keying.rekeyed(key)  # a passphrase is derived here, before the readers are held
         for gate in self._reader_gates:  # every reader between two batches, none in a read transaction
             gate.acquire()
         try:
-            conn.reset_key(key.secret)  # PRAGMA rekey: every page, one commit (or a rollback on failure)
-            self.key = key
+            conn.reset_key(keying.secret())  # PRAGMA rekey: every page, one commit (or a rollback on failure)
+            self.key, self._keying = key, keying
             self._key_generation += 1
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         finally:
@@ -309,7 +348,9 @@ class SqliteEngine:
                         try:
                             if conn is None:  # opened lazily so that a failure is reported to a caller
                                 generation = self._key_generation
-                                conn = connect(self.path, busy_timeout=self._busy_timeout, key=self.key)
+                                conn = connect(
+                                    self.path, busy_timeout=self._busy_timeout, keying=self._keying
+                                )
                                 conn.execute("PRAGMA query_only = ON")
                             op.result = op.fn(conn)
                         except Exception as exc:
@@ -333,7 +374,8 @@ class SqliteEngine:
         try:
             if self.key is None and file_is_plain(self.path) is False:
                 raise wrong_key(self.path, None)  # not "file is not a database" from deep in the schema code
-            conn = connect(self.path, busy_timeout=self._busy_timeout, key=self.key)
+            self._keying = None if self.key is None else Keying(self.key, self.path)
+            conn = connect(self.path, busy_timeout=self._busy_timeout, keying=self._keying)
         except BaseException as exc:
             started.set_exception(exc)
             return

@@ -10,11 +10,20 @@ A key is configured in one of three ways; the first that is set wins:
 
 None set: the store is plain SQLite through the standard library's ``sqlite3``, as before. Set: every
 connection goes through SQLCipher (the ``sqlcipher3`` package: SQLite 3.53 with SQLCipher 4, AES-256 in CBC
-mode with an HMAC-SHA512 per page), which encrypts every page of the database and of its WAL; the blobs, the
+mode with an HMAC per page), which encrypts every page of the database and of its WAL; the blobs, the
 full-text indexes and the journal are pages of that file. The key is 64 hex digits (32 bytes, SQLCipher's raw
-key: no derivation), or any other text of at least ``MIN_PASSPHRASE`` characters, a passphrase SQLCipher
-stretches with its own KDF (PBKDF2-HMAC-SHA512, 256,000 iterations, salted by the file's random salt) on every
-connection it opens, about 0.3 s each. A provider may also return 32 raw bytes; a file is always text.
+key: no derivation), or any other text of at least ``MIN_PASSPHRASE`` characters, a passphrase stretched
+with SQLCipher 4's KDF (PBKDF2-HMAC-SHA512, 256,000 iterations, salted by the file's random salt). We run
+that derivation once per store open (``hashlib``; about 0.3 s) and hand every connection the raw key it
+yields, which is what SQLCipher would derive itself, on every connection it opens. A provider may also return
+32 raw bytes; a file is always text.
+
+Cipher settings (``CipherProfile``): a file made now uses HMAC-SHA256 per page (``CURRENT``: the page check
+is most of the cost of a write, and SHA-256 runs in hardware on x86-64 CPUs with the SHA extensions and on
+ARMv8; 256-bit tags, as strong a check as SHA-512's for this use); a file made before used SQLCipher 4's
+defaults (``SQLCIPHER4``: HMAC-SHA512). Nothing in an encrypted file says which, so the first connection of a
+store tries ``PROFILES`` in order (a wrong one fails the HMAC check of page 1 at once) and the others reuse
+the one that opened it (``Keying``). A rotation keeps the file's settings.
 
 A wrong key, a key for a plain file and a plain open of an encrypted file are each one ``StoreKeyError`` (a
 ``ConfigError``: ``serve`` prints it as one line) naming the key's source, never the key.
@@ -22,11 +31,13 @@ A wrong key, a key for a plain file and a plain open of an encrypted file are ea
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import os
 import re
 import sqlite3
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +55,33 @@ CIPHER_PACKAGE = "sqlcipher3==0.6.4"
 RECORD_FILE = "key-rotation.json"
 """Beside the database: when it was last re-encrypted, and the new key's source (no secret)."""
 _HEX_KEY = re.compile(r"^(?:x')?([0-9a-fA-F]{64})'?$")
+SALT_BYTES = 16
+"""SQLCipher's salt: the first 16 bytes of an encrypted file."""
+KDF_ITERATIONS = 256_000
+"""SQLCipher 4's PBKDF2-HMAC-SHA512 iterations for a passphrase (ours are the same: the file opens with the
+passphrase in a stock ``sqlcipher`` shell too)."""
+
+
+@dataclass(frozen=True)
+class CipherProfile:
+    """The SQLCipher settings a file was made with (a connection must be given them before it reads)."""
+
+    name: str
+    hmac_algorithm: str
+    page_size: int
+
+    def pragmas(self) -> tuple[str, ...]:
+        return (
+            f"PRAGMA cipher_hmac_algorithm = {self.hmac_algorithm}",
+            f"PRAGMA cipher_page_size = {self.page_size}",
+        )
+
+
+CURRENT = CipherProfile("HMAC-SHA256", "HMAC_SHA256", 4096)
+"""What a new file is made with."""
+SQLCIPHER4 = CipherProfile("HMAC-SHA512", "HMAC_SHA512", 4096)
+"""SQLCipher 4's defaults: files encrypted before 2026-11-27."""
+PROFILES = (CURRENT, SQLCIPHER4)
 
 
 class StoreKeyError(StoreError, ConfigError):
@@ -65,7 +103,7 @@ class StoreKey:
 
     @property
     def kind(self) -> str:
-        return "raw 256-bit key" if self.raw else "passphrase (SQLCipher's PBKDF2)"
+        return "raw 256-bit key" if self.raw else "passphrase (PBKDF2-HMAC-SHA512, derived once per open)"
 
 
 def parse_key(value: bytes | str, source: str, *, binary: bool = False) -> StoreKey:
@@ -206,11 +244,87 @@ def cipher_versions() -> tuple[str, str]:
     return version, str(driver.sqlite_version)
 
 
-def apply_key(conn: Any, key: StoreKey) -> None:
-    """Key a fresh SQLCipher connection (before its first statement). SQLCipher's own log of a failed page
-    (stderr) is silenced: the caller reports a wrong key as one line."""
+def apply_key(conn: Any, secret: str, profile: CipherProfile) -> None:
+    """Key a fresh SQLCipher connection (before its first statement) with ``secret`` (a ``Keying``'s) and
+    the file's settings. SQLCipher's own log of a failed page (stderr) is silenced: the caller reports a
+    wrong key as one line."""
     conn.execute("PRAGMA cipher_log_level = NONE")
-    conn.set_key(key.secret)
+    conn.set_key(secret)
+    for pragma in profile.pragmas():
+        conn.execute(pragma)
+
+
+_derived: dict[tuple[str, bytes], bytes] = {}
+_derived_lock = threading.Lock()
+
+
+def _derive(passphrase: str, salt: bytes) -> bytes:
+    """SQLCipher 4's key for ``passphrase`` on a file salted with ``salt``; computed once per process (a
+    rotation or a reopen reuses it), under a lock so that connections opening at once do not each run it."""
+    with _derived_lock:
+        key = _derived.get((passphrase, salt))
+        if key is None:
+            key = hashlib.pbkdf2_hmac("sha512", passphrase.encode(), salt, KDF_ITERATIONS, 32)
+            if len(_derived) >= 8:  # a few stores and rotations per process; old keys are not kept
+                _derived.clear()
+            _derived[(passphrase, salt)] = key
+        return key
+
+
+def file_salt(path: Path) -> bytes | None:
+    """The salt of the encrypted file ``path``; None when there is no file, an empty one or a plain one."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(SQLITE_MAGIC))
+    except FileNotFoundError:
+        return None
+    if len(head) < SALT_BYTES or head == SQLITE_MAGIC:
+        return None
+    return head[:SALT_BYTES]
+
+
+class Keying:
+    """How every connection of one store is keyed: SQLCipher's raw key for the file (a passphrase is derived
+    once, here, not by SQLCipher at each connection) and the file's ``CipherProfile``, found by the first
+    connection that opens it and reused by the others."""
+
+    def __init__(self, key: StoreKey, path: Path, profile: CipherProfile | None = None) -> None:
+        self.key, self.path = key, path
+        self.profile = profile
+        self._secret: str | None = None
+
+    def secret(self) -> str:
+        """What ``set_key`` is given: ``x'<key>'``, or for a new file ``x'<key><salt>'`` (the salt SQLCipher
+        then writes, so that the key we derived is the one SQLCipher would)."""
+        if self._secret is None:
+            self._secret = self._for_file()
+        return self._secret
+
+    def _for_file(self) -> str:
+        if self.key.raw:
+            return self.key.secret
+        salt = file_salt(self.path)
+        if salt is not None:
+            return f"x'{_derive(self.key.secret, salt).hex()}'"
+        if Path(f"{self.path}-wal").exists() and file_is_plain(self.path) is None:
+            # A file whose first page is still only in its WAL: SQLCipher reads the salt from there itself.
+            return self.key.secret
+        salt = os.urandom(SALT_BYTES)
+        return f"x'{_derive(self.key.secret, salt).hex()}{salt.hex()}'"
+
+    def candidates(self) -> tuple[CipherProfile, ...]:
+        """The settings to try on a new connection: the file's once known, else every known in turn."""
+        return PROFILES if self.profile is None else (self.profile,)
+
+    def rekeyed(self, key: StoreKey) -> Keying:
+        """The keying of the same file under ``key`` (same salt, same settings: what ``PRAGMA rekey`` keeps)."""
+        new = Keying(key, self.path, self.profile)
+        if not key.raw:
+            salt = file_salt(self.path)
+            if salt is None:
+                raise StoreKeyError(key.source, f"{self.path} has no salt to derive the new key with")
+            new._secret = f"x'{_derive(key.secret, salt).hex()}'"
+        return new
 
 
 def file_is_plain(path: Path) -> bool | None:

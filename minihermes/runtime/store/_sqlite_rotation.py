@@ -7,8 +7,9 @@ writes ``key-rotation.result.json`` with the same id. The node keeps serving wit
 then configures that key for the next start.
 
 Offline (no node): the command holds the data dir's lock, opens the store with its current key and does the
-same; a plain store is encrypted by copying it into a new file under the new key (``sqlcipher_export``) and
-renaming that over the old one, so a crash leaves either the plain file or the encrypted one, whole.
+same; a plain store is encrypted by copying it into a new file under the new key (``sqlcipher_export``, with
+the settings of a new file: ``_sqlite_keys.CURRENT``) and renaming that over the old one, so a crash leaves
+either the plain file or the encrypted one, whole. A re-encryption keeps the file's salt and settings.
 
 Each success is recorded in ``key-rotation.json`` (when, and the new key's source): a start with the old key
 then says which key the file wants now.
@@ -28,11 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 from .._datadir import DataDirBusy, DataDirLock, running_node
 from ._errors import StoreError
+from ._sqlite_engine import connect
 from ._sqlite_keys import (
+    CURRENT,
     RECORD_FILE,
+    Keying,
     StoreKey,
     StoreKeyError,
-    apply_key,
     check_key_file,
     cipher_module,
     file_is_plain,
@@ -139,19 +142,22 @@ def encrypt_plain_file(db: Path, key: StoreKey) -> None:
         raise StoreKeyError(key.source, f"{db} is not a plain SQLite database")
     driver = cipher_module()
     staged = db.with_name(f".{db.name}.encrypting")
-    staged.unlink(missing_ok=True)
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{staged}{suffix}").unlink(missing_ok=True)
+    keying = Keying(key, staged, CURRENT)
     conn = driver.connect(db, isolation_level=None)
     try:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        conn.execute("ATTACH DATABASE ? AS sealed KEY ?", (str(staged), key.secret))
+        conn.execute("ATTACH DATABASE ? AS sealed KEY ?", (str(staged), keying.secret()))
+        for pragma in CURRENT.pragmas():  # before the first page of it is written
+            conn.execute(pragma.replace("PRAGMA ", "PRAGMA sealed.", 1))
         conn.execute("PRAGMA sealed.auto_vacuum = INCREMENTAL")  # as the store makes its files
         conn.execute("SELECT sqlcipher_export('sealed')")
         conn.execute("DETACH DATABASE sealed")
     finally:
         conn.close()  # the last connection: SQLite checkpoints and removes the WAL
-    check = driver.connect(staged, isolation_level=None)
+    check = connect(staged, busy_timeout=5.0, keying=keying)
     try:
-        apply_key(check, key)
         check.execute("PRAGMA journal_mode = WAL")
         if check.execute("PRAGMA quick_check").fetchone()[0] != "ok":
             raise StoreError(f"the encrypted copy of {db} does not check out; the plain file is unchanged")

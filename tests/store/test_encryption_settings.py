@@ -1,0 +1,124 @@
+"""The cipher settings of an encrypted store (``_sqlite_keys``): a new file uses HMAC-SHA256 pages, a file
+made with SQLCipher 4's defaults (HMAC-SHA512) still opens, keeps its settings through writes and rotations,
+and a passphrase is stretched once per open (not by SQLCipher at each connection) into the very key SQLCipher
+would derive: every file still opens with its passphrase in a stock SQLCipher given the file's settings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import sqlcipher3
+
+from minihermes.runtime.store import StoreKeyError, open_store
+from minihermes.runtime.store import _sqlite_keys as keys
+from minihermes.runtime.store._sqlite_rotation import encrypt_plain_file
+
+PASSPHRASE = "a long passphrase for the tests"
+OTHER_PASSPHRASE = "another passphrase, rotated to"
+RAW = "5f" * 32
+SCOPE = ("acme", "main")
+
+
+def stock_open(db: Path, secret: str, hmac: str | None) -> list[tuple[object, ...]]:
+    """What a stock SQLCipher connection keyed with ``secret`` (and only given ``hmac``, if any) reads from
+    the store's KV table; raises ``sqlcipher3.DatabaseError`` when that does not open the file."""
+    conn = sqlcipher3.connect(db, isolation_level=None)
+    try:
+        conn.execute("PRAGMA cipher_log_level = NONE")
+        conn.set_key(secret)
+        if hmac is not None:
+            conn.execute(f"PRAGMA cipher_hmac_algorithm = {hmac}")
+        return conn.execute("SELECT key FROM kv ORDER BY key").fetchall()
+    finally:
+        conn.close()
+
+
+def count_derivations(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the PBKDF2 runs for a passphrase from now on (the process-wide cache is emptied first)."""
+    calls: list[int] = []
+    real = keys.hashlib.pbkdf2_hmac
+
+    def counted(*args: object, **kw: object) -> bytes:
+        calls.append(1)
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    keys._derived.clear()
+    monkeypatch.setattr(keys.hashlib, "pbkdf2_hmac", counted)
+    return calls
+
+
+async def test_a_new_store_uses_hmac_sha256_and_derives_a_passphrase_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MINIHERMES_DB_KEY", PASSPHRASE)
+    derivations = count_derivations(monkeypatch)
+    data = tmp_path / "data"
+    async with open_store("sqlite", data_dir=data, readers=4) as store:
+        for i in range(20):
+            await store.kv.put(SCOPE, f"k{i:02}", {"i": i})
+        # Reads on every reader (each opens its own connection), interleaved with commits.
+        got = await asyncio.gather(*(store.kv.get(SCOPE, f"k{i:02}") for i in range(20)))
+        assert got == [{"i": i} for i in range(20)]
+    assert len(derivations) == 1  # five connections, one PBKDF2 (SQLCipher's own would run five times)
+
+    db = data / "minihermes.db"
+    rows = stock_open(db, PASSPHRASE, "HMAC_SHA256")  # the passphrase, SQLCipher's KDF, HMAC-SHA256
+    assert len(rows) == 20
+    with pytest.raises(sqlcipher3.DatabaseError):
+        stock_open(db, PASSPHRASE, None)  # SQLCipher 4's defaults (HMAC-SHA512) do not open it
+
+    # A second open of the file in this process reuses the derived key.
+    async with open_store("sqlite", data_dir=data) as store:
+        assert await store.kv.get(SCOPE, "k07") == {"i": 7}
+    assert len(derivations) == 1
+
+
+@pytest.mark.parametrize("secret", [PASSPHRASE, f"x'{RAW}'"], ids=["passphrase", "raw key"])
+async def test_a_file_made_with_sqlcipher4_defaults_opens_and_keeps_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, secret: str
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    db = data / "minihermes.db"
+    legacy = sqlcipher3.connect(db, isolation_level=None)  # as the store made its files before
+    legacy.set_key(secret)
+    legacy.execute("PRAGMA journal_mode = WAL")
+    legacy.close()
+    monkeypatch.setenv("MINIHERMES_DB_KEY", PASSPHRASE if secret == PASSPHRASE else RAW)
+    async with open_store("sqlite", data_dir=data) as store:
+        await store.kv.put(SCOPE, "old", {"v": 1})
+        assert await store.kv.get(SCOPE, "old") == {"v": 1}
+        new_key = keys.parse_key(OTHER_PASSPHRASE, "test")
+        await store.rotate_key(new_key)  # type: ignore[attr-defined]
+        await store.kv.put(SCOPE, "rotated", {"v": 2})
+        assert await store.kv.get(SCOPE, "old") == {"v": 1}  # a reader reopened under the new key
+    # Still SQLCipher 4's defaults, now under the new passphrase: a stock SQLCipher opens it as it is.
+    assert stock_open(db, OTHER_PASSPHRASE, None) == [("old",), ("rotated",)]
+    with pytest.raises(sqlcipher3.DatabaseError):
+        stock_open(db, secret, None)
+    monkeypatch.setenv("MINIHERMES_DB_KEY", OTHER_PASSPHRASE)
+    async with open_store("sqlite", data_dir=data) as store:
+        assert await store.kv.get(SCOPE, "rotated") == {"v": 2}
+    monkeypatch.setenv("MINIHERMES_DB_KEY", PASSPHRASE)
+    with pytest.raises(StoreKeyError, match="the key does not open"):  # every known setting tried
+        await open_store("sqlite", data_dir=data).open()
+
+
+async def test_a_plain_store_is_encrypted_with_the_new_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    async with open_store("sqlite", data_dir=data) as store:
+        await store.kv.put(SCOPE, "k", {"v": "plain words 4711"})
+    db = data / "minihermes.db"
+    await asyncio.to_thread(encrypt_plain_file, db, keys.parse_key(PASSPHRASE, "test"))
+    assert b"plain words 4711" not in db.read_bytes()
+    assert stock_open(db, PASSPHRASE, "HMAC_SHA256") == [("k",)]
+    with pytest.raises(sqlcipher3.DatabaseError):
+        stock_open(db, PASSPHRASE, None)
+    monkeypatch.setenv("MINIHERMES_DB_KEY", PASSPHRASE)
+    async with open_store("sqlite", data_dir=data) as store:
+        assert await store.kv.get(SCOPE, "k") == {"v": "plain words 4711"}
