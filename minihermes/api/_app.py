@@ -36,9 +36,11 @@ from ._core import (
 )
 from ._dashboard import add_dashboard_routes
 from ._errors import ApiError, invalid
+from ._idempotency import DEFAULT_WINDOW, EXTRAS_KEY, Idempotency
 from ._key_routes import add_api_key_routes, api_key_openapi
 from ._metrics import add_metrics_routes
 from ._notifications import add_notification_routes, notifications_openapi
+from ._openai import add_openai_routes
 from ._schemas import fixed_responses
 from ._sessions import add_session_routes
 from ._shedding import SheddingConfig, install_shedding
@@ -62,6 +64,7 @@ def create_app(
     metrics_interval: float = 10.0,
     dashboard: bool = True,
     shedding: SheddingConfig | None = None,
+    idempotency_window: float = DEFAULT_WINDOW,
 ) -> FastAPI:
     """A FastAPI app serving ``node`` (started or about to be).
 
@@ -78,6 +81,7 @@ def create_app(
     - ``dashboard``: serve the web dashboard at ``/``.
     - ``shedding``: the load-shedding gate in front of ``/api/`` (default: on, limits from the machine;
       ``SheddingConfig(enabled=False)`` turns it off). See ``_shedding``.
+    - ``idempotency_window``: seconds an ``Idempotency-Key`` is remembered (``_idempotency``).
     """
     if metrics_interval <= 0:
         raise ValueError("metrics_interval must be > 0")
@@ -104,6 +108,7 @@ def create_app(
         openapi_url="/openapi.json",
     )
     app.state.minihermes = state
+    state.extras[EXTRAS_KEY] = Idempotency(node, idempotency_window)
     install_shedding(app, state, shedding)
 
     @app.exception_handler(StarletteHTTPException)
@@ -144,6 +149,7 @@ def create_app(
     add_api_key_routes(app, state)
     add_metrics_routes(app, state)
     add_notification_routes(app, state)
+    add_openai_routes(app, state)
     if dashboard:
         add_dashboard_routes(app)
 

@@ -17,7 +17,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -47,6 +47,7 @@ from ._core import (
     request_id_of,
 )
 from ._errors import ApiError, invalid
+from ._idempotency import Ticket, idempotency_key, idempotency_of, outcome_of, request_digest
 from ._schemas import message_body_schema
 
 log = logging.getLogger("minihermes.api")
@@ -81,11 +82,14 @@ async def _post_message(state: ApiState, request: Request, session_id: str) -> R
     ctx: RequestContext | None = None
     try:
         ctx = await authenticate(state, request, request_id)
+        key = idempotency_key(request)
         payload = await _prepare(state, request, ctx, session_id)
         content, stream = payload.pop("__stream__")
         timeout = timeout_of(state, request, default=state.max_timeout)
         args = {**payload, "message": content}
-        if stream:
+        if key is not None:
+            response = await _idempotent(state, ctx, key, args, stream, timeout, request_id)
+        elif stream:
             response = await _open_stream(state.node, ctx, args, timeout, request_id)
         else:
             response = json_response(await state.node.ask(AGENT, "chat", args, timeout, ctx=ctx))
@@ -138,13 +142,73 @@ async def _turn(node: Node, args: dict[str, Any], timeout: float, ctx: RequestCo
         return e
 
 
-async def _open_stream(
-    node: Node, ctx: RequestContext, args: dict[str, Any], timeout: float, request_id: str
+async def _idempotent(
+    state: ApiState,
+    ctx: RequestContext,
+    key: str,
+    args: dict[str, Any],
+    stream: bool,
+    timeout: float,
+    request_id: str,
 ) -> Response:
+    """The turn of a request with an ``Idempotency-Key`` (``_idempotency``): run once, replayed after."""
+    session_id = args["session_id"]
+    digest = request_digest(f"{API_PREFIX}/sessions/{session_id}/messages", [args["message"], stream])
+    idem = idempotency_of(state)
+    got = await idem.acquire(state, ctx, key, digest, session_id=session_id, meta={}, timeout=timeout)
+    if isinstance(got, Ticket):
+        if stream:
+            run = _recorded_turn(state, args, timeout, ctx, got)
+            return await _open_stream(state.node, ctx, args, timeout, request_id, run)
+        result = await _recorded_turn(state, args, timeout, ctx, got)
+        if isinstance(result, ActorError):
+            raise result
+        return json_response(result)
+    outcome = got.get("outcome") or {}
+    if "reply" not in outcome:
+        return json_response({"error": outcome.get("error")}, int(outcome.get("status") or 500))
+    if not stream:
+        return json_response(outcome["reply"])
+    return StreamingResponse(
+        _replayed(outcome["reply"]),
+        media_type="text/event-stream",
+        headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+    )
+
+
+async def _recorded_turn(
+    state: ApiState, args: dict[str, Any], timeout: float, ctx: RequestContext, ticket: Ticket
+) -> Any:
+    """The turn, its outcome stored with the claim when it ends (whoever still waits for it)."""
+    result = await _turn(state.node, args, timeout, ctx)
+    await idempotency_of(state).settle(ticket, outcome_of(result))
+    return result
+
+
+async def _replayed(reply: dict[str, Any]) -> AsyncIterator[str]:
+    """A stored reply as the stream of its turn: started, its text in one delta, final."""
+    events = [
+        {"turn_id": reply.get("turn_id", "")},
+        {"text": str(reply.get("response") or "")},
+        {"reply": reply},
+    ]
+    for seq, (name, data) in enumerate(zip(("turn_started", "text_delta", "final"), events, strict=True), 1):
+        yield f"id: {seq}\nevent: {name}\ndata: {json.dumps(data, default=str, ensure_ascii=False)}\n\n"
+
+
+async def _open_stream(
+    node: Node,
+    ctx: RequestContext,
+    args: dict[str, Any],
+    timeout: float,
+    request_id: str,
+    run: Coroutine[Any, Any, Any] | None = None,
+) -> Response:
+    """``run``: the turn to run instead of a plain ``agent.chat`` (one that also records its outcome)."""
     sub = node.subscribe(session_topic(args["session_id"]), ctx=ctx)
     try:
         # Owned by the node, not by this request: a disconnect cancels the stream, never the turn.
-        turn = node.spawn(_turn(node, args, timeout, ctx))
+        turn = node.spawn(run if run is not None else _turn(node, args, timeout, ctx))
         first = asyncio.ensure_future(sub.get())
         await asyncio.wait({first, turn}, return_when=asyncio.FIRST_COMPLETED)
         if not first.done():

@@ -1,0 +1,333 @@
+"""Idempotent chat turns over HTTP: an ``Idempotency-Key`` header makes a retried request run no second turn.
+
+A key is scoped to its tenant, namespace and principal and remembered, with a hash of the request (its route
+and body), in the node's store for ``window`` seconds (``[http] idempotency_window``), under the namespace
+``__api__`` of the tenant that no credential can name and no actor uses. The first request with a key
+*claims* it (a compare-and-set on an absent key) and runs the turn as a node task; its outcome is stored
+with the claim when the turn ends, whether or not the client is still connected. Another request with the
+same key then:
+
+- with another body (or route): 409 ``idempotency_key_reused``;
+- after the outcome is stored: gets the same outcome, rendered as the first request's was (same ids);
+- while the first runs in this process: waits for its outcome;
+- while the claim says "running" but no process of this server runs it (the server was killed, or the
+  reply timed out): asks the session's agent. The claim recorded how long the session's history was when it
+  was made; a user message at that place means the turn started (the agent finishes a turn cut off by a
+  crash by itself, when the session is next activated): the request waits for it to end and answers with
+  its reply, and no second turn runs. Nothing there and no turn running means the turn never reached the
+  agent: the retry takes over the claim and runs it.
+
+A turn refused before it ran (4xx: a paused session, a spent budget, a bad argument) frees the key: a retry
+is a new attempt. Without the header nothing here runs (one header lookup per request).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request
+
+from minihermes.runtime import ActorError, Node, RequestContext
+
+from ._core import ApiState
+from ._errors import ApiError, invalid
+
+log = logging.getLogger("minihermes.api")
+
+HEADER = "idempotency-key"
+DEFAULT_WINDOW = 24 * 3600.0
+"""Seconds a key is remembered (``[http] idempotency_window``)."""
+API_NAMESPACE = "__api__"
+"""The store namespace of the HTTP layer's own records in a tenant: no credential names it (a namespace
+starts with a letter or digit), no actor reads it."""
+EXTRAS_KEY = "idempotency"
+AGENT = "agent"
+_KEY = re.compile(r"[\x21-\x7e]{1,255}")
+_RESOLVED_BEFORE = 500
+"""HTTP statuses below this mean the turn did not run (refused): the key is freed for a new attempt."""
+_LEFT_RUNNING = frozenset({"timeout", "shutting_down"})
+"""Errors after which the turn goes on (or resumes at the next start): the claim stays 'running'."""
+
+Outcome = dict[str, Any]
+"""``{"reply": <agent.chat reply>}`` or ``{"error": {code, message, ...}, "status": <http status>}``."""
+After = Callable[[dict[str, Any], Outcome], Awaitable[Outcome]]
+"""Bookkeeping an endpoint does once a turn has an outcome (its session map, its response record), given
+the claim's ``meta``; runs with the turn (not the request) and again for an outcome found after a crash."""
+
+
+def api_scope(ctx: RequestContext) -> tuple[str, str]:
+    """Where the HTTP layer keeps its records of ``ctx``'s tenant."""
+    return (ctx.tenant, API_NAMESPACE)
+
+
+def principal_part(ctx: RequestContext) -> str:
+    """A bounded, printable stand-in for (namespace, principal) in record keys."""
+    return hashlib.sha256(f"{ctx.namespace}\x00{ctx.principal}".encode()).hexdigest()[:32]
+
+
+def idempotency_key(request: Request) -> str | None:
+    """The request's ``Idempotency-Key`` (1-255 visible ASCII characters), None without one."""
+    value = request.headers.get(HEADER)
+    if value is None:
+        return None
+    if not _KEY.fullmatch(value):
+        raise invalid("Idempotency-Key must be 1-255 visible ASCII characters", field="Idempotency-Key")
+    return value
+
+
+def request_digest(route: str, body: Any) -> str:
+    """What a retry must repeat exactly: the route and the body (canonical JSON)."""
+    text = json.dumps([route, body], sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def outcome_of(result: Any) -> Outcome:
+    """An ``agent.chat`` reply, or the ActorError it raised, as a storable outcome."""
+    if isinstance(result, ActorError):
+        status = result.http_status if 400 <= result.http_status <= 599 else 500
+        return {"error": result.to_dict()["error"], "status": status}
+    return {"reply": result}
+
+
+@dataclass(slots=True)
+class Ticket:
+    """A claimed key: run the turn, then ``settle`` (or ``release``) it. ``session_id`` and ``meta`` are the
+    claim's (a retry that takes over a dead claim reuses the first request's)."""
+
+    scope: tuple[str, str]
+    key: str
+    version: int
+    record: dict[str, Any]
+
+    @property
+    def session_id(self) -> str:
+        return str(self.record["session_id"])
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return dict(self.record.get("meta") or {})
+
+
+class Idempotency:
+    """The app's idempotency records (``app.state.minihermes.extras["idempotency"]``)."""
+
+    def __init__(self, node: Node, window: float = DEFAULT_WINDOW) -> None:
+        if not window > 0:
+            raise ValueError("the idempotency window must be > 0 seconds")
+        self.node = node
+        self.window = window
+        self.owner = uuid.uuid4().hex  # this app instance: a claim of another one is not in _inflight
+        self._inflight: dict[tuple[tuple[str, str], str], asyncio.Future[Outcome | None]] = {}
+
+    async def acquire(
+        self,
+        state: ApiState,
+        ctx: RequestContext,
+        key: str,
+        digest: str,
+        *,
+        session_id: str,
+        meta: dict[str, Any],
+        timeout: float,
+        after: After | None = None,
+        new_session: bool = False,
+    ) -> Ticket | dict[str, Any]:
+        """A Ticket when this request must run the turn, else the stored record (``meta``, ``outcome``) of
+        the request that ran it. 409 for the key with another body; 504 when the first is still running at
+        ``timeout``."""
+        scope = api_scope(ctx)
+        name = f"idem:{principal_part(ctx)}:{hashlib.sha256(key.encode()).hexdigest()}"
+        deadline = asyncio.get_running_loop().time() + timeout
+        before = 0 if new_session else await _history_length(self.node, ctx, session_id, timeout)
+        record = {
+            "state": "running",
+            "digest": digest,
+            "session_id": session_id,
+            "before": before,
+            "owner": self.owner,
+            "meta": meta,
+            "at": time.time(),
+        }
+        kv = self.node.store.kv
+        while True:
+            version = await kv.cas(scope, name, None, record, ttl=self.window)
+            if version is not None:
+                return self._claimed(scope, name, version, record)
+            entry = await kv.get_entry(scope, name)
+            if entry is None or not isinstance(entry.value, dict):
+                continue  # expired in between: claim it
+            found = entry.value
+            if found.get("digest") != digest:
+                raise ApiError(
+                    409,
+                    "idempotency_key_reused",
+                    "this Idempotency-Key was used with another request; send a new key for a new request",
+                )
+            if found.get("state") == "done":
+                return found
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                raise _still_running()
+            waiting = self._inflight.get((scope, name))
+            if waiting is not None:
+                try:
+                    outcome = await asyncio.wait_for(asyncio.shield(waiting), remaining)
+                except TimeoutError:
+                    raise _still_running() from None
+                if outcome is not None:
+                    return {**found, "state": "done", "outcome": outcome}
+                continue  # released: the record says what happened
+            recovered = await _recover(self.node, ctx, found, deadline)
+            if recovered is None:  # the turn never reached the agent: take the claim over and run it
+                taken = {**found, "owner": self.owner, "at": time.time()}
+                version = await kv.cas(scope, name, entry.version, taken, ttl=self.window)
+                if version is not None:
+                    return self._claimed(scope, name, version, taken)
+                continue
+            if after is not None:
+                recovered = await _after(after, found.get("meta") or {}, recovered)
+            done = {**found, "state": "done", "outcome": recovered}
+            await kv.cas(scope, name, entry.version, done, ttl=self.window)
+            return done
+
+    def _claimed(self, scope: tuple[str, str], name: str, version: int, record: dict[str, Any]) -> Ticket:
+        self._inflight[(scope, name)] = asyncio.get_running_loop().create_future()
+        return Ticket(scope, name, version, record)
+
+    async def settle(self, ticket: Ticket, outcome: Outcome) -> None:
+        """Store the turn's outcome (a reply, or an error after it ran), or free the key (refused before it
+        ran), or leave the claim running (timed out, cut off by a stop: the turn goes on)."""
+        kv = self.node.store.kv
+        error = outcome.get("error")
+        try:
+            if error is None or (
+                int(outcome.get("status", 500)) >= _RESOLVED_BEFORE and error.get("code") not in _LEFT_RUNNING
+            ):
+                done = {**ticket.record, "state": "done", "outcome": outcome}
+                await kv.cas(ticket.scope, ticket.key, ticket.version, done, ttl=self.window)
+            elif int(outcome.get("status", 500)) < _RESOLVED_BEFORE:
+                entry = await kv.get_entry(ticket.scope, ticket.key)
+                if entry is not None and entry.version == ticket.version:
+                    await kv.delete(ticket.scope, ticket.key)
+                outcome = {**outcome, "freed": True}
+            else:
+                outcome = {**outcome, "left_running": True}
+        finally:
+            waiting = self._inflight.pop((ticket.scope, ticket.key), None)
+            if waiting is not None and not waiting.done():
+                # a waiter on a freed or still-running claim reads the record again
+                waiting.set_result(None if error is not None else outcome)
+
+
+def idempotency_of(state: ApiState) -> Idempotency:
+    found = state.extras.get(EXTRAS_KEY)
+    if not isinstance(found, Idempotency):
+        found = Idempotency(state.node)
+        state.extras[EXTRAS_KEY] = found
+    return found
+
+
+def _still_running() -> ApiError:
+    return ApiError(
+        409,
+        "idempotency_in_progress",
+        "the first request with this Idempotency-Key is still running; retry later for its result",
+        headers={"retry-after": "1"},
+        retry_after=1,
+    )
+
+
+async def _after(after: After, meta: dict[str, Any], outcome: Outcome) -> Outcome:
+    try:
+        return await after(meta, outcome)
+    except Exception:  # bookkeeping must not lose the turn's outcome
+        log.exception("after-turn bookkeeping failed")
+        return outcome
+
+
+async def _history_length(node: Node, ctx: RequestContext, session_id: str, timeout: float) -> int:
+    stats = await node.ask(AGENT, "get_stats", {"session_id": session_id}, timeout, ctx=ctx)
+    return int(stats.get("messages") or 0)
+
+
+async def _recover(
+    node: Node, ctx: RequestContext, record: dict[str, Any], deadline: float
+) -> Outcome | None:
+    """The outcome of a claimed turn no request of this app runs, from the session's agent: None when the
+    turn never started there (and none runs), else its reply once it has ended (waiting for it)."""
+    session_id = str(record.get("session_id") or "")
+    before = int(record.get("before") or 0)
+    loop = asyncio.get_running_loop()
+    sub = node.subscribe(f"session:{session_id}", ctx=ctx)
+    try:
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise _still_running()
+            # get_stats activates the session: a turn a crash cut off resumes with its activation
+            stats = await node.ask(AGENT, "get_stats", {"session_id": session_id}, remaining, ctx=ctx)
+            history = await node.ask(AGENT, "get_history", {"session_id": session_id}, remaining, ctx=ctx)
+            messages = list(history.get("messages") or [])
+            started = len(messages) > before and messages[before].get("role") == "user"
+            later = next(
+                (i for i in range(before + 1, len(messages)) if messages[i].get("role") == "user"), None
+            )
+            if not started and not stats.get("turn_in_progress"):
+                return None
+            if started and (later is not None or not stats.get("turn_in_progress")):
+                return await _finished(
+                    node, ctx, session_id, messages[before:later], later is None, remaining
+                )
+            if started and stats.get("paused"):
+                return {
+                    "reply": {
+                        "status": "paused",
+                        "response": "A tool call of this turn is waiting for approval.",
+                        "session_id": session_id,
+                    }
+                }
+            # running: its end is published on the session's topic (or checked again within a second)
+            try:
+                await sub.get(timeout=min(1.0, max(remaining, 0.001)))
+            except TimeoutError:
+                pass
+    finally:
+        sub.close()
+
+
+async def _finished(
+    node: Node, ctx: RequestContext, session_id: str, turn: list[dict[str, Any]], latest: bool, timeout: float
+) -> Outcome:
+    if latest:
+        last = await node.ask(AGENT, "last_turn", {"session_id": session_id}, timeout, ctx=ctx)
+        if last.get("status") == "error" and isinstance(last.get("error"), dict):
+            return {"error": last["error"], "status": 502}
+        if last.get("status") in ("ok", "max_iterations"):
+            return {"reply": last}
+    text = next(
+        (str(m.get("content")) for m in reversed(turn) if m.get("role") == "assistant" and m.get("content")),
+        "",
+    )
+    return {"reply": {"status": "ok", "response": text, "session_id": session_id}}
+
+
+__all__ = [
+    "DEFAULT_WINDOW",
+    "HEADER",
+    "Idempotency",
+    "Ticket",
+    "api_scope",
+    "idempotency_key",
+    "idempotency_of",
+    "outcome_of",
+    "request_digest",
+]
