@@ -24,7 +24,7 @@ from minihermes.runtime.store import ChannelMessage
 from ._cronstore import acting_as
 from ._turns import run_turn_once
 from .cron_runner import ConsumerLoop
-from .task_queue import channel_of, drop_payload, open_task, store_result
+from .task_queue import MARKER_PREFIX, channel_of, drop_payload, open_task, store_result
 
 TASK_TYPE = "agent_prompt"
 
@@ -100,6 +100,11 @@ class TaskWorker(GenServer):
                     self._stats["failed"] += 1
                     await self._nack(msg_id, requeue=True, reason=f"{e.code}: {e.message}")
                     return
+            if await open_task(self.host, msg) is None:  # its owner was forgotten while it ran: keep nothing
+                await self.host.kv.delete(f"{MARKER_PREFIX}{msg_id}")
+                if await self.host.channels.ack(self.channel, msg_id):
+                    await drop_payload(self.host, msg_id)
+                return
             result = {
                 "status": reply.get("status"),
                 "response": reply.get("response"),
