@@ -238,6 +238,7 @@ async def _serve(cfg: AppConfig, host: str, port: int, auth: Any) -> None:
                 on_started=lambda h, p: log.info("HTTP API on http://%s:%d (dashboard: /)", h, p),
                 log_level="warning",
                 shedding=shedding,
+                idempotency_window=http.idempotency_window,
                 sock=sock,
                 # The requests the node's stop cuts off are answered (503) before uvicorn gives up on them.
                 graceful_timeout=HTTP_DRAIN_SECONDS + node.options.shutdown_deadline + HTTP_ANSWER_SECONDS,
@@ -453,6 +454,7 @@ def _scripting() -> None:
     from .commands import call, cron_app, kanban_app, memory_app
     from .goals import goals_app
     from .mcp_servers import mcp_app
+    from .quarantine import quarantine_app
     from .skills import skills_app
     from .skills_io import skills_export  # noqa: F401  (registers skills import / export)
     from .store_keys import keys_rotate
@@ -466,6 +468,7 @@ def _scripting() -> None:
     app.add_typer(kanban_app, name="kanban")
     app.add_typer(memory_app, name="memory")
     app.add_typer(goals_app, name="goals")
+    app.add_typer(quarantine_app, name="quarantine")
     app.add_typer(mcp_app, name="mcp")
     app.add_typer(tools_app, name="tools")
     from .audit import audit_app

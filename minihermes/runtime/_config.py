@@ -186,8 +186,10 @@ class HttpModel(_Model):
     max_queued_requests: int | None = Field(default=None, ge=0)
     queue_timeout: Any = 10.0
     tenant_max_share: float = Field(default=0.5, gt=0, le=1)
+    idempotency_window: Any = 86400.0
+    """How long an ``Idempotency-Key`` is remembered (``minihermes.api``'s ``idempotency_window``)."""
 
-    @field_validator("queue_timeout")
+    @field_validator("queue_timeout", "idempotency_window")
     @classmethod
     def _queue_timeout(cls, v: Any) -> float:
         d = parse_duration(v)
