@@ -371,6 +371,10 @@ class CronScheduler(GenServer):
             await self.host.kv.delete(job_key(job["job_id"]))
             for key, _ in await self.host.kv.list(f"cron:run:{job['job_id']}:"):
                 runs += await self.host.kv.delete(key)
+            # the runs' turn markers keep each run's reply (``cron_runner``: ``cron:<run_id>#<attempt>``,
+            # a run id is ``<job_id>@<ms>``)
+            for key, _ in await self.host.kv.list(f"work:turn:cron:{job['job_id']}@"):
+                await self.host.kv.delete(key)
         for prefix in ("cron:due:", "cron:retry:"):
             for key, value in await self.host.kv.list(prefix):
                 if isinstance(value, dict) and value.get("job_id") in gone:

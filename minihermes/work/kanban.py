@@ -47,6 +47,7 @@ from minihermes.runtime import (
 )
 
 from ._owner import acting_principal, is_admin, principal, scrub, scrub_value
+from .kanban_worker import WAITING
 
 Status = Literal["todo", "ready", "in_progress", "blocked", "done", "cancelled"]
 StatusFilter = Literal["", "todo", "ready", "in_progress", "blocked", "done", "cancelled"]
@@ -233,6 +234,11 @@ class Kanban(GenServer):
         events = 0
         for card in doomed:
             await self.host.kv.delete(_key(card["task_id"]))
+            # the worker's turn markers (sessions ``kanban:<id>:<attempt>``) keep each turn's reply, and a
+            # paused turn's record the call waiting for approval
+            for key, _ in await self.host.kv.list(f"work:turn:kanban:{card['task_id']}:"):
+                await self.host.kv.delete(key)
+            await self.host.kv.delete(f"{WAITING}{card['task_id']}")
             # Its history: the title is in "created"; a reason or summary in others.
             events += (await self.host.events.forget(f"kanban:{card['task_id']}", None)).forgotten
         comments = 0

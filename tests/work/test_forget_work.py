@@ -101,3 +101,36 @@ async def test_a_run_in_the_middle_of_a_sub_task_is_cancelled_and_cleared(app_no
     assert (await ask(node, ALICE, "task_queue", "forget_subject", user_id="alice"))["cleared"][
         "orchestrations"
     ] == 0
+
+
+async def test_a_users_cron_runs_and_kanban_turns_leave_no_reply_behind(app_node: Any, clock: Any) -> None:
+    node = await app_node(scripted=True)
+    for ctx in (ALICE, BOB):
+        who = ctx.principal
+        await ask(
+            node, ctx, "cron_scheduler", "create_job", job_id=f"{who}-job", prompt="p", schedule="every_1h"
+        )
+        await ask(node, ctx, "cron_scheduler", "run_now", job_id=f"{who}-job")
+        await ask(node, ctx, "kanban", "create", title=f"{who}'s card", assignee="agent")
+
+    async def markers(kind: str, owner_key: str) -> list[str]:
+        return [k for k, _ in await node.store.kv.list(SCOPE, f"work:turn:{kind}:") if owner_key in k]
+
+    cards = {c["created_by"]: c["task_id"] for c in (await ask(node, ADA, "kanban", "list"))["tasks"]}
+
+    async def all_ran() -> bool:
+        await clock.advance(6)  # the kanban worker's next poll
+        return all(
+            [
+                await markers("cron", "alice-job@"),
+                await markers("cron", "bob-job@"),
+                await markers("kanban", f":{cards['alice']}:"),
+                await markers("kanban", f":{cards['bob']}:"),
+            ]
+        )
+
+    await until(all_ran, what="the runs' and cards' turns")
+    await ask(node, ALICE, "cron_scheduler", "forget_subject", user_id="alice")
+    await ask(node, ALICE, "kanban", "forget_subject", user_id="alice")
+    assert await markers("cron", "alice-job@") == [] and await markers("kanban", f":{cards['alice']}:") == []
+    assert await markers("cron", "bob-job@") and await markers("kanban", f":{cards['bob']}:")
