@@ -218,3 +218,28 @@ async def test_a_user_cannot_reach_another_users_session_and_a_viewer_cannot_cha
         await viewer.responses.create(model="minihermes", input="hi")
     assert [m.id for m in (await viewer.models.list()).data] == ["minihermes"]
     assert len(await history(base, keys["alice"], alices)) == 2  # bob's attempts reached nothing
+
+
+async def test_a_paused_turn_says_where_to_approve_and_the_next_message_gets_the_answer(served):
+    _, base, keys = served
+    admin = {"Authorization": f"Bearer {keys['ada']}"}
+    async with httpx.AsyncClient(base_url=base, headers=admin, timeout=30) as c:
+        r = await c.post(
+            "/api/v1/actors/guardrails/set_policy", json={"tool_name": "calculator", "decision": "review"}
+        )
+        assert r.status_code == 200, r.text
+    oa = client(base, keys["alice"])
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "what is 6 * 7? use the calculator"}]
+    paused = await oa.chat.completions.create(model="minihermes", messages=messages)
+    text = paused.choices[0].message.content or ""
+    assert "waiting for approval" in text and "/#/approvals" in text
+    assert not paused.choices[0].message.tool_calls
+    async with httpx.AsyncClient(base_url=base, headers=admin, timeout=30) as c:
+        waiting = (await c.post("/api/v1/actors/guardrails/list_approvals", json={})).json()
+        (approval,) = [a for a in waiting["approvals"] if a.get("status", "pending") == "pending"]
+        assert approval["approval_id"] in text
+        r = await c.post("/api/v1/actors/guardrails/approve", json={"approval_id": approval["approval_id"]})
+        assert r.status_code == 200, r.text
+    messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "done?"}]
+    finished = await oa.chat.completions.create(model="minihermes", messages=messages)
+    assert "42" in (finished.choices[0].message.content or "")
