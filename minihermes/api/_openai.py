@@ -146,15 +146,19 @@ def add_openai_routes(app: FastAPI, state: ApiState) -> None:
     from ._openai_chat import chat_completions
     from ._openai_responses import add_response_routes
 
-    @app.get("/v1/models", tags=["openai"], summary="The model names this server answers to (OpenAI API)")
+    @app.get(
+        "/v1/models", include_in_schema=False, summary="The model names this server answers to (OpenAI API)"
+    )
     async def list_models(request: Request) -> Response:
         return await openai_door(state, request, _list_models)
 
-    @app.get("/v1/models/{model}", tags=["openai"], summary="One model (OpenAI API)")
+    @app.get("/v1/models/{model}", include_in_schema=False, summary="One model (OpenAI API)")
     async def get_model(request: Request, model: str) -> Response:
         return await openai_door(state, request, _get_model, model)
 
-    @app.post("/v1/chat/completions", tags=["openai"], summary="A chat turn (OpenAI Chat Completions)")
+    @app.post(
+        "/v1/chat/completions", include_in_schema=False, summary="A chat turn (OpenAI Chat Completions)"
+    )
     async def completions(request: Request) -> Response:
         return await openai_door(state, request, chat_completions)
 

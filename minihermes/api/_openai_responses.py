@@ -47,12 +47,14 @@ _STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
 def add_response_routes(app: FastAPI, state: ApiState) -> None:
-    @app.post("/v1/responses", tags=["openai"], summary="A turn as a response (OpenAI Responses API)")
+    @app.post("/v1/responses", include_in_schema=False, summary="A turn as a response (OpenAI Responses API)")
     async def create(request: Request) -> Response:
         return await openai_door(state, request, create_response)
 
     @app.get(
-        "/v1/responses/{response_id}", tags=["openai"], summary="A stored response (OpenAI Responses API)"
+        "/v1/responses/{response_id}",
+        include_in_schema=False,
+        summary="A stored response (OpenAI Responses API)",
     )
     async def retrieve(request: Request, response_id: str) -> Response:
         return await openai_door(state, request, get_response, response_id)
