@@ -112,6 +112,9 @@ class Handler:
     """The access class the op declares (``@call(access="read")``): who may call it from outside, read by
     the permission model (``minihermes.permissions``) when it builds a node's table, never per message.
     None: undeclared (admin-only unless the table classifies it)."""
+    concurrent: bool = False
+    """A call that runs at once beside whatever handler the actor is running, never queued behind it
+    (``@call(concurrent=True)``; see ``call``)."""
 
     def bind(self, payload: dict[str, Any]) -> dict[str, Any]:
         """Check payload against the signature; returns the keyword arguments for the handler."""
@@ -144,11 +147,31 @@ class Handler:
 @overload
 def call(fn: F, /) -> F: ...
 @overload
-def call(*, name: str | None = None, access: str | None = None) -> Callable[[F], F]: ...
-def call(fn: Any = None, /, *, name: str | None = None, access: str | None = None) -> Any:
+def call(
+    *, name: str | None = None, access: str | None = None, concurrent: bool = False
+) -> Callable[[F], F]: ...
+def call(
+    fn: Any = None, /, *, name: str | None = None, access: str | None = None, concurrent: bool = False
+) -> Any:
     """Declare a request-reply handler (reached with ``ask``). ``access``: the op's access class
-    (``read``, ``write``, ``observe`` or ``admin``; see ``minihermes.permissions``)."""
-    return _mark(fn, "call", name, access)
+    (``read``, ``write``, ``observe`` or ``admin``; see ``minihermes.permissions``).
+
+    ``concurrent=True``: while the instance runs, the call is handled at once in the caller's task, beside
+    the handler the actor may be running, instead of waiting in the mailbox behind it (an actor not active
+    yet is activated through its mailbox as usual). For ops that signal a long-running handler (stopping
+    a turn): such a handler shares the instance with the running one, so it must not rely on the mailbox's
+    one-at-a-time order, and saves what it changes itself (``host.save_soon``, ``host.wait_saved``)."""
+    deco = _mark(fn, "call", name, access)
+    if concurrent:
+        if fn is not None:
+            raise TypeError("concurrent= needs the decorator form: @call(concurrent=True)")
+        mark = deco
+
+        def deco(f: Any) -> Any:
+            f.__minihermes_concurrent__ = True
+            return mark(f)
+
+    return deco
 
 
 @overload
@@ -362,6 +385,7 @@ def build_handler(kind: str, op: str, fn: Callable[..., Any], hints: dict[str, A
         states=getattr(fn, "__minihermes_states__", None),
         inline=not is_async,
         access=getattr(fn, "__minihermes_access__", None),
+        concurrent=kind == "call" and bool(getattr(fn, "__minihermes_concurrent__", False)),
     )
 
 

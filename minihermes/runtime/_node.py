@@ -29,13 +29,14 @@ from ._activation import FENCE_LOOP_WINDOW, Activation
 from ._actor import Actor, Handler
 from ._cell import FENCED_OUT, Cell, CellKey, Deferred, Owner, Scope, current_cell
 from ._clock import Clock, SystemClock
-from ._context import SYSTEM_CONTEXT, RequestContext, current_context
+from ._context import SYSTEM_CONTEXT, RequestContext, current_context, reset_context, set_context
 from ._datadir import DataDirLock
 from ._directory import Directory, RegistryEntry
 from ._errors import (
     ActorCrashed,
     ActorError,
     ActorNotFound,
+    AskTimeout,
     InvalidArgument,
     Overloaded,
     ShuttingDown,
@@ -43,7 +44,7 @@ from ._errors import (
 )
 from ._fabric import Fabric, NodePort
 from ._links import ServiceLinks
-from ._mailbox import Envelope
+from ._mailbox import Crash, Envelope
 from ._metrics import Metrics
 from ._pubsub import PubSub, Subscription
 from ._relations import Relations
@@ -420,6 +421,8 @@ class Node:
             self._admit(cell, env)
             cell.mailbox.put(env)
             return {"status": "accepted"}
+        if handler.concurrent and cell.instance is not None and cell.status == "running":
+            return await self._run_concurrent(cell, handler, kwargs, ctx, timeout)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         env = Envelope(op, kwargs, ctx, fut, self._sender())
         if handler.inline and self.options.inline_calls and cell.idle:
@@ -476,6 +479,42 @@ class Node:
             return
         self._admit(cell, env)
         cell.mailbox.put(env)
+
+    async def _run_concurrent(
+        self, cell: Cell, handler: Handler, kwargs: dict[str, Any], ctx: RequestContext, timeout: float | None
+    ) -> Any:
+        """Handle a ``concurrent`` call in this task, beside whatever the actor's loop runs (``call``). A
+        handler that raises anything but an ActorError crashes the actor in its own loop, as inline."""
+        self._check_accepting()
+        inst = cell.instance
+        assert inst is not None
+        cell_token = current_cell.set(cell)
+        ctx_token = set_context(ctx)
+        try:
+            result = handler.fn(inst, **kwargs)
+            if handler.is_async:
+                limit = self.options.ask_timeout if timeout is None else timeout
+                try:
+                    result = await asyncio.wait_for(result, limit)
+                except TimeoutError:
+                    raise AskTimeout(
+                        f"{cell.address}.{handler.op} did not answer within {limit:g}s",
+                        actor=cell.address,
+                        op=handler.op,
+                    ) from None
+            return result
+        except ActorError:
+            raise
+        except Exception as exc:
+            cell.mailbox.put_first(Crash(exc))
+            raise ActorCrashed(
+                f"{cell.address} crashed while handling '{handler.op}'", actor=cell.address
+            ) from None
+        finally:
+            reset_context(ctx_token)
+            current_cell.reset(cell_token)
+            if cell.tracks_idle:
+                cell.last_active = self.clock.monotonic()
 
     def _run_inline(self, cell: Cell, handler: Handler, env: Envelope) -> None:
         """Handle a message in this task (``Cell.call_inline``); casts the handler sends are queued."""
