@@ -243,3 +243,28 @@ async def test_a_paused_turn_says_where_to_approve_and_the_next_message_gets_the
     messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "done?"}]
     finished = await oa.chat.completions.create(model="minihermes", messages=messages)
     assert "42" in (finished.choices[0].message.content or "")
+
+
+async def test_bad_and_oversized_bodies_answer_in_the_openai_shape(served):
+    _, base, keys = served
+    headers = {"Authorization": f"Bearer {keys['alice']}"}
+    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as c:
+        big = await c.post(
+            "/v1/chat/completions",
+            json={"model": "minihermes", "messages": [{"role": "user", "content": "x" * 2_000_000}]},
+        )
+        assert big.status_code == 413
+        assert big.json()["error"]["type"] == "invalid_request_error"
+        last = await c.post(
+            "/v1/chat/completions",
+            json={"model": "minihermes", "messages": [{"role": "assistant", "content": "hi"}]},
+        )
+        assert last.status_code == 400
+        assert last.json()["error"] == {
+            "message": "the last message must be the user's, with text",
+            "type": "invalid_request_error",
+            "code": "invalid_argument",
+            "param": "messages",
+        }
+        gone = await c.get("/v1/responses/resp_nope")
+        assert gone.status_code == 404 and gone.json()["error"]["code"] == "response_not_found"
