@@ -1,0 +1,182 @@
+"""Where encryption at rest costs a turn: pages encrypted and decrypted per turn, and CPU time per turn.
+
+    .venv/bin/python bench/store_cipher_pages.py                # 3 rounds of 200 turns per variant
+    .venv/bin/python bench/store_cipher_pages.py --quick
+
+SQLCipher encrypts a page when it writes it (a WAL frame at a commit) and decrypts one when a connection
+reads it from the file (a page-cache miss): each costs AES-256-CBC and an HMAC of the page, while a plain
+store copies the bytes. This runs ``bench/turn.py``'s fresh-session turn (full agent, 4 LLM calls, 3 tool
+calls, every step durable; a manual clock, gc as ``serve``) in a child process per variant and round, and reads
+SQLite's own counters of every store connection (``sqlite3_db_status``: ``CACHE_MISS``, pages read from the
+file; ``CACHE_WRITE``, pages written) before and after the measured turns:
+
+- no key (the standard library's sqlite3);
+- a key, on a file with SQLCipher 4's defaults (HMAC-SHA512 per page: files encrypted before 2026-11-27);
+- a key, on a file made now (HMAC-SHA256 per page; ``_sqlite_keys.CURRENT``).
+
+CPU time per turn is the process's (every thread), the lowest of the rounds: the VM's other load adds to
+wall-clock time, and less to the lowest CPU time. Valgrind is no judge here: it hides the CPU's SHA
+extensions from OpenSSL, which then runs SHA-256 in plain instructions (more of them than SHA-512's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+KEY = "3c" * 32
+VARIANTS = {
+    "no key": None,
+    "key, HMAC-SHA512 (files before)": "SQLCIPHER4",
+    "key, HMAC-SHA256 (new files)": "CURRENT",
+}
+CACHE_MISS, CACHE_WRITE = 8, 9  # SQLITE_DBSTATUS_CACHE_MISS, SQLITE_DBSTATUS_CACHE_WRITE
+
+
+def _db_pointer(conn: Any) -> int:
+    """The ``sqlite3 *`` of a connection of either driver (the first field after the object header)."""
+    return int(ctypes.c_void_p.from_address(id(conn) + 2 * ctypes.sizeof(ctypes.c_void_p)).value or 0)
+
+
+def _status(lib: Any, conn: Any, op: int) -> int:
+    cur, high = ctypes.c_int(), ctypes.c_int()
+    lib.sqlite3_db_status(ctypes.c_void_p(_db_pointer(conn)), op, ctypes.byref(cur), ctypes.byref(high), 0)
+    return int(cur.value)
+
+
+def child(variant: str, turns: int, warmup: int) -> dict[str, float]:
+    """One variant in this process: counters and CPU time per turn."""
+    import asyncio
+
+    sys.path.insert(0, str(HERE))
+    import turn as T
+
+    import minihermes.runtime.store._sqlite_engine as engine
+    import minihermes.runtime.store._sqlite_keys as keys
+    from minihermes.embed import MiniHermes
+    from minihermes.runtime import ManualClock
+    from minihermes.runtime._loop import tune_gc
+
+    profile = VARIANTS[variant]
+    os.environ.pop("MINIHERMES_DB_KEY", None)
+    if profile is not None:
+        os.environ["MINIHERMES_DB_KEY"] = KEY
+        keys.PROFILES = (getattr(keys, profile),)  # type: ignore[assignment]  # the file is made with it
+        import sqlcipher3._sqlite3 as driver
+
+        lib = ctypes.CDLL(driver.__file__)
+    else:
+        lib = ctypes.CDLL("libsqlite3.so.0")  # what the standard library's _sqlite3 links
+    conns: list[tuple[str, Any]] = []
+    real_connect = engine.connect
+
+    def recording_connect(*args: Any, **kw: Any) -> Any:
+        conn = real_connect(*args, **kw)
+        conns.append(("writer" if "writer" in threading.current_thread().name else "readers", conn))
+        return conn
+
+    engine.connect = recording_connect  # type: ignore[assignment]
+    T.MiniHermes = lambda *a, **kw: MiniHermes(*a, clock=ManualClock(), **kw)
+
+    def counters() -> dict[str, int]:
+        out = {"read by the writer": 0, "read by readers": 0, "written": 0}
+        for role, conn in conns:
+            out[f"read by {'the writer' if role == 'writer' else 'readers'}"] += _status(
+                lib, conn, CACHE_MISS
+            )
+            out["written"] += _status(lib, conn, CACHE_WRITE)
+        return out
+
+    async def run() -> dict[str, float]:
+        with tempfile.TemporaryDirectory(prefix="mh-cipher-pages-") as d:
+            mh = await T.start_mh(d, latency=0.0, shape="sequential", loop_only=False)
+            tune_gc()
+            try:
+                for i in range(warmup):
+                    T.check_reply(await mh.chat(T.MESSAGE, session_id=f"w{i}"), "sequential")
+                before, cpu0, wall = counters(), time.process_time(), []
+                for i in range(turns):
+                    t0 = time.perf_counter()
+                    T.check_reply(await mh.chat(T.MESSAGE, session_id=f"s{i}"), "sequential")
+                    wall.append(time.perf_counter() - t0)
+                cpu = time.process_time() - cpu0
+                after = counters()
+            finally:
+                await mh.stop()
+        got = {k: (after[k] - before[k]) / turns for k in after}
+        return got | {"cpu ms": cpu / turns * 1000, "wall ms": statistics.median(wall) * 1000}
+
+    return asyncio.run(run())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--turns", type=int, default=200)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args.child, args.turns, args.warmup)))
+        return 0
+    rounds, turns, warmup = (1, 20, 5) if args.quick else (args.rounds, args.turns, args.warmup)
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "MINIHERMES_EVENT_LOOP": "uvloop"}
+    results: dict[str, list[dict[str, float]]] = {v: [] for v in VARIANTS}
+    print(
+        f"# cipher pages per turn ({turns} turns after {warmup}, {rounds} round(s); load {os.getloadavg()[0]:.2f})"
+    )
+    for r in range(rounds):
+        for variant in VARIANTS:  # interleaved: every variant sees the same machine
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    variant,
+                    "--turns",
+                    str(turns),
+                    "--warmup",
+                    str(warmup),
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=HERE.parent,
+            ).stdout
+            results[variant].append(json.loads(out.strip().splitlines()[-1]))
+            print(f"  .. round {r + 1}: {variant}: {results[variant][-1]}", file=sys.stderr, flush=True)
+    base = min(x["cpu ms"] for x in results["no key"])
+    print()
+    print(
+        "| per turn | pages written (WAL frames) | pages read: writer | pages read: readers "
+        "| CPU ms (lowest; runs) | vs no key | wall ms (median of medians) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for variant, runs in results.items():
+        cpu = min(x["cpu ms"] for x in runs)
+        each = " / ".join(f"{x['cpu ms']:.2f}" for x in runs)
+        print(
+            f"| {variant} | {statistics.median(x['written'] for x in runs):.1f} "
+            f"| {statistics.median(x['read by the writer'] for x in runs):.1f} "
+            f"| {statistics.median(x['read by readers'] for x in runs):.1f} "
+            f"| {cpu:.2f} ({each}) | {(cpu - base) / base * 100:+.1f}% "
+            f"| {statistics.median(x['wall ms'] for x in runs):.2f} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
