@@ -50,6 +50,12 @@ def count_derivations(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
+async def encryption_finding(store: object) -> str:
+    (finding,) = [f for f in await store.doctor() if f.name == "encryption"]  # type: ignore[attr-defined]
+    assert finding.status == "ok", finding
+    return str(finding.detail)
+
+
 async def test_a_new_store_uses_hmac_sha256_and_derives_a_passphrase_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -70,9 +76,12 @@ async def test_a_new_store_uses_hmac_sha256_and_derives_a_passphrase_once(
     with pytest.raises(sqlcipher3.DatabaseError):
         stock_open(db, PASSPHRASE, None)  # SQLCipher 4's defaults (HMAC-SHA512) do not open it
 
-    # A second open of the file in this process reuses the derived key.
+    # A second open of the file in this process reuses the derived key; doctor names the settings.
     async with open_store("sqlite", data_dir=data) as store:
         assert await store.kv.get(SCOPE, "k07") == {"i": 7}
+        assert "passphrase (PBKDF2-HMAC-SHA512, derived once per open), HMAC-SHA256 pages)" in (
+            await encryption_finding(store)
+        )
     assert len(derivations) == 1
 
 
@@ -102,6 +111,7 @@ async def test_a_file_made_with_sqlcipher4_defaults_opens_and_keeps_them(
     monkeypatch.setenv("MINIHERMES_DB_KEY", OTHER_PASSPHRASE)
     async with open_store("sqlite", data_dir=data) as store:
         assert await store.kv.get(SCOPE, "rotated") == {"v": 2}
+        assert "HMAC-SHA512 pages), SQLite" in await encryption_finding(store)
     monkeypatch.setenv("MINIHERMES_DB_KEY", PASSPHRASE)
     with pytest.raises(StoreKeyError, match="the key does not open"):  # every known setting tried
         await open_store("sqlite", data_dir=data).open()

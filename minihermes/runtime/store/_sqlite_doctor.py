@@ -14,7 +14,15 @@ from pathlib import Path
 
 from ._errors import SchemaVersionError
 from ._sqlite_engine import connect
-from ._sqlite_keys import StoreKey, StoreKeyError, cipher_versions, db_errors, file_is_plain
+from ._sqlite_keys import (
+    CURRENT,
+    Keying,
+    StoreKey,
+    StoreKeyError,
+    cipher_versions,
+    db_errors,
+    file_is_plain,
+)
 from ._sqlite_schema import LATEST_VERSION, MIN_SQLITE, read_version
 from .base import Finding
 
@@ -52,8 +60,8 @@ def inspect(
 
 
 def _encryption(path: Path, key: StoreKey | None) -> Finding:
-    """``encrypted: yes (SQLCipher 4.19.0 community, key from env MINIHERMES_DB_KEY), SQLite 3.53.4`` or
-    ``not encrypted (SQLite 3.40.1, stdlib)``."""
+    """``encrypted: yes (SQLCipher 4.19.0 community, key from env MINIHERMES_DB_KEY, raw 256-bit key,
+    HMAC-SHA256 pages), SQLite 3.53.4`` or ``not encrypted (SQLite 3.40.1, stdlib)``."""
     if key is None:
         if file_is_plain(path) is False:
             return Finding(
@@ -64,17 +72,24 @@ def _encryption(path: Path, key: StoreKey | None) -> Finding:
         cipher, version = cipher_versions()
     except StoreKeyError as e:
         return Finding("encryption", FAIL, str(e))
-    detail = f"encrypted: yes (SQLCipher {cipher}, key from {key.source}, {key.kind}), SQLite {version}"
+    head, tail = (
+        f"encrypted: yes (SQLCipher {cipher}, key from {key.source}, {key.kind}",
+        f"), SQLite {version}",
+    )
     if file_is_plain(path):
         return Finding(
-            "encryption", FAIL, f"{detail}; but {path} is a plain file: `minihermes keys rotate` encrypts it"
+            "encryption",
+            FAIL,
+            f"{head}{tail}; but {path} is a plain file: `minihermes keys rotate` encrypts it",
         )
+    keying = Keying(key, path, None if path.exists() else CURRENT)
     if path.exists():
         try:
-            connect(f"file:{path}?mode=ro", busy_timeout=5, key=key, uri=True).close()
+            connect(f"file:{path}?mode=ro", busy_timeout=5, keying=keying, uri=True).close()
         except StoreKeyError as e:
             return Finding("encryption", FAIL, str(e))
-    return Finding("encryption", OK, detail)
+    pages = keying.profile.name if keying.profile is not None else CURRENT.name
+    return Finding("encryption", OK, f"{head}, {pages} pages{tail}")
 
 
 def _features(folder: Path) -> list[Finding]:
