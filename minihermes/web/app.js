@@ -8,6 +8,7 @@ import * as notifications from "./pages/notifications.js";
 import * as sessions from "./pages/sessions.js";
 import * as skills from "./pages/skills.js";
 import * as memory from "./pages/memory.js";
+import * as quarantine from "./pages/quarantine.js";
 import * as work from "./pages/work.js";
 import * as govern from "./pages/govern.js";
 import * as observe from "./pages/observe.js";
@@ -18,6 +19,7 @@ const PAGES = [
   ["sessions", sessions.page],
   ["skills", skills.page],
   ["memory", memory.page],
+  ["quarantine", quarantine.page],
   ["cron", work.cronPage],
   ["kanban", work.kanbanPage],
   ["goals", work.goalsPage],
@@ -103,7 +105,8 @@ function layout() {
     h("div", { class: "brand" }, h("img", { src: "/static/icon.svg", alt: "" }), "MiniHermes"),
     PAGES.map(([name, page]) =>
       h("a", { href: `#/${name}`, dataset: { page: name } }, page.title, missing(page) ? " ·" : "",
-        name === "notifications" ? h("span", { id: "unread", class: "badge unread", hidden: true }) : null),
+        name === "notifications" ? h("span", { id: "unread", class: "badge unread", hidden: true }) : null,
+        name === "quarantine" ? h("span", { id: "held", class: "badge unread", hidden: true }) : null),
     ),
   );
   const who = h(
@@ -216,6 +219,23 @@ async function showUnread() {
 
 window.addEventListener("minihermes:notifications-read", () => ctx && showUnread());
 
+// How many memories and skills wait for the caller's confirmation, beside "Quarantine" in the nav.
+async function showHeld() {
+  const el = document.getElementById("held");
+  if (!el || !ctx) return;
+  try {
+    const count = await quarantine.heldCount(ctx);
+    el.textContent = String(count || 0);
+    el.title = `${count || 0} held for confirmation`;
+    el.dataset.count = String(count || 0);
+    el.hidden = !count;
+  } catch {
+    // not answered: the count stays as it was (the page itself shows the error)
+  }
+}
+
+window.addEventListener(quarantine.CHANGED, () => ctx && showHeld());
+
 function missing(page) {
   return page.actors.some((actor) => !ctx.catalog.has(actor));
 }
@@ -242,6 +262,7 @@ async function route() {
     clear(target, view);
     showModel();
     showUnread();
+    showHeld();
     if (typeof refresh === "function" && page.poll) {
       timer = setInterval(() => refresh().catch(() => {}), page.poll);
     }
