@@ -184,8 +184,10 @@ class Idempotency:
                 except TimeoutError:
                     raise _still_running() from None
                 if outcome is not None:
-                    return {**found, "state": "done", "outcome": outcome}
-                continue  # released: the record says what happened
+                    settled = await kv.get(scope, name)
+                    if isinstance(settled, dict) and settled.get("state") == "done":
+                        return settled  # as stored: the session the first request made is in its meta
+                continue  # freed or left running: the record says what happened
             recovered = await _recover(self.node, ctx, found, deadline)
             if recovered is None:  # the turn never reached the agent: take the claim over and run it
                 taken = {**found, "owner": self.owner, "at": time.time()}
@@ -202,6 +204,16 @@ class Idempotency:
     def _claimed(self, scope: tuple[str, str], name: str, version: int, record: dict[str, Any]) -> Ticket:
         self._inflight[(scope, name)] = asyncio.get_running_loop().create_future()
         return Ticket(scope, name, version, record)
+
+    async def bind(self, ticket: Ticket, session_id: str, meta: dict[str, Any]) -> None:
+        """Name the session a claim made for a new conversation runs in (before its turn starts)."""
+        record = {**ticket.record, "session_id": session_id, "meta": meta}
+        version = await self.node.store.kv.cas(
+            ticket.scope, ticket.key, ticket.version, record, ttl=self.window
+        )
+        if version is None:  # another server judged the claim dead and took it over: it runs the turn
+            raise _still_running()
+        ticket.version, ticket.record = version, record
 
     async def settle(self, ticket: Ticket, outcome: Outcome) -> None:
         """Store the turn's outcome (a reply, or an error after it ran), or free the key (refused before it
@@ -265,6 +277,8 @@ async def _recover(
     """The outcome of a claimed turn no request of this app runs, from the session's agent: None when the
     turn never started there (and none runs), else its reply once it has ended (waiting for it)."""
     session_id = str(record.get("session_id") or "")
+    if not session_id:
+        return None  # claimed for a new conversation whose session was not made yet: nothing ran
     before = int(record.get("before") or 0)
     loop = asyncio.get_running_loop()
     sub = node.subscribe(f"session:{session_id}", ctx=ctx)

@@ -33,7 +33,6 @@ from ._openai_sessions import (
     find_by_fingerprint,
     fingerprint,
     name_conversation,
-    new_session,
     record_paused,
     remember_fingerprint,
     start_turn,
@@ -231,7 +230,7 @@ async def _session_for(
         found = await find_by_fingerprint(state, ctx, fingerprint(ctx, prior))
         if found is not None:
             return await check_session(state, ctx, found, timeout), False
-    return await new_session(state, ctx, timeout), True
+    return "", True
 
 
 def completion(meta: dict[str, Any], outcome: Outcome) -> dict[str, Any]:

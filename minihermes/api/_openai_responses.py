@@ -35,7 +35,6 @@ from ._openai_sessions import (
     check_session,
     conversation_session,
     name_conversation,
-    new_session,
     record_paused,
     session_record,
     start_turn,
@@ -211,11 +210,11 @@ async def _session_for(
             found_sid = conversation  # one of the caller's sessions, by its id (checked below)
         if found_sid is not None:
             return await check_session(state, ctx, found_sid, timeout), False
-        return await new_session(state, ctx, timeout), True
+        return "", True
     named = request.headers.get(SESSION_HEADER)
     if named:
         return await check_session(state, ctx, named, timeout), False
-    return await new_session(state, ctx, timeout), True
+    return "", True
 
 
 async def get_response(state: ApiState, request: Request, ctx: RequestContext, response_id: str) -> Response:

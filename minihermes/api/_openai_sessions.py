@@ -206,7 +206,8 @@ async def start_turn(
     new: bool,
     stream: bool,
 ) -> Turn:
-    """Run ``agent.chat`` for a ``/v1`` request (once per ``Idempotency-Key``), ``after`` once it ends."""
+    """Run ``agent.chat`` for a ``/v1`` request (once per ``Idempotency-Key``), ``after`` once it ends;
+    ``session_id`` "" (with ``new``): a new session of the caller's, made here."""
     ticket: Ticket | None = None
     if key is not None:
         got = await idempotency_of(state).acquire(
@@ -223,6 +224,11 @@ async def start_turn(
         if not isinstance(got, Ticket):
             return Turn(str(got["session_id"]), dict(got.get("meta") or {}), outcome=dict(got["outcome"]))
         ticket, session_id, meta = got, got.session_id, got.meta
+    if not session_id:  # made once the key is ours: a retry of a new conversation makes no second session
+        session_id = await new_session(state, ctx, timeout)
+        meta["session_id"] = session_id
+        if ticket is not None:
+            await idempotency_of(state).bind(ticket, session_id, meta)
     if not new:
         owed = await pending_outcome(state, ctx, session_id, timeout)
         if owed is not None:

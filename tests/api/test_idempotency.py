@@ -128,6 +128,8 @@ async def test_a_retry_after_a_sigkill_between_accept_and_answer_runs_one_turn(t
         assert [m["content"] for m in history["messages"] if m["role"] == "user"] == ["what is 6 * 7"]
         agent = await _ask(base, key, "agent", "get_stats", {"session_id": session_id})
         assert agent["turns"] == 1
+        listed = await _ask(base, key, "session_manager", "list_sessions", {})
+        assert [s["session_id"] for s in listed["sessions"]] == [session_id]  # the retries made none
         other = {**BODY, "messages": [{"role": "user", "content": "what is 7 * 8"}]}
         reused = await _post(base, key, other, "retry-1")
         assert reused.status_code == 409
@@ -151,6 +153,8 @@ async def test_a_retry_returns_the_first_result_without_a_second_turn(served):  
         session_id = one.headers["x-minihermes-session"]
         stats = (await c.post("/api/v1/actors/agent/get_stats", json={"session_id": session_id})).json()
         assert stats["turns"] == 1
+        listed = (await c.post("/api/v1/actors/session_manager/list_sessions", json={})).json()
+        assert [s["session_id"] for s in listed["sessions"]] == [session_id]
         changed = await c.post("/v1/responses", json={**body, "input": "hello"}, headers=headers)
         assert changed.status_code == 409 and changed.json()["error"]["code"] == "idempotency_key_reused"
 
