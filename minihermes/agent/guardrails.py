@@ -60,7 +60,7 @@ from minihermes.tools.contract import TOOL_NAME
 
 Decision = Literal["allow", "deny", "review"]
 Mode = Literal["open", "supervised", "lockdown"]
-ApprovalStatus = Literal["pending", "approved", "denied", "all"]
+ApprovalStatus = Literal["pending", "approved", "denied", "withdrawn", "all"]
 
 MAX_REPEATS = 2
 MAX_TRACKED_TURNS = 4096
@@ -592,6 +592,35 @@ class Guardrails(GenFSM):
     def deny(self, approval_id: str, note: str = "") -> Any:
         """Deny a pending call; the turn resumes and the LLM reads that a reviewer refused it."""
         return self._decide(approval_id, "denied", note)
+
+    @call(access="admin")
+    def withdraw_approvals(self, session_id: str, turn_id: str = "") -> dict[str, Any]:
+        """The pending approvals of a session's turn (every turn's without ``turn_id``), withdrawn because the
+        turn was stopped (``agent.cancel_turn``): status ``withdrawn``, so approving or denying one resumes
+        nothing (``conflict``). The runtime's and admins' op: ``withdrawn`` lists the ids."""
+        ctx = current_context()
+        if not ctx.roles & _ADMIN_ROLES:
+            raise PermissionDenied("withdraw_approvals: the runtime's op", op="withdraw_approvals")
+        if not session_id:
+            raise InvalidArgument("withdraw_approvals: session_id must not be empty", field="session_id")
+        gone = [
+            a
+            for a in self.approvals.values()
+            if a["status"] == "pending"
+            and a["session_id"] == session_id
+            and (not turn_id or a["turn_id"] == turn_id)
+        ]
+        for a in gone:
+            a.update(status="withdrawn", decided_at=self.host.now(), decided_by=ctx.principal)
+            self._audit(
+                "approval_withdrawn",
+                f"approval={a['approval_id']} tool={a['tool']} (its turn was stopped)",
+                session_id,
+                {"approval_id": a["approval_id"], "tool": a["tool"], "decision": "withdrawn"},
+            )
+        if gone:
+            self._prune()
+        return {"status": "ok", "withdrawn": [a["approval_id"] for a in gone]}
 
     def _refusal(self, record: dict[str, Any], ctx: RequestContext) -> str:
         """Why ``ctx`` may not decide on ``record`` ("": they may): ``role`` (a viewer, or a user on another's

@@ -181,6 +181,9 @@ class ToolExecutor(GenServer):
         self._digest = ""
         self._running: dict[str, asyncio.Task[Any]] = {}
         self._timed_out: set[str] = set()
+        self._session_calls: dict[str, set[str]] = {}
+        """The running calls of each session (``cancel_calls``)."""
+        self._cancelled: set[str] = set()
         self._stats: dict[str, Any] = {"executions": 0, "errors": 0, "timeouts": 0, "by_tool": {}}
         self._audit_on = self.host.has_actor("audit_event")
         self._guardrails_on = self.host.has_actor("guardrails")
@@ -420,24 +423,62 @@ class ToolExecutor(GenServer):
             self._timed_out.add(call_id)
             task.cancel()
 
+    @call(access="admin")
+    def cancel_calls(self, session_id: str) -> Deferred:
+        """Stop the session's running tool calls (its turn was stopped: ``agent.cancel_turn``), as a timeout
+        does: cancelling a call kills what it started, a sandboxed process included, before this replies.
+        Each call answers a ``cancelled`` error. The runtime's and admins' op: ``cancelled`` is how many."""
+        ctx = current_context()
+        if not ctx.roles & {"admin", "system"}:
+            raise PermissionDenied("cancel_calls: stopping tool calls is the runtime's", op="cancel_calls")
+        if not session_id:
+            raise InvalidArgument("cancel_calls: session_id must not be empty", field="session_id")
+        tasks = []
+        for call_id in list(self._session_calls.get(session_id, ())):
+            task = self._running.get(call_id)
+            if task is not None and not task.done():
+                self._cancelled.add(call_id)
+                task.cancel()  # the sandbox kills its process group on the way out
+                tasks.append(task)
+        return Deferred(self.host.spawn(self._calls_stopped(session_id, tasks)))
+
+    async def _calls_stopped(self, session_id: str, tasks: list[asyncio.Task[Any]]) -> dict[str, Any]:
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.default_timeout)
+        return {"status": "ok", "session_id": session_id, "cancelled": len(tasks)}
+
     async def _run(
         self, call_id: str, tool: ToolDef, args: dict[str, Any], env: ToolEnv, started: float
     ) -> Any:
         inner = self.host.spawn(self._attempt(tool, args, env))
         self._running[call_id] = inner
+        session = env.session_id
+        self._session_calls.setdefault(session, set()).add(call_id)
         timeout = self._timeout(tool)
         timer = self.host.send_after(timeout, "__tool_timeout", {"call_id": call_id})
         try:
             result, failure = await inner
         except asyncio.CancelledError:
-            if call_id not in self._timed_out:
+            if call_id in self._cancelled:
+                result, failure = None, ToolFailure("cancelled", f"{tool.name} was stopped with its turn")
+            elif call_id in self._timed_out:
+                result, failure = (
+                    None,
+                    ToolFailure("timeout", f"{tool.name} did not finish within {timeout:g}s"),
+                )
+                self._stats["timeouts"] += 1
+            else:
                 raise  # this actor is stopping
-            result, failure = None, ToolFailure("timeout", f"{tool.name} did not finish within {timeout:g}s")
-            self._stats["timeouts"] += 1
         finally:
             self.host.cancel_timer(timer)
             self._running.pop(call_id, None)
             self._timed_out.discard(call_id)
+            self._cancelled.discard(call_id)
+            calls = self._session_calls.get(session)
+            if calls is not None:
+                calls.discard(call_id)
+                if not calls:
+                    del self._session_calls[session]
         return self._finish(
             tool.name, env.session_id, args, started, result=result, failure=failure, tool=tool
         )
