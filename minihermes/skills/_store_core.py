@@ -8,6 +8,7 @@ import uuid
 from collections import Counter, OrderedDict
 from typing import Any, Literal
 
+from minihermes import permissions
 from minihermes.audit import fire_audit, scrub_secrets
 from minihermes.context.embeddings import Embedder, load_embedder
 from minihermes.runtime import Conflict, GenServer, InvalidArgument, NotFound, current_context
@@ -54,8 +55,53 @@ def _signature(record: dict[str, Any]) -> list[str]:
 
 
 def view(record: dict[str, Any]) -> dict[str, Any]:
-    """A record as replies show it (internal index data left out)."""
-    return {k: v for k, v in record.items() if k != "proc_terms"}
+    """A record as replies show it (internal index data left out), with its trust: ``provenance`` (the
+    dict of ids, its ``source`` the string: ``agent``, ``import``, ``user``, ``admin``, ``tool:<name>``),
+    ``derived_from_untrusted`` and ``quarantined``."""
+    out = {k: v for k, v in record.items() if k != "proc_terms"}
+    out["provenance"] = {**record["provenance"], "source": source_of(record)}
+    out["derived_from_untrusted"] = bool(record.get("derived_from_untrusted"))
+    out["quarantined"] = quarantined(record)
+    return out
+
+
+# -- provenance and quarantine --------------------------------------------------------------------------------
+
+
+def source_of(record: dict[str, Any]) -> str:
+    """Where the record's content came from, as the runtime stamped it ("unrecorded" before issue 25)."""
+    return str(record["provenance"].get("source") or "unrecorded")
+
+
+def quarantined(record: dict[str, Any]) -> bool:
+    """Derived from untrusted content and not confirmed yet: never matched, injected, merged or
+    exported as trusted."""
+    return bool(record.get("quarantined"))
+
+
+def request_origin(*, learned: bool = False) -> tuple[str, bool]:
+    """``(source, untrusted)`` of what the current request writes, from the runtime's stamp on the
+    context (``permissions.provenance``), never from an argument. ``learned``: the learning workflow's
+    proposal, which is the agent's (``agent``) unless the request is stamped otherwise."""
+    ctx = current_context()
+    source, untrusted = permissions.provenance(ctx)
+    if learned and not ctx.provenance:
+        source = "agent"
+    return source, untrusted
+
+
+def taint(record: dict[str, Any], source: str, untrusted: bool) -> bool:
+    """Mark ``record`` as written (also) from content derived from untrusted output: trust only goes
+    down (``derived_from_untrusted`` is the OR of every write's), and the record is quarantined until
+    confirmed again. Returns whether the record became quarantined now."""
+    if not untrusted:
+        return False
+    fresh = not quarantined(record)
+    record["provenance"] = {**record["provenance"], "source": source}
+    record["derived_from_untrusted"] = True
+    record["quarantined"] = True
+    record.pop("confirmed_by", None)
+    return fresh
 
 
 class SkillStoreCore(GenServer):
@@ -154,8 +200,8 @@ class SkillStoreCore(GenServer):
         best: tuple[float, dict[str, Any]] | None = None
         for sid, _score in self.index.search(query, 10, user_id=owner, usable_only=False):
             record = self._records[sid]
-            if record["status"] == "archived" or not access.can_see(record, owner):
-                continue
+            if record["status"] == "archived" or not access.can_see(record, owner) or quarantined(record):
+                continue  # a quarantined skill is merged with nothing (nor patched) until confirmed
             similarity = jaccard(words, _signature(record))
             if record["tools"] == tools:
                 similarity = max(similarity, 0.5 + similarity)  # same steps: wording may differ more
@@ -167,6 +213,9 @@ class SkillStoreCore(GenServer):
         self, record: dict[str, Any], fields: dict[str, Any], *, reason: str, replace_words: bool = False
     ) -> dict[str, Any]:
         record = dict(record)
+        source, untrusted = request_origin()
+        if taint(record, source, untrusted):
+            self._event("skill_quarantined", record, f"provenance={source} (edited)")
         if not replace_words:
             fields["triggers"] = check_words(
                 "propose_skill", "triggers", record["triggers"] + fields["triggers"]
@@ -193,8 +242,17 @@ class SkillStoreCore(GenServer):
         return record
 
     def _new_record(
-        self, fields: dict[str, Any], *, owner: str, provenance: dict[str, str], skill_id: str = ""
+        self,
+        fields: dict[str, Any],
+        *,
+        owner: str,
+        provenance: dict[str, str],
+        source: str,
+        untrusted: bool,
+        skill_id: str = "",
     ) -> dict[str, Any]:
+        """A new candidate. ``provenance`` holds the ids erasure finds it by; ``source`` and ``untrusted``
+        are the runtime's stamp (``request_origin``): an untrusted one is quarantined from the start."""
         now = self.host.now()
         tools = procedure_tools(fields["procedure"])
         return {
@@ -210,7 +268,9 @@ class SkillStoreCore(GenServer):
             "owner": owner,
             "version": 1,
             "versions": 1,
-            "provenance": provenance,
+            "provenance": {**provenance, "source": source},
+            "derived_from_untrusted": untrusted,
+            "quarantined": untrusted,
             "needs_approval": needs_approval(tools),
             "approved_by": "",
             "evaluation": None,
@@ -288,7 +348,7 @@ class SkillStoreCore(GenServer):
             skill_id=record["skill_id"],
             terms=terms,
             owner="" if record["scope"] == "tenant" else record["owner"],
-            usable=record["status"] in USABLE,
+            usable=record["status"] in USABLE and not quarantined(record),
             stale=record["status"] == "stale",
             pinned=record["pinned"],
             uses=record["uses"],

@@ -31,7 +31,7 @@ from . import _archive as archive
 from . import _folders as folders
 from . import _store_io as io
 from ._model import USABLE
-from ._store_core import Scope, SkillStoreCore, check_id
+from ._store_core import Scope, SkillStoreCore, check_id, quarantined, request_origin, source_of, taint
 
 MAX_VIEW_CHARS = 100_000
 """Text ``view_skill`` returns at most (the model's context is the limit; the rest is flagged)."""
@@ -63,8 +63,20 @@ def refuse_host_path(op: str, path: object) -> None:
 
 
 def trusted(record: dict[str, Any]) -> bool:
-    """Imported content is outside text until an admin approves the skill."""
+    """Imported content is outside text until an admin approves the skill; a quarantined skill (derived
+    from untrusted content) until its owner or an admin confirms it."""
+    if quarantined(record):
+        return False
     return record.get("origin") != "import" or bool(record.get("approved_by"))
+
+
+def _import_origin(ours: dict[str, Any]) -> tuple[str, bool]:
+    """``("import", untrusted)``: the request's stamp, and an export's own mark that it derives from
+    untrusted content (our keys are hints; this one can only lower trust, never raise it)."""
+    _source, untrusted = request_origin()
+    return "import", untrusted or ours.get("derived_from_untrusted") is True or ours.get(
+        "quarantined"
+    ) is True
 
 
 def file_reply(entry: dict[str, Any], data: bytes, *, max_chars: int | None = None) -> dict[str, Any]:
@@ -161,7 +173,7 @@ class SkillFolderOps(SkillStoreCore):
             raise NotFound(f"{op}: no skill named '{name[:100]}'", op=op, field="name")
         found.sort(
             key=lambda r: (
-                r["status"] not in USABLE,
+                r["status"] not in USABLE or quarantined(r),
                 not (r["scope"] == "user" and r["owner"] == user),
                 -r["created_at"],
             )
@@ -356,6 +368,7 @@ class SkillFolderOps(SkillStoreCore):
             "allowed_tools": p.allowed_tools,
             "license": p.license[:200],
         }
+        source, untrusted = _import_origin(p.ours)
         same = self._import_target(p, scope, principal, warnings)
         if same is not None:
             record = dict(same)
@@ -371,6 +384,7 @@ class SkillFolderOps(SkillStoreCore):
                 **extra,
             )
             previous = record["status"]
+            held = taint(record, source, untrusted)
             await self._write_version(record, p.body, "imported", folder=folder)
             _flag_secrets(record, secrets)
             if approve:
@@ -382,6 +396,8 @@ class SkillFolderOps(SkillStoreCore):
             record["status_changed_at"] = self.host.now()
             await self._save(record, previous_status=previous)
             self._event("skill_imported", record, _imported_detail(record, secrets))
+            if held:
+                self._event("skill_quarantined", record, f"provenance={source} (imported)")
             return self._import_reply(record, secrets=secrets)
         fields = {
             "name": p.name,
@@ -394,6 +410,8 @@ class SkillFolderOps(SkillStoreCore):
             fields,
             owner=principal,
             provenance={"session_id": "", "user_id": principal, "turn_id": ""},
+            source=source,
+            untrusted=untrusted,
             skill_id=await self._free_id(p.ours.get("id")),
         )
         record.update(scope=scope, **extra)
@@ -405,6 +423,8 @@ class SkillFolderOps(SkillStoreCore):
         _flag_secrets(record, secrets)
         await self._save(record, previous_status=None)
         self._event("skill_imported", record, f"{_imported_detail(record, secrets)} approved={approve}")
+        if untrusted:
+            self._event("skill_quarantined", record, f"provenance={source} (imported)")
         self.host.incr_counter("skills_imported_total")
         return self._import_reply(record, secrets=secrets)
 
@@ -430,6 +450,8 @@ class SkillFolderOps(SkillStoreCore):
             "scope": record["scope"],
             "unchanged": unchanged,
         }
+        if quarantined(record):
+            out["quarantined"] = True
         if secrets:
             out["secret_warnings"] = secrets
         return out
@@ -459,6 +481,10 @@ class SkillFolderOps(SkillStoreCore):
                 "tags": record["tags"],
                 "triggers": record["triggers"],
                 "version": record["version"],
+                # Its trust travels with it: an import of a held skill is held again (``_import_origin``).
+                "provenance": source_of(record),
+                "derived_from_untrusted": bool(record.get("derived_from_untrusted")),
+                "quarantined": quarantined(record),
             }
             doc: dict[str, Any] = {
                 "name": record["name"],

@@ -10,6 +10,9 @@ A durable daily reminder (``host.set_reminder``, so it survives restarts) runs `
   a merged procedure), and the other is archived with a pointer to it. The auxiliary LLM is a separate
   gateway provider (``aux_provider``, e.g. a small cheap model) pinned on the curator's own session, so the
   main configuration is untouched; without one the merge is deterministic.
+- A merge never raises trust: a quarantined skill (derived from untrusted content, not confirmed) is merged
+  with nothing, and the kept skill's ``derived_from_untrusted`` becomes the OR of both (``update_skill``'s
+  ``merged_from``: the store reads both records' trust itself).
 
 Every transition is made by ``skill_store.set_status``, which audits it; each run is audited too.
 """
@@ -105,7 +108,9 @@ class Curator(GenServer):
             usable = [
                 r
                 for r in listing["skills"]
-                if r["status"] in ("active", "stale") and r["skill_id"] not in staled
+                if r["status"] in ("active", "stale")
+                and r["skill_id"] not in staled
+                and not r.get("quarantined")  # held until confirmed: merged with nothing
             ]
             merged, by = await self._consolidate(usable)
         summary = {
@@ -171,6 +176,7 @@ class Curator(GenServer):
                 "triggers": list(dict.fromkeys(kept["triggers"] + gone["triggers"]))[:32],
                 "tags": list(dict.fromkeys(kept["tags"] + gone["tags"]))[:32],
                 "reason": f"consolidated with {other['skill_id']}",
+                "merged_from": [other["skill_id"]],  # the kept one is no more trusted than the other
             },
         )
         await self._move(other, "archived", f"merged into {keep['skill_id']}")

@@ -45,8 +45,9 @@ from ._model import (
     check_text,
     procedure_tools,
 )
-from ._store_core import DUPLICATE_SIMILARITY, Scope, check_id, check_reason, view
-from ._store_folders import SkillFolderOps, refuse_host_path, trusted
+from ._store_core import DUPLICATE_SIMILARITY, Scope, check_id, check_reason, request_origin, view
+from ._store_folders import refuse_host_path, trusted
+from ._store_quarantine import SkillQuarantineOps
 
 _LEARNED_CACHE = 4096
 """Learned-request markers kept in memory (the rest are read from KV when a request repeats)."""
@@ -67,7 +68,7 @@ def _turn_marker(user: str, turn_id: str) -> str:
     return io.learned_prefix(user) + "turn-" + io.workflow_key(turn_id)
 
 
-class SkillStore(SkillFolderOps):
+class SkillStore(SkillQuarantineOps):
     """Per-tenant skill store; see the module docstring. Args: ``learn_min_tool_calls`` (3),
     ``min_match_coverage`` (0.3), ``duplicate_similarity`` (0.6), ``workflow`` (the extraction workflow's
     actor name), ``relearn_after_days`` (30: how long a taught request is not taught again)."""
@@ -128,8 +129,10 @@ class SkillStore(SkillFolderOps):
         if turn_id and await self.host.kv.get(_RETRACTED + io.workflow_key(turn_id)) is not None:
             # The user said the turn was wrong: nothing is learned from it, however late the proposal.
             return {"status": "ok", "skill_id": "", "created": False, "patched": False, "retracted": True}
+        source, untrusted, sources = await self._proposal_origin(owner, turn_id)
         probe = {"name": fields["name"], "description": fields["description"], "triggers": fields["triggers"]}
-        twin = self._near_duplicate(probe, procedure_tools(fields["procedure"]), owner)
+        # Derived from untrusted content: a skill of its own, held; it never rewrites a trusted one.
+        twin = None if untrusted else self._near_duplicate(probe, procedure_tools(fields["procedure"]), owner)
         if twin is not None and twin["scope"] == "tenant":
             # A tenant-wide skill already covers it; a user's proposal never rewrites what everyone uses.
             return self._proposal_reply(twin, created=False, patched=False)
@@ -144,13 +147,32 @@ class SkillStore(SkillFolderOps):
             fields,
             owner=owner,
             provenance={"session_id": session_id, "user_id": owner, "turn_id": turn_id},
+            source=source,
+            untrusted=untrusted,
             skill_id=skill_id,
         )
+        if sources:
+            record["untrusted_sources"] = sources
         await self._write_version(record, fields["procedure"], "proposed", first=True)
         await self._save(record, previous_status=None)
         self._event("skill_proposed", record, f"name={record['name']} tools={','.join(record['tools'])}")
+        if untrusted:
+            self._audit_quarantine(record)
         self.host.incr_counter("skills_created_total")
         return self._proposal_reply(record, created=True, patched=False)
+
+    async def _proposal_origin(self, owner: str, turn_id: str) -> tuple[str, bool, list[str]]:
+        """``(source, untrusted, untrusted sources)`` of a proposal: the request's stamp, and for one learned
+        from a turn (``turn_id``) what that turn's ``TurnCompleted`` said, as ``turn_completed`` kept it
+        with the turn's learning marker. Never an argument of the proposal."""
+        source, untrusted = request_origin(learned=bool(turn_id))
+        if not turn_id:
+            return source, untrusted, []
+        marker = await self.host.kv.get(_turn_marker(owner, turn_id))
+        if not isinstance(marker, dict):
+            return source, untrusted, []
+        sources = [str(x) for x in marker.get("untrusted_sources") or []][:8]
+        return source, untrusted or bool(marker.get("untrusted")), sources
 
     @call
     async def update_skill(
@@ -161,11 +183,15 @@ class SkillStore(SkillFolderOps):
         triggers: list[str] | None = None,
         tags: list[str] | None = None,
         reason: str = "",
+        merged_from: list[str] | None = None,
     ) -> dict[str, Any]:
-        """A new version of the procedure (versions count from 1; all are kept)."""
+        """A new version of the procedure (versions count from 1; all are kept). ``merged_from``: the
+        skills this version consolidates (the curator's merge): it can only lower trust (the skill's
+        ``derived_from_untrusted`` becomes the OR of theirs), and a quarantined one is refused."""
         op = "update_skill"
         record = self._get(op, skill_id)
         access.require_owner(op, record)
+        record = self._merged_trust(op, record, merged_from or [])
         fields = self._fields(
             op,
             record["name"],
@@ -516,7 +542,32 @@ class SkillStore(SkillFolderOps):
         steps); a turn that was given a skill and did something else is learned as any other (given only a
         count of calls, a matched skill is taken as followed). Nothing is learned from a turn that fell
         short (``success`` false: a failed tool call, the step limit, an answer contradicting its tool
-        results)."""
+        results). A skill learned here is quarantined when the request is stamped untrusted."""
+        await self._consider_for_learning(
+            session_id,
+            turn_id,
+            user_intent,
+            user_id,
+            tool_calls,
+            skill_ids,
+            success,
+            untrusted=request_origin()[1],
+            untrusted_sources=[],
+        )
+
+    async def _consider_for_learning(
+        self,
+        session_id: str,
+        turn_id: str,
+        user_intent: str,
+        user_id: str,
+        tool_calls: int | list[dict[str, Any]],
+        skill_ids: list[str] | None,
+        success: bool,
+        *,
+        untrusted: bool,
+        untrusted_sources: list[str],
+    ) -> None:
         count = len(tool_calls) if isinstance(tool_calls, list) else tool_calls
         if count < self.learn_min_tool_calls or not self.host.has_actor(self.workflow):
             return
@@ -535,13 +586,17 @@ class SkillStore(SkillFolderOps):
             if isinstance(tool_calls, list)
             else []
         )
-        key = io.learned_key(user, user_intent, names)
+        # A turn that saw untrusted content teaches apart: its (held) skill never stops a trusted turn of
+        # the same request from teaching one that can be used.
+        key = io.learned_key(user, user_intent, [*names, "(untrusted)"] if untrusted else names)
         if await self._learned_recently(key):
             self.host.incr_counter("skill_extractions_skipped_total", reason="repeat")
             return
         await self.host.kv.put(key, {"turn_id": turn_id, "at": self.host.now()})
         # Which marker the turn set, for a correction to take back (under the user's prefix: forgotten with them).
-        await self.host.kv.put(_turn_marker(user, turn_id), {"key": key})
+        # And whether the turn saw untrusted content: the proposal's trust (``_proposal_origin``).
+        marker = {"key": key, "untrusted": untrusted, "untrusted_sources": untrusted_sources[:8]}
+        await self.host.kv.put(_turn_marker(user, turn_id), marker)
         self._learned[key] = self.host.now()
         args = {"session_id": session_id, "turn_id": turn_id, "user_intent": user_intent, "user_id": user}
         self.host.send(f"{self.workflow}/{io.workflow_key(turn_id)}", "start", args)
@@ -596,6 +651,8 @@ class SkillStore(SkillFolderOps):
         skill_ids: list[str] | None = None,
         success: bool = True,
         corrects_turn: str = "",
+        untrusted: bool = False,
+        untrusted_sources: list[str] | None = None,
         **_record: Any,
     ) -> None:
         """A finished turn (the turn listener, ``minihermes.turn_event``; published by the agent, never
@@ -619,7 +676,7 @@ class SkillStore(SkillFolderOps):
             )
         await self._turn_step(
             "evaluate_for_learning",
-            self.evaluate_for_learning(
+            self._consider_for_learning(
                 session_id=session_id,
                 turn_id=turn_id,
                 user_intent=user_message,
@@ -627,6 +684,10 @@ class SkillStore(SkillFolderOps):
                 tool_calls=list(tool_calls or []),
                 skill_ids=given,
                 success=success,
+                # The turn's own record says whether it saw untrusted content: a skill learned from it is
+                # quarantined (``_proposal_origin`` reads this back from the turn's marker).
+                untrusted=bool(untrusted) or current_context().untrusted,
+                untrusted_sources=[str(x) for x in untrusted_sources or []],
             ),
         )
 
@@ -720,7 +781,13 @@ class SkillStore(SkillFolderOps):
                 continue  # the tenant's own skills: what it imported or adopted, nobody's words
             cleared += 1
             record = dict(record)
-            record["provenance"] = {"session_id": "", "user_id": "", "turn_id": "", "forgotten": True}
+            record["provenance"] = {
+                "session_id": "",
+                "user_id": "",
+                "turn_id": "",
+                "forgotten": True,
+                "source": record["provenance"].get("source", ""),
+            }
             previous = record["status"]
             if by_user:
                 if record["owner"] == user_id or record["scope"] == "user":

@@ -23,6 +23,13 @@ workspace quota), so a run may write only what the owner's other tools left; one
 ``max_tools_per_user`` tools; ``delete_tool`` removes a tool, its versions and its folder. Code, test and
 description that hold something shaped like a secret are refused (``_code_check.secret_problem``).
 
+Provenance: each record carries ``provenance`` (``agent`` for a tool a turn wrote, ``user`` / ``admin`` for
+one made through the op by a person, ``tool:<name>`` when the turn had seen untrusted content) and
+``derived_from_untrusted``, stamped from the request (``permissions.provenance``), never from an argument. A
+tool written from untrusted content is ``quarantined``: it stays its owner's (never promoted, an admin's
+turn included; a tenant tool is not replaced from such a turn) until its owner or an admin confirms it
+(``confirm_tool``, audited).
+
 Forgetting a person (``forget_subject``, asked by ``memory.forget``) deletes the tools that are still theirs
 (not promoted), as ``delete_tool`` does; forgetting the tenant, every tool not promoted. Tenant tools stay.
 """
@@ -38,6 +45,7 @@ from typing import Any, Literal
 
 from pydantic import InstanceOf
 
+from minihermes import permissions
 from minihermes.audit import fire_audit
 from minihermes.context.forget import subject
 from minihermes.runtime import (
@@ -152,6 +160,7 @@ class SkillTools(GenServer):
                 raise InvalidArgument(f"{op}: {problem}", op=op, field=field, code="secret_refused")
         params: dict[str, str] = dict(parameters or {})
         principal = current_context().principal
+        source, untrusted = permissions.provenance(current_context())
         record = await self.host.kv.get(f"skill_tool:{name}") or {
             "name": name,
             "versions": 0,
@@ -159,10 +168,21 @@ class SkillTools(GenServer):
             "failures": 0,
             "created_by": principal,
             "owner": principal,
-            "promoted": access.is_admin(),  # an admin's tool is the tenant's at once
+            # An admin's tool is the tenant's at once, unless written from untrusted content.
+            "promoted": access.is_admin() and not untrusted,
+            "provenance": source,
+            "derived_from_untrusted": untrusted,
+            "quarantined": untrusted,
         }
         assert isinstance(record, dict)
         access.require_tool_owner(op, record)
+        if untrusted and access.tool_promoted(record):
+            raise Conflict(
+                f"{op}: '{name}' is a tenant tool; it is not changed from a turn that read untrusted content "
+                "(a web page, a file, a tool result)",
+                op=op,
+                code="untrusted_source",
+            )
         if not record["versions"]:
             await self._check_cap(op, access.tool_owner(record), name)
         if record["failures"] > self.max_fix_attempts:
@@ -196,10 +216,41 @@ class SkillTools(GenServer):
         record.update(
             versions=version, version=version, failures=0, description=description, parameters=params
         )
+        if untrusted:  # trust only goes down: held again until confirmed
+            record.update(provenance=source, derived_from_untrusted=True, quarantined=True)
+            record.pop("confirmed_by", None)
         record["updated_at"] = self.host.now()
         await self.host.kv.put(f"skill_tool:{name}", record)
-        self._event("skill_tool_registered", name, f"version={version}", session_id)
-        return {"status": "ok", "name": name, "version": version}
+        self._event("skill_tool_registered", name, f"version={version} provenance={source}", session_id)
+        reply: dict[str, Any] = {"status": "ok", "name": name, "version": version}
+        if record.get("quarantined"):
+            reply["quarantined"] = True
+        return reply
+
+    @call(access="write")
+    async def confirm_tool(self, name: str) -> dict[str, Any]:
+        """Its owner or an admin vouches for a tool written from untrusted content: no longer held (an
+        admin may promote it). ``derived_from_untrusted`` stays; ``confirmed_by`` says who. Audited."""
+        op = "confirm_tool"
+        access.require_writer(op)
+        record = await self.host.kv.get(f"skill_tool:{name}") if TOOL_NAME.match(name) else None
+        if not isinstance(record, dict) or not access.can_use_tool(record):
+            raise NotFound(f"{op}: no self-written tool '{name[:80]}'", op=op, field="name")
+        access.require_tool_owner(op, record)
+        changed = bool(record.get("quarantined"))
+        if changed:
+            record = {**record, "quarantined": False, "confirmed_by": current_context().principal}
+            await self.host.kv.put(f"skill_tool:{name}", record)
+            self._event("skill_tool_confirmed", name, f"by={record['confirmed_by']}", "")
+        return {
+            "status": "ok",
+            "name": name,
+            "confirmed": True,
+            "changed": changed,
+            "provenance": str(record.get("provenance") or "unrecorded"),
+            "derived_from_untrusted": bool(record.get("derived_from_untrusted")),
+            "quarantined": False,
+        }
 
     @call(access="write")
     async def rollback_tool(self, name: str, version: int) -> dict[str, Any]:
@@ -228,6 +279,12 @@ class SkillTools(GenServer):
         record = await self._record(op, name)
         if access.tool_promoted(record):
             return {"status": "ok", "name": name, "promoted": True, "owner": access.tool_owner(record)}
+        if record.get("quarantined"):
+            raise Conflict(
+                f"{op}: '{name}' was written from untrusted content; confirm it first (confirm_tool)",
+                op=op,
+                code="quarantined",
+            )
         record = {**record, "promoted": True, "promoted_by": current_context().principal}
         await self._register(record, record["description"], record.get("parameters") or {})
         await self.host.kv.put(f"skill_tool:{name}", record)
@@ -317,7 +374,14 @@ class SkillTools(GenServer):
         ``promoted``."""
         rows = await self.host.kv.list("skill_tool:")
         tools = [
-            {**r, "owner": access.tool_owner(r), "promoted": access.tool_promoted(r)}
+            {
+                **r,
+                "owner": access.tool_owner(r),
+                "promoted": access.tool_promoted(r),
+                "provenance": str(r.get("provenance") or "unrecorded"),
+                "derived_from_untrusted": bool(r.get("derived_from_untrusted")),
+                "quarantined": bool(r.get("quarantined")),
+            }
             for _k, r in rows
             if isinstance(r, dict) and r.get("versions") and access.can_use_tool(r)
         ]

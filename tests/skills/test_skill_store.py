@@ -70,7 +70,13 @@ async def test_a_candidate_is_never_matched_until_its_evaluation_passes(make_nod
     }
     assert hit["skill_id"] == p["skill_id"] and hit["procedure"] == CALC and hit["status"] == "active"
     got = await node.ask("skill_store", "get_skill", {"skill_id": p["skill_id"]}, ctx=ACME_USER)
-    assert got["skill"]["provenance"] == {"session_id": "s1", "user_id": "bob", "turn_id": "t1"}
+    assert got["skill"]["provenance"] == {
+        "session_id": "s1",
+        "user_id": "bob",
+        "turn_id": "t1",
+        "source": "agent",
+    }
+    assert got["skill"]["derived_from_untrusted"] is False and got["skill"]["quarantined"] is False
 
 
 async def test_a_user_cannot_pass_their_own_skill(make_node):

@@ -79,7 +79,12 @@ async def test_a_turn_with_enough_tool_calls_becomes_an_evaluated_active_skill(m
     # Three calculator calls collapse into one step the simulated model batches.
     assert skill["procedure"] == "1. calculator: evaluate each arithmetic expression from the request"
     assert skill["name"] == "calculator-steps"  # the request has no content words: the steps name it
-    assert skill["provenance"] == {"session_id": "s1", "user_id": "bob", "turn_id": "turn-1"}
+    assert skill["provenance"] == {
+        "session_id": "s1",
+        "user_id": "bob",
+        "turn_id": "turn-1",
+        "source": "agent",
+    }
     assert skill["evaluation"]["baseline"]["iterations"] == 4
     assert skill["evaluation"]["with_skill"]["iterations"] == 2
     assert "calculator" in skill["tags"]
