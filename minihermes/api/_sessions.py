@@ -75,6 +75,45 @@ def add_session_routes(app: FastAPI, state: ApiState) -> None:
     async def post_message(request: Request, session_id: str) -> Response:
         return await _post_message(state, request, session_id)
 
+    @app.post(
+        f"{API_PREFIX}/sessions/{{session_id}}/cancel",
+        tags=["sessions"],
+        summary="Stop the session's running or paused turn (agent.cancel_turn); no body",
+        operation_id="cancel_session_turn",
+    )
+    async def cancel_turn(request: Request, session_id: str) -> Response:
+        return await _cancel_turn(state, request, session_id)
+
+
+async def _cancel_turn(state: ApiState, request: Request, session_id: str) -> Response:
+    """``agent.cancel_turn`` as the caller: a user reaches only their own sessions (404 for another's)."""
+    request_id = request_id_of(request)
+    started = time.perf_counter()
+    ctx: RequestContext | None = None
+    try:
+        ctx = await authenticate(state, request, request_id)
+        info = find_actor(state, AGENT)
+        authorize(state, ctx, find_op(state, info, "cancel_turn"))
+        check_key_value("session_id", session_id)
+        payload: dict[str, Any] = {"session_id": session_id}
+        if restricted(ctx):
+            opinfo = find_op(state, info, "cancel_turn")
+            await enforce_ownership(state, ctx, info, opinfo, payload, state.default_timeout)
+        timeout = timeout_of(state, request)
+        response = json_response(await state.node.ask(AGENT, "cancel_turn", payload, timeout, ctx=ctx))
+    except ApiError as e:
+        response = error_response(e, request_id)
+    except ActorError as e:
+        response = actor_error_response(e, request_id)
+    except Exception:
+        log.exception("request %s failed", request_id)
+        response = error_response(
+            ApiError(500, "internal", "internal server error", request_id=request_id), request_id
+        )
+    response.headers["x-request-id"] = request_id
+    observe(state, request, response.status_code, started, request_id, ctx)
+    return response
+
 
 async def _post_message(state: ApiState, request: Request, session_id: str) -> Response:
     request_id = request_id_of(request)
