@@ -90,7 +90,7 @@ def request_origin(*, learned: bool = False) -> tuple[str, bool]:
     return source, untrusted
 
 
-def taint(record: dict[str, Any], source: str, untrusted: bool) -> bool:
+def taint(record: dict[str, Any], source: str, untrusted: bool, now: float) -> bool:
     """Mark ``record`` as written (also) from content derived from untrusted output: trust only goes
     down (``derived_from_untrusted`` is the OR of every write's), and the record is quarantined until
     confirmed again. Returns whether the record became quarantined now."""
@@ -101,6 +101,8 @@ def taint(record: dict[str, Any], source: str, untrusted: bool) -> bool:
     record["derived_from_untrusted"] = True
     record["quarantined"] = True
     record.pop("confirmed_by", None)
+    if fresh:
+        record["quarantined_at"] = now
     return fresh
 
 
@@ -214,7 +216,7 @@ class SkillStoreCore(GenServer):
     ) -> dict[str, Any]:
         record = dict(record)
         source, untrusted = request_origin()
-        if taint(record, source, untrusted):
+        if taint(record, source, untrusted, self.host.now()):
             self._event("skill_quarantined", record, f"provenance={source} (edited)")
         if not replace_words:
             fields["triggers"] = check_words(
@@ -271,6 +273,7 @@ class SkillStoreCore(GenServer):
             "provenance": {**provenance, "source": source},
             "derived_from_untrusted": untrusted,
             "quarantined": untrusted,
+            **({"quarantined_at": now} if untrusted else {}),
             "needs_approval": needs_approval(tools),
             "approved_by": "",
             "evaluation": None,

@@ -384,7 +384,7 @@ class SkillFolderOps(SkillStoreCore):
                 **extra,
             )
             previous = record["status"]
-            held = taint(record, source, untrusted)
+            held = taint(record, source, untrusted, self.host.now())
             await self._write_version(record, p.body, "imported", folder=folder)
             _flag_secrets(record, secrets)
             if approve:

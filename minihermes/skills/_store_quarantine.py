@@ -48,10 +48,11 @@ class SkillQuarantineOps(SkillFolderOps):
         )
 
     @call(access="read")
-    def list_quarantined(self, user_id: str = "", limit: int = 100) -> dict[str, Any]:
+    async def list_quarantined(self, user_id: str = "", limit: int = 100) -> dict[str, Any]:
         """The skills held for confirmation (derived from untrusted content) that the caller may confirm:
         a user's own; an admin's, every one of the tenant (or ``user_id``'s). Archived (discarded) ones are
-        left out. ``{skills: [view...], count}``, newest first."""
+        left out. ``{skills: [view + procedure + quarantined_at...], count, total}``, newest first: what a
+        person confirms is the procedure itself."""
         op = "list_quarantined"
         if not 1 <= limit <= 1000:
             raise InvalidArgument(f"{op}: limit must be 1..1000", op=op, field="limit")
@@ -64,8 +65,16 @@ class SkillQuarantineOps(SkillFolderOps):
             and self._may_confirm(r)
             and (not (admin and user_id) or r["owner"] == user_id)
         ]
-        held.sort(key=lambda r: (-r["updated_at"], r["skill_id"]))
-        return {"status": "ok", "skills": [view(r) for r in held[:limit]], "count": min(len(held), limit)}
+        held.sort(key=lambda r: (-float(r.get("quarantined_at") or r["updated_at"]), r["skill_id"]))
+        items = [
+            {
+                **view(r),
+                "procedure": await self._procedure(r["skill_id"], r["version"]),
+                "quarantined_at": r.get("quarantined_at") or r["updated_at"],
+            }
+            for r in held[:limit]
+        ]
+        return {"status": "ok", "skills": items, "count": len(items), "total": len(held)}
 
     @call(access="write")
     async def confirm_skill(self, skill_id: str) -> dict[str, Any]:

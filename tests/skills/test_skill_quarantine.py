@@ -111,7 +111,10 @@ async def test_a_skill_learned_from_an_untrusted_turn_is_held_until_its_owner_co
 
     held = await node.ask("skill_store", "list_quarantined", {}, ctx=ACME_USER)
     assert held["count"] == 1 and held["skills"][0]["skill_id"] == out["skill_id"]
-    assert held["skills"][0]["provenance"]["source"] == "agent"
+    assert held["skills"][0]["provenance"]["source"] == "agent" and held["total"] == 1
+    # What the person confirms is the procedure itself, with when and why it was held.
+    assert held["skills"][0]["procedure"] == skill["procedure"] and held["skills"][0]["quarantined_at"]
+    assert held["skills"][0]["untrusted_sources"] == ["tool:http_request"]
     assert (await node.ask("skill_store", "list_quarantined", {}, ctx=ACME))["count"] == 1  # admin: all
     # Another user neither sees nor confirms (nor discards) it: not found, as their skills are.
     assert (await node.ask("skill_store", "list_quarantined", {}, ctx=CAROL))["count"] == 0
