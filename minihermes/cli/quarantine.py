@@ -85,6 +85,14 @@ def _when(at: Any) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _skill_source(skill: dict[str, Any]) -> str:
+    """A skill's ``provenance.source`` and the untrusted results its turn had seen: "agent after tool:read_file"."""
+    prov = skill.get("provenance")
+    source = str(prov.get("source") or "") if isinstance(prov, dict) else str(prov or "")
+    sources = [str(x) for x in skill.get("untrusted_sources") or []]
+    return f"{source or 'unknown'} after {', '.join(sources)}" if sources else source
+
+
 def rows(reply: dict[str, Any]) -> list[dict[str, Any]]:
     """Memories and skills as one table's rows, newest first."""
     out = [
@@ -105,7 +113,7 @@ def rows(reply: dict[str, Any]) -> list[dict[str, Any]]:
             "id": s.get("skill_id"),
             "name": s.get("name"),
             "content": s.get("procedure") or s.get("description"),
-            "provenance": s.get("provenance"),
+            "provenance": _skill_source(s),
             "user": s.get("owner"),
             "quarantined_at": s.get("quarantined_at") or s.get("created_at"),
         }

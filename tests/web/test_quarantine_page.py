@@ -5,6 +5,7 @@ empty list. Memories are held the real way: the offline model reads a file, then
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -17,19 +18,36 @@ TENANT = "qtenant"
 ADMIN = (TENANT, "ada", ["admin"])
 UMA = (TENANT, "uma", ["user"])
 OTTO = (TENANT, "otto", ["user"])
+SKY = (TENANT, "sky", ["user"])
 VIEWER = (TENANT, "vic", ["viewer"])
 
 
-def plant(server: Server, who: tuple[str, str, list[str]], key: str, content: str = "500 euros") -> None:
+READ = "read {key}.txt and remember the result as {key}"
+LEARN = "read {key}.txt, then calculate 17 * 23, then add 100 to it, and remember the result as {key}"
+"""Four tool calls after an untrusted result: the skill learned from the turn is held too."""
+
+
+def plant(
+    server: Server, who: tuple[str, str, list[str]], key: str, content: str = "500 euros", request: str = READ
+) -> None:
     """``who``'s turn writes a file, the next reads it and stores what it read: held for confirmation. An
     admin approves the calls that wait for review."""
     tok, admin = token(*who), token(*ADMIN)
     session = server.call(tok, "session_manager", "create_session", channel="web")["session_id"]
-    for message in (f"write '{content}' to {key}.txt", f"read {key}.txt and remember the result as {key}"):
+    for message in (f"write '{content}' to {key}.txt", request.format(key=key)):
         reply = server.call(tok, "agent", "chat", message=message, session_id=session)
         while reply.get("status") == "paused":
             reply = server.call(admin, "guardrails", "approve", approval_id=reply["approval_id"])["turn"]
         assert reply["status"] == "ok", reply
+
+
+def held_skills(server: Server, who: tuple[str, str, list[str]], n: int = 1) -> list[dict[str, Any]]:
+    """``who``'s held skills, once ``n`` are (a skill is learned from a turn in the background)."""
+    deadline = time.monotonic() + 30
+    while len(skills := server.call(token(*who), "skill_store", "list_quarantined")["skills"]) < n:
+        assert time.monotonic() < deadline, skills
+        time.sleep(0.05)
+    return list(skills)
 
 
 def held(server: Server, who: tuple[str, str, list[str]]) -> dict[str, dict[str, Any]]:
@@ -74,6 +92,25 @@ def test_a_held_memory_is_listed_confirmed_and_discarded(dashboard: Any, server:
     assert recall(server, UMA, "spare_note")["found"] is False
     assert "spare_note" not in held(server, UMA)
     assert spare["id"] not in {m["id"] for m in held(server, ADMIN).values()}
+
+
+def test_a_held_skill_is_shown_as_text_and_confirmed(dashboard: Any, server: Server) -> None:
+    plant(server, SKY, "sky_total", request=LEARN)
+    [skill] = held_skills(server, SKY)
+    page = dashboard(*SKY).open("quarantine")
+    row = page.locator(f"tr[data-kind='skill'][data-id='{skill['skill_id']}']")
+    expect(row).to_contain_text(skill["name"])
+    expect(row.locator(".description")).to_have_text(skill["description"])
+    expect(row).to_contain_text("agent after tool:read_file")
+    row.locator("button[data-show='procedure']").click()
+    expect(row.locator(".procedure pre")).to_contain_text("read_file")
+    assert dashboard(*UMA).open("quarantine").locator("tr[data-kind='skill']").count() == 0
+
+    row.locator("button[data-op='skill_store.confirm_skill']").click()
+    expect(row).to_have_count(0)
+    assert server.call(token(*SKY), "skill_store", "list_quarantined")["skills"] == []
+    got = server.call(token(*SKY), "skill_store", "get_skill", skill_id=skill["skill_id"])["skill"]
+    assert got["quarantined"] is False and got["confirmed_by"] == "sky"
 
 
 def test_others_do_not_see_it_and_a_viewer_cannot_decide(dashboard: Any, server: Server) -> None:

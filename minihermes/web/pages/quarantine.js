@@ -29,9 +29,29 @@ export async function heldCount(ctx) {
   return total;
 }
 
-function provenance(value) {
-  if (value && typeof value === "object") return badge(fmtValue(value.source || value.kind || JSON.stringify(value)), "review");
-  return badge(String(value || "unknown"), "review");
+// Where it came from: a memory's `provenance` ("tool:read_file"); a skill's `provenance.source` ("agent") and
+// the untrusted results its turn had seen (`untrusted_sources`).
+function provenance(value, sources = []) {
+  const text = value && typeof value === "object" ? value.source || JSON.stringify(value) : String(value || "unknown");
+  return h("span", { class: "provenance" }, badge(text, "review"), sources.length ? ` after ${sources.join(", ")}` : "");
+}
+
+// A held skill's procedure, read when asked for (the list has the description only); text, never HTML.
+function procedure(ctx, skill) {
+  const box = h("div", { class: "procedure" });
+  const show = h("button", { type: "button", class: "btn small", dataset: { show: "procedure" } }, "Procedure");
+  show.addEventListener("click", async () => {
+    show.disabled = true;
+    try {
+      const reply = await ctx.api.call("skill_store", "get_skill", { skill_id: skill.skill_id });
+      clear(box, pre(fmtValue(reply.skill?.procedure)));
+      show.remove();
+    } catch (err) {
+      clear(box, errorBox(err));
+      show.disabled = false;
+    }
+  });
+  return h("div", {}, show, box);
 }
 
 async function render(root, ctx) {
@@ -76,8 +96,8 @@ async function render(root, ctx) {
       [
         ["quarantined_at", "held since", (s) => fmtTime(s.quarantined_at || s.created_at)],
         ["name", "skill", (s) => h("code", {}, s.name)],
-        ["description", "what it does (untrusted)", (s) => h("div", {}, h("p", {}, fmtValue(s.description)), s.procedure ? pre(fmtValue(s.procedure)) : null)],
-        ["provenance", "from", (s) => provenance(s.provenance)],
+        ["description", "what it does (untrusted)", (s) => h("div", {}, h("p", { class: "description" }, fmtValue(s.description)), procedure(ctx, s))],
+        ["provenance", "from", (s) => provenance(s.provenance, s.untrusted_sources || [])],
         ["owner", "user"],
         ["actions", "", (s) => h("span", { class: "actions" }, decide(k, s, "confirm", "Confirm", "primary"), " ", decide(k, s, "discard", "Discard", "bad"))],
       ],
