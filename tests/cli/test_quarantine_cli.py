@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -116,10 +117,14 @@ def _call(url: str, who: str, actor: str, op: str, **args: Any) -> Any:
     return r.json()
 
 
-def _plant_served(url: str, who: str, key: str) -> None:
+LEARN = "read budget.txt, then calculate 17 * 23, then add 100 to it, and remember the result as {key}"
+"""Four tool calls after an untrusted result: a skill is learned from the turn, and held."""
+
+
+def _plant_served(url: str, who: str, key: str, request: str = READ_AND_REMEMBER) -> None:
     """A turn of ``who``'s that reads a file and stores what it read; an admin approves the paused calls."""
     session = _call(url, who, "session_manager", "create_session", channel="api")["session_id"]
-    for message in (WRITE, READ_AND_REMEMBER.format(key=key)):
+    for message in (WRITE, request.format(key=key)):
         reply = _call(url, who, "agent", "chat", message=message, session_id=session)
         while reply.get("status") == "paused":
             reply = _call(url, "CLI_ADMIN", "guardrails", "approve", approval_id=reply["approval_id"])["turn"]
@@ -151,3 +156,24 @@ def test_quarantine_against_a_served_node(url: str) -> None:
     assert _held_memories(user, "uma_spare") == []
     gone = cli("quarantine", "discard", spare["id"], *user)
     assert gone.exit_code == 1 and "not_found" in gone.stderr
+
+
+@pytest.mark.slow
+def test_a_held_skill_through_the_cli(url: str) -> None:
+    _plant_served(url, "CLI_USER", "uma_total", LEARN)
+    user, viewer, admin = as_(url, "CLI_USER"), as_(url, "CLI_VIEWER"), as_(url, "CLI_ADMIN")
+    deadline = time.monotonic() + 30
+    while not (skills := ok_json("quarantine", "list", "--kind", "skill", *user)["skills"]):
+        assert time.monotonic() < deadline, "no skill was learned and held"
+        time.sleep(0.05)
+    [skill] = skills
+    assert skill["owner"] == "uma"
+    shown = cli("quarantine", "list", *user)
+    assert f"skill {skill['skill_id']}" in shown.stdout and "from agent after tool:read_file" in shown.stdout
+    assert ok_json("quarantine", "list", "--kind", "skill", "--user", "uma", *admin)["skills"] == skills
+
+    refused = cli("quarantine", "confirm", skill["skill_id"], *viewer)  # the id says it is a skill
+    assert refused.exit_code == 1 and "permission_denied" in refused.stderr
+    confirmed = ok_json("quarantine", "confirm", skill["skill_id"], *user)
+    assert confirmed["confirmed"] is True and confirmed["quarantined"] is False
+    assert ok_json("quarantine", "list", "--kind", "skill", *user)["skills"] == []
