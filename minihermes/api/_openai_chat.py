@@ -248,7 +248,7 @@ def completion(meta: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
                 "logprobs": None,
             }
         ],
-        "usage": usage_of(str(meta["message"]), answer),
+        "usage": usage_of(str(meta["message"]), answer, outcome),
         "system_fingerprint": None,
     }
 
@@ -319,7 +319,7 @@ async def chunks(
             yield chunk({"content": rest})
         yield chunk({}, _finish(outcome))
         if include_usage:
-            yield chunk({}, usage=usage_of(str(meta["message"]), sent + rest))
+            yield chunk({}, usage=usage_of(str(meta["message"]), sent + rest, outcome))
         yield "data: [DONE]\n\n"
         if sent + rest != answer and remember is not None:
             await remember(sent + rest)  # the text this client holds (the deltas of every step)

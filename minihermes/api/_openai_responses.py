@@ -22,7 +22,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from minihermes.runtime import RequestContext
 
-from ._access import read_body, restricted, timeout_of
+from ._access import authorize, find_actor, find_op, read_body, restricted, timeout_of
 from ._core import ApiState, json_response
 from ._errors import ApiError
 from ._idempotency import Outcome, api_scope, idempotency_key, principal_part, request_digest
@@ -49,6 +49,10 @@ def add_response_routes(app: FastAPI, state: ApiState) -> None:
     @app.post("/v1/responses", include_in_schema=False, summary="A turn as a response (OpenAI Responses API)")
     async def create(request: Request) -> Response:
         return await openai_door(state, request, create_response)
+
+    @app.post("/v1/responses/{response_id}/cancel", include_in_schema=False, summary="Stop a response's turn")
+    async def cancel(request: Request, response_id: str) -> Response:
+        return await openai_door(state, request, cancel_response, response_id)
 
     @app.get(
         "/v1/responses/{response_id}",
@@ -169,6 +173,11 @@ async def create_response(state: ApiState, request: Request, ctx: RequestContext
         stream=stream,
     )
     headers = {SESSION_HEADER: turn.session_id}
+    if turn.task is not None:  # in progress, for GET and cancel (unless its end is recorded already)
+        running = {**turn.meta, "owner": principal_part(ctx), "outcome": None}
+        await state.node.store.kv.cas(
+            api_scope(ctx), f"resp:{turn.meta['id']}", None, running, ttl=RECORD_TTL
+        )
     if stream and await _started(turn):
         return StreamingResponse(
             events(turn), media_type="text/event-stream", headers={**_STREAM_HEADERS, **headers}
@@ -219,10 +228,28 @@ async def _session_for(
 
 async def get_response(state: ApiState, request: Request, ctx: RequestContext, response_id: str) -> Response:
     found = await _stored(state, ctx, response_id)
+    outcome = found.get("outcome")
     return json_response(
-        response_object(found, dict(found.get("outcome") or {})),
+        response_object(found, dict(outcome) if isinstance(outcome, dict) else None),
         headers={SESSION_HEADER: str(found["session_id"])},
     )
+
+
+async def cancel_response(
+    state: ApiState, request: Request, ctx: RequestContext, response_id: str
+) -> Response:
+    """Stop the turn of a response still in progress (``agent.cancel_turn`` on its session, as the caller:
+    its owner or an admin); a finished response is answered as it is."""
+    authorize(state, ctx, find_op(state, find_actor(state, "agent"), "cancel_turn"))
+    found = await _stored(state, ctx, response_id)
+    outcome = found.get("outcome")
+    if not isinstance(outcome, dict):
+        timeout = timeout_of(state, request)
+        session_id = await check_session(state, ctx, str(found["session_id"]), timeout)
+        stopped = await state.node.ask("agent", "cancel_turn", {"session_id": session_id}, timeout, ctx=ctx)
+        reply = stopped.get("reply")
+        outcome = {"reply": reply} if stopped.get("cancelled") and isinstance(reply, dict) else None
+    return json_response(response_object(found, outcome), headers={SESSION_HEADER: str(found["session_id"])})
 
 
 def _message_item(meta: dict[str, Any], text: str, status: str) -> dict[str, Any]:
@@ -245,6 +272,8 @@ def response_object(meta: dict[str, Any], outcome: Outcome | None, status: str =
             if outcome is None
             else "incomplete"
             if reply.get("status") == "max_iterations"
+            else "cancelled"
+            if reply.get("status") == "cancelled"
             else "completed"
         )
     conversation = meta.get("conversation")
@@ -267,12 +296,12 @@ def response_object(meta: dict[str, Any], outcome: Outcome | None, status: str =
         "temperature": None,
         "top_p": None,
         "store": True,
-        "usage": _usage(str(meta["message"]), text or ""),
+        "usage": _usage(str(meta["message"]), text or "", outcome),
     }
 
 
-def _usage(message: str, answer: str) -> dict[str, Any]:
-    u = usage_of(message, answer)
+def _usage(message: str, answer: str, outcome: Outcome | None) -> dict[str, Any]:
+    u = usage_of(message, answer, outcome)
     return {
         "input_tokens": u["prompt_tokens"],
         "output_tokens": u["completion_tokens"],

@@ -138,9 +138,14 @@ def answer_text(outcome: Outcome, base_url: str) -> str | None:
     return str(reply.get("response") or "")
 
 
-def usage_of(message: str, answer: str) -> dict[str, int]:
-    """Token counts as this node's counter estimates them (the agent's prompt is not the client's)."""
-    prompt, completion = count_tokens(message), count_tokens(answer)
+def usage_of(message: str, answer: str, outcome: Outcome | None = None) -> dict[str, int]:
+    """The turn's tokens: what its LLM calls used (every step, the agent's prompt and tools included) when the
+    reply says, else this node's counter's estimate of the message and the answer."""
+    spent = ((outcome or {}).get("reply") or {}).get("usage")
+    if isinstance(spent, dict) and spent.get("calls"):
+        prompt, completion = int(spent.get("input_tokens") or 0), int(spent.get("output_tokens") or 0)
+    else:
+        prompt, completion = count_tokens(message), count_tokens(answer)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 

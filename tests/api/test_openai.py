@@ -5,6 +5,7 @@ real socket with API keys: models, chat completions (plain and streamed), respon
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,25 @@ from openai import AsyncOpenAI
 
 from minihermes.agent.app import build_agent_node, default_config
 from minihermes.api import AuthConfig, create_api_key, serve_http
+from minihermes.llm import Completion, CompletionRequest, Provider, StreamEvent, TextDelta, register_provider
 from minihermes.runtime import Node
+
+
+class Holding(Provider):
+    """Writes "working " and then never finishes: a turn that runs until it is stopped."""
+
+    kind = "openai_test_hold"
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def stream(self, request: CompletionRequest) -> AsyncIterator[StreamEvent]:
+        yield TextDelta(text="working ")
+        await asyncio.Event().wait()
+
+
+register_provider("openai_test_hold", Holding, replace=True)
 
 
 @pytest.fixture
@@ -268,3 +287,38 @@ async def test_bad_and_oversized_bodies_answer_in_the_openai_shape(served):
         }
         gone = await c.get("/v1/responses/resp_nope")
         assert gone.status_code == 404 and gone.json()["error"]["code"] == "response_not_found"
+
+
+async def test_cancel_stops_a_response_in_progress(served):
+    _, base, keys = served
+    admin = {"Authorization": f"Bearer {keys['ada']}"}
+    async with httpx.AsyncClient(base_url=base, headers=admin, timeout=30) as c:
+        provider = {"name": "hold", "kind": "openai_test_hold", "model": "h"}
+        assert (
+            await c.post("/api/v1/actors/llm_gateway/register_provider", json=provider)
+        ).status_code == 200
+        assert (
+            await c.post("/api/v1/actors/llm_gateway/switch_provider", json={"provider": "hold"})
+        ).status_code == 200
+    alice = {"Authorization": f"Bearer {keys['alice']}"}
+    bob = {"Authorization": f"Bearer {keys['bob']}"}
+    body = {"model": "minihermes", "input": "hello", "stream": True}
+    async with httpx.AsyncClient(base_url=base, timeout=30) as c:
+        async with c.stream("POST", "/v1/responses", json=body, headers=alice) as r:
+            lines = r.aiter_lines()
+            response_id = ""
+            async for line in lines:
+                if line.startswith("data: ") and '"response.created"' in line:
+                    response_id = json.loads(line[6:])["response"]["id"]
+                if line.startswith("data: ") and '"response.output_text.delta"' in line:
+                    break  # the turn runs: its model is writing
+            running = await c.get(f"/v1/responses/{response_id}", headers=alice)
+            assert running.json()["status"] == "in_progress"
+            assert (await c.post(f"/v1/responses/{response_id}/cancel", headers=bob)).status_code == 404
+            stopped = await c.post(f"/v1/responses/{response_id}/cancel", headers=alice)
+            assert stopped.status_code == 200, stopped.text
+            assert stopped.json()["status"] == "cancelled"
+            rest = [line async for line in lines]
+        assert any('"response.completed"' in line for line in rest)
+        after = await c.get(f"/v1/responses/{response_id}", headers=alice)
+        assert after.json()["status"] == "cancelled"
