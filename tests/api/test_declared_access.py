@@ -105,6 +105,10 @@ BEFORE: dict[tuple[str, str], str] = {
     ("skill_store", "import_skills"): "write",
     ("skill_store", "read_skill_file"): "read",
     ("skill_store", "view_skill"): "read",
+    # issue 25: a held skill (or tool) is listed to, confirmed or discarded by its owner (or an admin)
+    ("skill_store", "list_quarantined"): "read",
+    ("skill_store", "confirm_skill"): "write",
+    ("skill_store", "discard_skill"): "write",
     ("skill_tools", "list_tools"): "read",
     ("skill_tools", "get_tool"): "read",
     ("skill_tools", "create_tool"): "write",
@@ -112,6 +116,7 @@ BEFORE: dict[tuple[str, str], str] = {
     ("skill_tools", "run_tool"): "write",
     ("skill_tools", "promote_tool"): "admin",
     ("skill_tools", "delete_tool"): "write",  # added by issue 23: the owner's or an admin's
+    ("skill_tools", "confirm_tool"): "write",
     ("cron_scheduler", "list_jobs"): "read",
     ("cron_scheduler", "get_job"): "read",
     ("cron_scheduler", "job_runs"): "read",
