@@ -36,7 +36,7 @@ function provenance(value, sources = []) {
   return h("span", { class: "provenance" }, badge(text, "review"), sources.length ? ` after ${sources.join(", ")}` : "");
 }
 
-// A held skill's procedure, read when asked for (the list has the description only); text, never HTML.
+// A held skill's procedure, read when asked for (a server whose list has the description only); text, never HTML.
 function procedure(ctx, skill) {
   const box = h("div", { class: "procedure" });
   const show = h("button", { type: "button", class: "btn small", dataset: { show: "procedure" } }, "Procedure");
@@ -96,7 +96,7 @@ async function render(root, ctx) {
       [
         ["quarantined_at", "held since", (s) => fmtTime(s.quarantined_at || s.created_at)],
         ["name", "skill", (s) => h("code", {}, s.name)],
-        ["description", "what it does (untrusted)", (s) => h("div", {}, h("p", { class: "description" }, fmtValue(s.description)), procedure(ctx, s))],
+        ["description", "what it does (untrusted)", (s) => h("div", {}, h("p", { class: "description" }, fmtValue(s.description)), s.procedure == null ? procedure(ctx, s) : h("div", { class: "procedure" }, pre(fmtValue(s.procedure))))],
         ["provenance", "from", (s) => provenance(s.provenance, s.untrusted_sources || [])],
         ["owner", "user"],
         ["actions", "", (s) => h("span", { class: "actions" }, decide(k, s, "confirm", "Confirm", "primary"), " ", decide(k, s, "discard", "Discard", "bad"))],
