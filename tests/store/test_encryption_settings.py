@@ -1,7 +1,8 @@
-"""The cipher settings of an encrypted store (``_sqlite_keys``): a new file uses HMAC-SHA256 pages, a file
-made with SQLCipher 4's defaults (HMAC-SHA512) still opens, keeps its settings through writes and rotations,
-and a passphrase is stretched once per open (not by SQLCipher at each connection) into the very key SQLCipher
-would derive: every file still opens with its passphrase in a stock SQLCipher given the file's settings.
+"""The cipher settings of an encrypted store (``_sqlite_keys``): a new file gets HMAC-SHA256 pages where the
+CPU has SHA-256 instructions (else SQLCipher 4's HMAC-SHA512), a file made with SQLCipher 4's defaults still
+opens and keeps its settings through writes and rotations, and a passphrase is stretched once per open (not
+by SQLCipher at each connection) into the very key SQLCipher would derive: every file still opens with its
+passphrase in a stock SQLCipher given the file's settings.
 """
 
 from __future__ import annotations
@@ -56,9 +57,30 @@ async def encryption_finding(store: object) -> str:
     return str(finding.detail)
 
 
-async def test_a_new_store_uses_hmac_sha256_and_derives_a_passphrase_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def other_hmac() -> str:
+    (other,) = [p for p in keys.PROFILES if p != keys.CURRENT]
+    return other.hmac_algorithm
+
+
+def test_sha256_pages_where_the_cpu_has_sha256_instructions() -> None:
+    x86 = "processor\t: 0\nflags\t\t: fpu sse2 avx2 aes {}\nbugs\t\t: spectre_v1\n"
+    assert keys.sha256_in_hardware(x86.format("sha_ni"), "x86_64")
+    assert not keys.sha256_in_hardware(
+        x86.format("avx512f"), "x86_64"
+    )  # e.g. Cascade Lake: SHA-512 is cheaper
+    arm = "processor\t: 0\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32\n"
+    assert keys.sha256_in_hardware(arm, "aarch64")
+    assert not keys.sha256_in_hardware("", "x86_64")
+    assert keys.PROFILES[0] == keys.CURRENT and set(keys.PROFILES) == {keys.SHA256_PAGES, keys.SQLCIPHER4}
+
+
+@pytest.mark.parametrize("made_with", ["this machine", "SQLCIPHER4"])
+async def test_a_new_store_uses_the_cheaper_hmac_and_derives_a_passphrase_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, made_with: str
 ) -> None:
+    if made_with == "SQLCIPHER4":  # a machine without SHA-256 instructions
+        monkeypatch.setattr(keys, "CURRENT", keys.SQLCIPHER4)
+        monkeypatch.setattr(keys, "PROFILES", (keys.SQLCIPHER4, keys.SHA256_PAGES))
     monkeypatch.setenv("MINIHERMES_DB_KEY", PASSPHRASE)
     derivations = count_derivations(monkeypatch)
     data = tmp_path / "data"
@@ -71,15 +93,15 @@ async def test_a_new_store_uses_hmac_sha256_and_derives_a_passphrase_once(
     assert len(derivations) == 1  # five connections, one PBKDF2 (SQLCipher's own would run five times)
 
     db = data / "minihermes.db"
-    rows = stock_open(db, PASSPHRASE, "HMAC_SHA256")  # the passphrase, SQLCipher's KDF, HMAC-SHA256
+    rows = stock_open(db, PASSPHRASE, keys.CURRENT.hmac_algorithm)  # the passphrase, SQLCipher's own KDF
     assert len(rows) == 20
     with pytest.raises(sqlcipher3.DatabaseError):
-        stock_open(db, PASSPHRASE, None)  # SQLCipher 4's defaults (HMAC-SHA512) do not open it
+        stock_open(db, PASSPHRASE, other_hmac())
 
     # A second open of the file in this process reuses the derived key; doctor names the settings.
     async with open_store("sqlite", data_dir=data) as store:
         assert await store.kv.get(SCOPE, "k07") == {"i": 7}
-        assert "passphrase (PBKDF2-HMAC-SHA512, derived once per open), HMAC-SHA256 pages)" in (
+        assert f"passphrase (PBKDF2-HMAC-SHA512, derived once per open), {keys.CURRENT.name} pages)" in (
             await encryption_finding(store)
         )
     assert len(derivations) == 1
@@ -126,9 +148,9 @@ async def test_a_plain_store_is_encrypted_with_the_new_settings(
     db = data / "minihermes.db"
     await asyncio.to_thread(encrypt_plain_file, db, keys.parse_key(PASSPHRASE, "test"))
     assert b"plain words 4711" not in db.read_bytes()
-    assert stock_open(db, PASSPHRASE, "HMAC_SHA256") == [("k",)]
+    assert stock_open(db, PASSPHRASE, keys.CURRENT.hmac_algorithm) == [("k",)]
     with pytest.raises(sqlcipher3.DatabaseError):
-        stock_open(db, PASSPHRASE, None)
+        stock_open(db, PASSPHRASE, other_hmac())
     monkeypatch.setenv("MINIHERMES_DB_KEY", PASSPHRASE)
     async with open_store("sqlite", data_dir=data) as store:
         assert await store.kv.get(SCOPE, "k") == {"v": "plain words 4711"}

@@ -18,12 +18,14 @@ that derivation once per store open (``hashlib``; about 0.3 s) and hand every co
 yields, which is what SQLCipher would derive itself, on every connection it opens. A provider may also return
 32 raw bytes; a file is always text.
 
-Cipher settings (``CipherProfile``): a file made now uses HMAC-SHA256 per page (``CURRENT``: the page check
-is most of the cost of a write, and SHA-256 runs in hardware on x86-64 CPUs with the SHA extensions and on
-ARMv8; 256-bit tags, as strong a check as SHA-512's for this use); a file made before used SQLCipher 4's
-defaults (``SQLCIPHER4``: HMAC-SHA512). Nothing in an encrypted file says which, so the first connection of a
-store tries ``PROFILES`` in order (a wrong one fails the HMAC check of page 1 at once) and the others reuse
-the one that opened it (``Keying``). A rotation keeps the file's settings.
+Cipher settings (``CipherProfile``): the HMAC of each page is most of what encryption costs a page, so a
+new file gets the cheaper one on the machine that makes it (``CURRENT``): HMAC-SHA256 (``SHA256_PAGES``)
+where the CPU computes SHA-256 in hardware (x86-64 SHA extensions, ARMv8 SHA2: a third cheaper than
+SHA-512), else SQLCipher 4's default HMAC-SHA512 (``SQLCIPHER4``; SHA-256 in software is a third dearer);
+both keyed with 256 bits, either puts forging a page out of reach. Files made before 2026-11-27 have SQLCipher 4's defaults. Nothing in an
+encrypted file says which, so the first connection of a store tries ``PROFILES`` in order (a wrong one fails
+the HMAC check of page 1 at once) and the others reuse the one that opened it (``Keying``). A rotation keeps
+the file's settings.
 
 A wrong key, a key for a plain file and a plain open of an encrypted file are each one ``StoreKeyError`` (a
 ``ConfigError``: ``serve`` prints it as one line) naming the key's source, never the key.
@@ -35,8 +37,10 @@ import hashlib
 import importlib
 import json
 import os
+import platform
 import re
 import sqlite3
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -77,11 +81,33 @@ class CipherProfile:
         )
 
 
-CURRENT = CipherProfile("HMAC-SHA256", "HMAC_SHA256", 4096)
-"""What a new file is made with."""
+SHA256_PAGES = CipherProfile("HMAC-SHA256", "HMAC_SHA256", 4096)
 SQLCIPHER4 = CipherProfile("HMAC-SHA512", "HMAC_SHA512", 4096)
-"""SQLCipher 4's defaults: files encrypted before 2026-11-27."""
-PROFILES = (CURRENT, SQLCIPHER4)
+"""SQLCipher 4's defaults: every file encrypted before 2026-11-27."""
+
+
+def sha256_in_hardware(cpuinfo: str | None = None, machine: str | None = None) -> bool:
+    """Whether this CPU has SHA-256 instructions (OpenSSL uses them): the ``sha_ni`` flag (x86-64) or the
+    ``sha2`` feature (ARMv8) in ``/proc/cpuinfo``; Apple silicon has them. Unknown: False."""
+    machine = platform.machine().lower() if machine is None else machine
+    if cpuinfo is None:
+        if sys.platform == "darwin":
+            return machine == "arm64"
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
+        except OSError:
+            return False
+    flags: set[str] = set()
+    for line in cpuinfo.splitlines():
+        name, sep, value = line.partition(":")
+        if sep and name.strip().lower() in ("flags", "features"):
+            flags.update(value.split())
+    return "sha_ni" in flags or "sha2" in flags
+
+
+CURRENT = SHA256_PAGES if sha256_in_hardware() else SQLCIPHER4
+"""What a new file is made with on this machine (a file moved to another opens there all the same)."""
+PROFILES = (CURRENT, *(p for p in (SHA256_PAGES, SQLCIPHER4) if p != CURRENT))
 
 
 class StoreKeyError(StoreError, ConfigError):
