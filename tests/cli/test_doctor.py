@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import sqlite3
 import uuid
 
 from typer.testing import CliRunner
@@ -13,6 +14,7 @@ from minihermes.cli import doctor as dr
 from minihermes.cli.main import app
 from minihermes.embed import MiniHermes
 from minihermes.runtime import AppConfig
+from minihermes.runtime.store import sqlite_has_wal_reset_bug
 from tests.store.conftest import PG_DSN, requires_postgres
 
 from .conftest import core_config
@@ -28,6 +30,9 @@ def _by(checks, group, name=None):
     return [c for c in checks if c.group == group and (name is None or c.name.startswith(name))]
 
 
+WAL_BUG = "warn" if sqlite_has_wal_reset_bug(sqlite3.sqlite_version_info) else "ok"
+
+
 def test_storage_checks_on_a_fresh_and_an_existing_data_dir(tmp_path):
     fresh = asyncio.run(dr.check_storage(tmp_path / "new"))
     assert {c.name: c.status for c in fresh} == {
@@ -37,6 +42,8 @@ def test_storage_checks_on_a_fresh_and_an_existing_data_dir(tmp_path):
         "FTS5": "ok",
         "encryption": "ok",
         "schema": "ok",
+        "WAL-reset bug": WAL_BUG,
+        "disk": "ok",
     }
     assert not list((tmp_path / "new").glob(".doctor*"))  # the scratch files are gone
 
@@ -57,7 +64,16 @@ def test_storage_checks_on_a_fresh_and_an_existing_data_dir(tmp_path):
 def test_storage_is_checked_by_the_configured_backend(tmp_path):
     cfg = AppConfig.from_toml(f'[node]\ndata_dir = "{tmp_path / "cfg-data"}"\n')
     checks = asyncio.run(dr.check_storage(tmp_path / "ignored", cfg))
-    assert [c.name for c in checks] == ["data dir", "sqlite", "WAL", "FTS5", "encryption", "schema"]
+    assert [c.name for c in checks] == [
+        "data dir",
+        "sqlite",
+        "WAL",
+        "FTS5",
+        "encryption",
+        "schema",
+        "WAL-reset bug",
+        "disk",
+    ]
     assert str(tmp_path / "cfg-data") in checks[0].detail and not (tmp_path / "ignored").exists()
 
     unknown = AppConfig.from_toml('[node]\nbackend = "mongo"\n')

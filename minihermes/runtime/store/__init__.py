@@ -13,9 +13,24 @@ several nodes; ``minihermes.runtime.store.postgres.PostgresStore``, needs psycop
 ``store.write_batch(scope, [KVPut(...), TupleWrite(...), TextUpsert(...), ...])`` applies writes to several
 primitives in one transaction (all or none). ``sqlite_v1_fixture`` writes a data dir in the oldest storage format, for migration tests.
 ``rotate_store_key(data_dir, new_key_file)`` re-encrypts an encrypted SQLite store (``minihermes keys rotate``).
+``backup_store`` / ``verify_backup`` / ``restore_backup`` copy a SQLite store's data dir while it serves and bring
+it back (``minihermes backup`` / ``restore``); ``StorageFull`` is the error of a write refused for lack of disk.
 """
 
+from ._backup import (
+    BACKUPS_DIR,
+    BackupError,
+    Rate,
+    backup_store,
+    library_version,
+    prune,
+    read_manifest,
+    restore_backup,
+    sqlite_has_wal_reset_bug,
+    verify_backup,
+)
 from ._errors import FencedOut, SchemaVersionError, StoreClosedError, StoreError
+from ._health import StorageFull
 from ._registry import BackendFactory, backend_names, get_backend, open_store, register_backend
 from ._sqlite_keys import StoreKeyError
 from ._sqlite_rotation import rotate_store_key
@@ -63,8 +78,10 @@ from .base import (
 from .testing import sqlite_v1_fixture
 
 __all__ = [
+    "BACKUPS_DIR",
     "JSON",
     "BackendFactory",
+    "BackupError",
     "BlobInfo",
     "BlobStore",
     "ChainCheck",
@@ -87,6 +104,7 @@ __all__ = [
     "LockStore",
     "Quarantine",
     "QuarantinedRecord",
+    "Rate",
     "Reminder",
     "ReminderStore",
     "RetentionReport",
@@ -95,6 +113,7 @@ __all__ = [
     "SchemaVersionError",
     "Scope",
     "SearchHit",
+    "StorageFull",
     "Store",
     "StoreClosedError",
     "StoreError",
@@ -109,9 +128,16 @@ __all__ = [
     "VectorIndex",
     "Write",
     "backend_names",
+    "backup_store",
     "get_backend",
+    "library_version",
     "open_store",
+    "prune",
+    "read_manifest",
     "register_backend",
+    "restore_backup",
     "rotate_store_key",
+    "sqlite_has_wal_reset_bug",
     "sqlite_v1_fixture",
+    "verify_backup",
 ]

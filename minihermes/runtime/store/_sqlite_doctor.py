@@ -7,12 +7,16 @@ only read (``mode=ro``), never created or migrated; with a key, through SQLCiphe
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ._backup import library_version, sqlite_has_wal_reset_bug
 from ._errors import SchemaVersionError
+from ._health import integrity_problems
 from ._sqlite_engine import connect
 from ._sqlite_keys import (
     CURRENT,
@@ -26,14 +30,21 @@ from ._sqlite_keys import (
 from ._sqlite_schema import LATEST_VERSION, MIN_SQLITE, read_version
 from .base import Finding
 
-OK, FAIL = "ok", "fail"
+OK, WARN, FAIL = "ok", "warn", "fail"
 
 
 def inspect(
-    path: Path, *, make_dir: bool, resolve: Callable[[], StoreKey | None] = lambda: None
+    path: Path,
+    *,
+    make_dir: bool,
+    resolve: Callable[[], StoreKey | None] = lambda: None,
+    full: bool = False,
+    min_free_bytes: int = 0,
 ) -> list[Finding]:
     """Findings "data dir", "sqlite", "WAL", "FTS5", "encryption" and "schema" for a store on the file
-    ``path``, its key given by ``resolve``."""
+    ``path``, its key given by ``resolve``; then, for a file this MiniHermes opens, "WAL-reset bug", "disk",
+    "WAL size", "integrity" (``quick_check``, ``integrity_check`` with ``full``) and "quarantine" (each row
+    kept aside)."""
     folder = path.parent
     try:
         if make_dir:
@@ -54,8 +65,116 @@ def inspect(
         key = resolve()
     except StoreKeyError as e:
         return [*out, Finding("encryption", FAIL, str(e))]
-    out.append(_encryption(path, key))
-    out.append(_schema(path, key))
+    encryption, schema = _encryption(path, key), _schema(path, key)
+    out += [encryption, schema]
+    out.append(_wal_bug(key))
+    out.append(_disk(folder, min_free_bytes))
+    if path.exists() and schema.status == OK and encryption.status == OK:
+        out += _storage(path, key, full)
+    return out
+
+
+def _wal_bug(key: StoreKey | None) -> Finding:
+    try:
+        version = library_version(key)
+    except StoreKeyError as e:
+        return Finding("WAL-reset bug", FAIL, str(e))
+    parts = tuple(int(p) for p in version.split(".")[:3] if p.isdigit())
+    if not sqlite_has_wal_reset_bug(parts):
+        return Finding("WAL-reset bug", OK, f"SQLite {version} does not have it", False)
+    return Finding(
+        "WAL-reset bug",
+        WARN,
+        f"SQLite {version} has it (fixed in 3.51.3; backports 3.50.7 and 3.44.6): harmless with one node per "
+        "data dir (the default, held by node.lock); several processes writing one file (shared_data_dir, a "
+        "cluster on SQLite) can corrupt it: use PostgreSQL for those",
+        False,
+    )
+
+
+def _disk(folder: Path, min_free_bytes: int) -> Finding:
+    free = shutil.disk_usage(folder).free
+    detail = f"{_size(free)} free on the disk of {folder}"
+    if min_free_bytes and free < min_free_bytes:
+        return Finding(
+            "disk",
+            WARN,
+            f"{detail}, under min_free_bytes ({_size(min_free_bytes)}): a node refuses writes (reads go on)",
+            False,
+        )
+    return Finding(
+        "disk",
+        OK,
+        detail + (f" (writes refused under {_size(min_free_bytes)})" if min_free_bytes else ""),
+        False,
+    )
+
+
+def _size(n: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def _storage(path: Path, key: StoreKey | None, full: bool) -> list[Finding]:
+    """WAL size, integrity and quarantine of an existing file (read only)."""
+    wal = Path(f"{path}-wal")
+    size = wal.stat().st_size if wal.exists() else 0
+    out = [
+        Finding(
+            "WAL size",
+            OK,
+            f"{_size(size)} ({'none: no node has it open' if not wal.exists() else wal.name})",
+            False,
+        )
+    ]
+    pragma = "integrity_check" if full else "quick_check"
+    try:
+        conn = connect(f"file:{path}?mode=ro", busy_timeout=5, key=key, uri=True)
+    except (StoreKeyError, *db_errors(key)) as e:  # type: ignore[misc]
+        return [*out, Finding("integrity", FAIL, f"{path} does not open: {e}")]
+    try:
+        problems = integrity_problems(conn, path if key is None else None, full=full)
+        if problems == ["ok"]:
+            out.append(
+                Finding("integrity", OK, f"{pragma}: ok" + ("" if full else " (--full: integrity_check)"))
+            )
+        else:
+            detail = f"{pragma} found: " + "; ".join(problems)
+            out.append(Finding("integrity", FAIL, detail + ". Recover: docs/operations.md#recovering"))
+        out += _quarantine(conn, key)
+    finally:
+        conn.close()
+    return out
+
+
+def _quarantine(conn: sqlite3.Connection, key: StoreKey | None, limit: int = 50) -> list[Finding]:
+    try:
+        total = conn.execute("SELECT count(*) FROM quarantine").fetchone()[0]
+        rows = conn.execute(
+            "SELECT kind, tenant, ns, key, reason, at FROM quarantine ORDER BY id DESC LIMIT ?", (limit,)
+        ).fetchall()
+    except db_errors(key) as e:
+        return [Finding("quarantine", FAIL, f"cannot read the quarantine table: {e}")]
+    if not total:
+        return [Finding("quarantine", OK, "no quarantined rows", False)]
+    out = [
+        Finding(
+            "quarantine",
+            WARN,
+            f"{total} rows kept aside as undecodable (newest first below; `minihermes doctor --json` lists "
+            "them; the data is in the quarantine table)",
+            False,
+        )
+    ]
+    for kind, tenant, ns, row_key, reason, at in rows:
+        what = "actor state" if kind == "checkpoint" else f"{kind} row"
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at))
+        out.append(
+            Finding("quarantined", WARN, f"{what} {tenant}/{ns} {row_key!r} at {when}Z: {reason}", False)
+        )
     return out
 
 

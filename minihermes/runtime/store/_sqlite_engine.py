@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import queue
+import shutil
 import sqlite3
 import threading
 from collections.abc import Callable, Hashable, Iterator
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ._errors import StoreClosedError
+from ._health import DISK, StorageFull, StoreHealth
 from ._sqlite_keys import (
     Keying,
     StoreKey,
@@ -203,6 +205,10 @@ class SqliteEngine:
         self._threads: list[threading.Thread] = []
         self._exited: list[ThreadFuture[None]] = []
         self._state = "new"  # new -> open -> closed
+        self.health = StoreHealth()
+        """Storage faults met by any thread (``_health``)."""
+        self.min_free_bytes = 0
+        """Writes are refused (``StorageFull``) while the disk has less free space than this; 0: never."""
 
     @property
     def is_open(self) -> bool:
@@ -332,6 +338,13 @@ class SqliteEngine:
             for gate in self._reader_gates:
                 gate.release()
 
+    def open_reader(self) -> sqlite3.Connection:
+        """A read-only connection of its own, keyed as the store's (blocking: for a thread that reads
+        apart from the pool, as the open-time integrity check does). The caller closes it."""
+        conn = connect(self.path, busy_timeout=self._busy_timeout, keying=self._keying)
+        conn.execute("PRAGMA query_only = ON")
+        return conn
+
     # ------------------------------------------------------------------------------------------ readers
 
     def _reader_main(self, gate: threading.Lock) -> None:
@@ -355,6 +368,7 @@ class SqliteEngine:
                             op.result = op.fn(conn)
                         except Exception as exc:
                             op.error = exc
+                            self.health.record(exc)
                         if conn is not None and conn.in_transaction:
                             conn.execute(
                                 "ROLLBACK"
@@ -399,6 +413,12 @@ class SqliteEngine:
             conn.close()
 
     def _run_batch(self, conn: sqlite3.Connection, batch: list[_Op]) -> None:
+        refused = self._short_of_disk()
+        if refused is not None:
+            for op in batch:
+                op.result, op.error = None, refused
+            _settle_all(batch)
+            return
         tx_ops = [op for op in batch if op.transactional]
         if tx_ops:
             self._run_transaction(conn, tx_ops)
@@ -430,6 +450,7 @@ class SqliteEngine:
             else:
                 conn.execute("COMMIT")
         except Exception as exc:
+            self.health.record(exc)
             logger.error("sqlite write batch of %d ops failed: %r", len(runnable), exc)
             if conn.in_transaction:
                 with contextlib.suppress(conn.Error):
@@ -439,6 +460,25 @@ class SqliteEngine:
         for op in ops:
             if op.winner is not None:
                 op.result, op.error = op.winner.result, op.winner.error
+
+    def _short_of_disk(self) -> StorageFull | None:
+        """The refusal of a write batch while the disk is under ``min_free_bytes`` free (one statvfs a batch),
+        before SQLite would fail in the middle of it; None when there is room."""
+        if not self.min_free_bytes:
+            return None
+        try:
+            free = shutil.disk_usage(self.path.parent).free
+        except OSError:
+            return None
+        if free >= self.min_free_bytes:
+            self.health.clear(DISK)
+            return None
+        reason = (
+            f"the disk holding {self.path.parent} has {free} bytes free, under the configured minimum of "
+            f"{self.min_free_bytes} (min_free_bytes): writes are refused until there is room; reads go on"
+        )
+        self.health.set_fault(DISK, reason)
+        return StorageFull(reason, free_bytes=free, min_free_bytes=self.min_free_bytes)
 
     @staticmethod
     def _attempt(conn: sqlite3.Connection, ops: list[_Op], *, isolate: bool) -> bool:

@@ -320,8 +320,16 @@ def migrate(conn: sqlite3.Connection) -> tuple[int | None, int]:
     return before, current
 
 
-def prepare(conn: sqlite3.Connection, *, synchronous: str) -> None:
-    """File-level settings, then schema creation or migration. Runs on the writer's connection."""
+def prepare(
+    conn: sqlite3.Connection,
+    *,
+    synchronous: str,
+    before_migration: Callable[[sqlite3.Connection, int, int], None] | None = None,
+) -> None:
+    """File-level settings, then schema creation or migration. Runs on the writer's connection.
+
+    ``before_migration(conn, before, after)`` runs first when an existing file is at an older schema (the
+    store backs it up there): when it raises, nothing is migrated."""
     if sqlite3.sqlite_version_info < MIN_SQLITE:
         raise StoreError(
             f"SQLite {sqlite3.sqlite_version} is too old: the store needs >= {'.'.join(map(str, MIN_SQLITE))}"
@@ -337,4 +345,12 @@ def prepare(conn: sqlite3.Connection, *, synchronous: str) -> None:
     # What is deleted is overwritten with zeros, not left in free space (forgetting must leave no bytes of
     # it in the file). Only this connection writes; readers never free a page.
     conn.execute("PRAGMA secure_delete = ON")
+    if before_migration is not None:
+        conn.execute("BEGIN")
+        try:
+            have = read_version(conn)
+        finally:
+            conn.execute("COMMIT")
+        if have is not None and have < LATEST_VERSION:
+            before_migration(conn, have, LATEST_VERSION)
     migrate(conn)

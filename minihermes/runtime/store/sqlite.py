@@ -15,6 +15,8 @@ the file is SQLCipher-encrypted, and ``rotate_key`` re-encrypts it while it serv
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import sqlite3
 from collections.abc import Callable, Sequence
@@ -25,7 +27,9 @@ from typing import Any
 
 from .._clock import Clock, SystemClock
 from ._anchors import ANCHOR_KEY_FILE, AnchorKey
+from ._backup import pre_migration_backup
 from ._common import check_number, parse_rules
+from ._health import integrity_problems
 from ._sqlite_channels import SqliteChannels
 from ._sqlite_coord import SqliteLocks, SqliteReminders
 from ._sqlite_data import SqliteBlobs, SqliteCheckpoints, SqliteKV, SqliteQuarantine
@@ -65,6 +69,7 @@ from .base import (
 )
 
 _SYNCHRONOUS = ("normal", "full")
+logger = logging.getLogger("minihermes.runtime.store.sqlite")
 
 
 class SqliteStore:
@@ -79,6 +84,10 @@ class SqliteStore:
         busy_timeout: seconds to wait for another process's write lock before failing.
         anchor_key_file: the node key that signs retention anchors (Ed25519 PEM, created on first use);
             default ``anchor.key`` beside the database.
+        pre_migration_backups: before migrating an older file, back it up into ``backups/`` beside it and
+            keep this many such backups (oldest removed); 0: none (docs/operations.md).
+        min_free_bytes: refuse writes (``StorageFull``) while the disk has less free space; 0: never.
+        check_at_open: run ``PRAGMA quick_check`` in the background after opening (``health()``).
         encryption_key_file: encrypt the file with the key in this file (outside the data directory).
         encryption_key_provider: or with the key this callable returns ("package.module:callable").
             Neither: the key in ``MINIHERMES_DB_KEY`` if set, else no encryption (docs/configuration.md).
@@ -101,6 +110,9 @@ class SqliteStore:
         anchor_key_file: str | os.PathLike[str] | None = None,
         encryption_key_file: str | os.PathLike[str] | None = None,
         encryption_key_provider: str | None = None,
+        pre_migration_backups: int = 3,
+        min_free_bytes: int = 64 * 1024 * 1024,
+        check_at_open: bool = True,
     ) -> None:
         if (path is None) == (data_dir is None):
             raise ValueError("sqlite store: pass exactly one of path= or data_dir=")
@@ -111,6 +123,16 @@ class SqliteStore:
         if isinstance(readers, bool) or not isinstance(readers, int) or readers < 1:
             raise ValueError(f"readers must be a positive int, got {readers!r}")
         check_options(encryption_key_file, encryption_key_provider)
+        for name, value in (
+            ("pre_migration_backups", pre_migration_backups),
+            ("min_free_bytes", min_free_bytes),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        self._keep_backups = pre_migration_backups
+        self._check_at_open = bool(check_at_open)
+        self._integrity: asyncio.Future[None] | None = None
+        self._checking: sqlite3.Connection | None = None
         self._key_file, self._key_provider = encryption_key_file, encryption_key_provider
         self._data_dir = None if data_dir is None else Path(data_dir)
         self.path = Path(path) if path is not None else Path(data_dir or ".") / DB_FILENAME
@@ -120,6 +142,7 @@ class SqliteStore:
         self._engine = SqliteEngine(
             self.path, busy_timeout=check_number("busy_timeout", busy_timeout), readers=readers
         )
+        self._engine.min_free_bytes = min_free_bytes
         self._opening = asyncio.Lock()
         engine, clk = self._engine, self.clock
         self._kv = SqliteKV(engine, clk)
@@ -149,12 +172,55 @@ class SqliteStore:
             if self._data_dir is not None:
                 await asyncio.to_thread(self._data_dir.mkdir, parents=True, exist_ok=True)
             self._engine.key = await asyncio.to_thread(self.resolve_key)
-            await self._engine.start(partial(prepare, synchronous=self._synchronous))
+            await self._engine.start(
+                partial(prepare, synchronous=self._synchronous, before_migration=self._backup_first)
+            )
+            if self._check_at_open:
+                self._integrity = asyncio.ensure_future(self._check_integrity())
+
+    def _backup_first(self, conn: sqlite3.Connection, before: int, after: int) -> None:
+        """Before a migration (on the writer thread): a backup of the file as it is, N kept."""
+        made = pre_migration_backup(
+            self.path, self._engine.key, keep=self._keep_backups, before=before, after=after
+        )
+        if made is not None:
+            logger.warning("schema %d -> %d: backed the store up first, into %s", before, after, made)
+
+    async def _check_integrity(self) -> None:
+        plain = self.path if self._engine.key is None else None
+
+        def check() -> list[str]:  # apart from the reader pool: a long check holds none of its threads
+            conn = self._checking = self._engine.open_reader()
+            try:
+                return integrity_problems(conn, plain)
+            finally:
+                self._checking = None
+                conn.close()
+
+        try:
+            problems = await asyncio.to_thread(check)
+        except Exception as e:  # a file too damaged to run the check is a finding, not a crash
+            if "interrupted" in str(e):
+                return  # the store closed first
+            problems = [f"{type(e).__name__}: {e}"]
+        self._engine.health.integrity_checked(problems)
+        if problems != ["ok"]:
+            logger.error("store %s failed its quick_check: %s", self.path, "; ".join(problems))
+
+    def health(self) -> dict[str, Any]:
+        """``{"status": "ok" | "degraded", "reason", "faults", ...}``: the storage faults met since the
+        store opened, the open-time ``quick_check`` and whether writes are refused for lack of disk."""
+        return self._engine.health.report()
 
     async def close(self) -> None:
         """Run and commit every queued write, then stop the threads. Later calls raise StoreClosedError."""
         self._checkpoints.flush_pending()
         await self._engine.stop()
+        if self._integrity is not None:
+            if (checking := self._checking) is not None:
+                checking.interrupt()  # a long check on a big file does not hold the stop up
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await self._integrity
 
     async def __aenter__(self) -> SqliteStore:
         await self.open()
@@ -194,11 +260,18 @@ class SqliteStore:
         version = await self._engine.read(read_version)
         return LATEST_VERSION if version is None else version
 
-    async def doctor(self) -> list[Finding]:
-        """The folder is writable (made, with ``data_dir=``, as ``open`` would), SQLite is recent enough, WAL
-        and FTS5 work there, and the file's schema version is one this MiniHermes opens (read only)."""
+    async def doctor(self, *, full: bool = False) -> list[Finding]:
+        """The folder is writable (made, with ``data_dir=``, as ``open`` would), SQLite is recent enough (and
+        whether it has the WAL-reset bug), WAL and FTS5 work there, the file's schema version is one this
+        MiniHermes opens; free disk, WAL size, ``quick_check`` (``integrity_check`` with ``full``) and each
+        quarantined row (read only)."""
         return await asyncio.to_thread(
-            inspect, self.path, make_dir=self._data_dir is not None, resolve=self.resolve_key
+            inspect,
+            self.path,
+            make_dir=self._data_dir is not None,
+            resolve=self.resolve_key,
+            full=full,
+            min_free_bytes=self._engine.min_free_bytes,
         )
 
     async def write_batch(self, scope: Scope, writes: Sequence[Write]) -> list[Any]:
