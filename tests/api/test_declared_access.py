@@ -69,6 +69,10 @@ BEFORE: dict[tuple[str, str], str] = {
     ("memory", "core_snapshot"): "read",
     ("memory", "get_stats"): "read",
     ("memory", "clear_memories"): "write",
+    # issue 25: a quarantined write is listed to, confirmed or discarded by its owner (or an admin)
+    ("memory", "list_quarantined"): "read",
+    ("memory", "confirm_memory"): "write",
+    ("memory", "discard_memory"): "write",
     ("session_manager", "create_session"): "write",
     ("session_manager", "get_session"): "read",
     ("session_manager", "end_session"): "write",
