@@ -7,6 +7,10 @@ Server-Sent Events of ``POST /api/v1/sessions/{id}/messages`` (``"stream": true`
 the node does not run answers "not enabled". The help and the Tab completions offer only the commands the
 caller may use (the server's catalog for their credential; ``/approve`` and ``/deny`` to admins).
 
+Ctrl-C while a turn runs stops it (``agent.cancel_turn``: a running tool's process is killed, the turn is
+recorded as stopped) and the chat goes on; a second Ctrl-C before the turn has stopped leaves the chat. At the
+prompt, Ctrl-C leaves as before.
+
 The caller's notifications (a reminder that fired, a scheduled run's answer) are shown when the chat starts
 (the unread ones, then marked read) and as they arrive while it is open: printed above the prompt while it
 waits for a line (the line being typed is drawn again below), after the turn while one runs; ``/notifications``
@@ -19,9 +23,11 @@ import asyncio
 import contextlib
 import json
 import shlex
+import signal
 import sys
+import threading
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,7 +149,7 @@ def _terminal_reader(loop: ChatLoop) -> ReadLine:
     loop.redraw = lambda: PROMPT + readline.get_line_buffer()
 
     async def read(prompt: str) -> str:
-        return await asyncio.to_thread(input, prompt)  # EOFError at Ctrl-D
+        return await _in_thread(lambda: input(prompt))  # EOFError at Ctrl-D
 
     return read
 
@@ -157,7 +163,56 @@ async def _stdin_line(prompt: str) -> str:
             raise EOFError
         return line
 
-    return await asyncio.to_thread(read)
+    return await _in_thread(read)
+
+
+async def _in_thread(read: Callable[[], str]) -> str:
+    """``read`` in a daemon thread: a line still being read when the chat leaves (Ctrl-C at the prompt) must
+    not keep the process from exiting, as a thread of the loop's executor would."""
+    loop = asyncio.get_running_loop()
+    got: asyncio.Future[str] = loop.create_future()
+
+    def settle(line: str, error: BaseException | None) -> None:
+        if got.done():
+            return
+        if error is not None:
+            got.set_exception(error)
+        else:
+            got.set_result(line)
+
+    def work() -> None:
+        try:
+            line, error = read(), None
+        except BaseException as e:  # EOFError, or what the terminal raised
+            line, error = "", e
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, line, error)
+
+    threading.Thread(target=work, name="chat-input", daemon=True).start()
+    return await got
+
+
+class Quit(Exception):
+    """A second Ctrl-C while a turn was being stopped: leave the chat."""
+
+
+@contextlib.contextmanager
+def on_interrupt(handler: Callable[[], None]) -> Iterator[bool]:
+    """Call ``handler`` on SIGINT (Ctrl-C) instead of the default, restoring what was there after; yields
+    False where the loop cannot take the signal (not the main thread, another platform)."""
+    loop = asyncio.get_running_loop()
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        loop.add_signal_handler(signal.SIGINT, handler)
+    except (NotImplementedError, RuntimeError, ValueError):
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 class Renderer:
@@ -207,6 +262,10 @@ class Renderer:
     def reply(self, reply: dict[str, Any]) -> None:
         """The turn's end: the whole answer unless it already streamed, then what it cost."""
         meta = f"[dim]({reply.get('tool_calls', 0)} tool calls, {reply.get('iterations', 0)} LLM calls)[/dim]"
+        if reply.get("status") == "cancelled":
+            self._newline()
+            self.console.print(f"[yellow]stopped[/yellow] the turn was stopped {meta}", highlight=False)
+            return
         if reply.get("status") == "paused":
             self._newline()
             then = (
@@ -321,11 +380,24 @@ class ChatLoop:
         while True:
             self._flush_notifications()
             self._at_prompt = True
+            reading = asyncio.ensure_future(read_line(PROMPT))
+            interrupted: list[bool] = []
+
+            def leave(reading: asyncio.Future[str] = reading, interrupted: list[bool] = interrupted) -> None:
+                interrupted.append(True)
+                reading.cancel()
+
             try:
-                line = (await read_line(PROMPT)).strip()
+                with on_interrupt(leave):  # Ctrl-C at the prompt: leave
+                    line = (await reading).strip()
             except EOFError:
                 self.console.print()
                 return 0
+            except asyncio.CancelledError:
+                if not interrupted:
+                    raise
+                self.console.print()
+                return 130
             finally:
                 self._at_prompt = False
             if not line:
@@ -336,6 +408,9 @@ class ChatLoop:
                         return 0
                     continue
                 await self.turn(line)
+            except Quit:
+                self.console.print()
+                return 130
             except NotEnabled as e:
                 self.console.print(f"[yellow]not enabled[/yellow]: {e}")
             except CommandError as e:
@@ -349,15 +424,48 @@ class ChatLoop:
     # -- turns --------------------------------------------------------------------------------------------
 
     async def turn(self, message: str) -> dict[str, Any]:
+        """Run one turn with live output. Ctrl-C stops it (its reply then says so); a second one leaves."""
         renderer = Renderer(self.console, self.can_approve)
-        if isinstance(self.backend, Embedded):
-            reply = await self._embedded_turn(self.backend, message, renderer)
-        elif isinstance(self.backend, Remote):
-            reply = await self._remote_turn(self.backend, message, renderer)
-        else:
-            reply = await self.backend.ask("agent", "chat", {"message": message, "session_id": self.session})
+        running = asyncio.ensure_future(self._run_turn(message, renderer))
+        stopping: list[asyncio.Future[None]] = []
+
+        def interrupted() -> None:
+            if stopping:  # the second Ctrl-C: leave
+                running.cancel()
+                return
+            renderer._newline()
+            self.console.print("[yellow]stopping the turn…[/yellow] [dim](Ctrl-C again to quit)[/dim]")
+            stopping.append(asyncio.ensure_future(self._stop_turn()))
+
+        with on_interrupt(interrupted):
+            try:
+                reply = await running
+            except asyncio.CancelledError:
+                if stopping and running.cancelled():
+                    raise Quit() from None
+                raise
+            finally:
+                for task in stopping:
+                    task.cancel()
         renderer.reply(reply)
         return reply
+
+    async def _run_turn(self, message: str, renderer: Renderer) -> dict[str, Any]:
+        if isinstance(self.backend, Embedded):
+            return await self._embedded_turn(self.backend, message, renderer)
+        if isinstance(self.backend, Remote):
+            return await self._remote_turn(self.backend, message, renderer)
+        reply: dict[str, Any] = await self.backend.ask(
+            "agent", "chat", {"message": message, "session_id": self.session}
+        )
+        return reply
+
+    async def _stop_turn(self) -> None:
+        """``agent.cancel_turn`` for this session; the turn's own reply then says it stopped."""
+        try:
+            await self.backend.ask("agent", "cancel_turn", {"session_id": self.session}, timeout=30)
+        except CommandError as e:
+            self.console.print(f"[red]could not stop the turn[/red] {e.code}: {escape(e.message)}")
 
     async def _embedded_turn(self, backend: Embedded, message: str, renderer: Renderer) -> dict[str, Any]:
         from minihermes.agent.agent import session_topic
