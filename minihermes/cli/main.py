@@ -474,6 +474,13 @@ def _scripting() -> None:
     from .audit import audit_app
 
     app.add_typer(audit_app, name="audit")
+    from .usage import usage
+
+    app.command("usage")(connected(usage))
+    from .backup import backup, restore
+
+    app.command("backup")(connected(backup, ("data_dir", "as_json")))
+    app.command("restore")(connected(restore, ("data_dir", "as_json")))
 
 
 _scripting()
