@@ -477,10 +477,6 @@ def _scripting() -> None:
     from .usage import usage
 
     app.command("usage")(connected(usage))
-    from .backup import backup, restore
-
-    app.command("backup")(connected(backup, ("data_dir", "as_json")))
-    app.command("restore")(connected(restore, ("data_dir", "as_json")))
 
 
 _scripting()
