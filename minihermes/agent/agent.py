@@ -563,6 +563,8 @@ class Agent(GenServer):
         self._starting = None
         for call_ in self._pending_calls():
             self._tool_result(call_, {"error": {"code": "cancelled", "message": STOPPED_CALL}}, True)
+            end = {"type": "tool_call_end", "id": call_["id"], "name": call_["name"], "is_error": True}
+            self._publish({**end, "result": self.history[-1]["content"], "duration_ms": None})
         self.history.append({"role": "assistant", "content": STOPPED_NOTE, "tool_calls": []})
         reply = {
             "status": "cancelled",

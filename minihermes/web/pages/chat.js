@@ -10,6 +10,9 @@
 // the log marked "Not sent", with the reason, and back in the box. The header line names the model that
 // answers (the gateway's active provider and model), read again after each turn and after a switch. While
 // the offline model answers, an admin is offered a local Ollama that answers (`localModelOffer`).
+//
+// While a turn runs (and while one waits for approval), a Stop button stops it (`agent.cancel_turn`): a running
+// tool's process is killed, the turn ends "cancelled", and the session takes the next message.
 
 import { streamChat } from "../api.js";
 import { badge, clear, errorBox, fmtValue, h, notEnabled, opButton, pre, select, toast } from "../ui.js";
@@ -27,6 +30,9 @@ async function render(root, ctx) {
   const readOnly = h("div", { class: "notice read-only", role: "status", hidden: true });
   const input = h("textarea", { name: "message", rows: 2, placeholder: "Message the agent…" });
   const send = h("button", { class: "btn primary", type: "submit" }, "Send");
+  const stop = opButton(ctx, "agent", "cancel_turn", "Stop", () => stopTurn(), { class: "bad stop", type: "button" });
+  stop.dataset.action = "stop-turn";
+  stop.hidden = true;
   let sessionId = new URLSearchParams(location.hash.split("?")[1] || "").get("session") || "";
   let owner = ""; // whose session this is when it is not the caller's ("": the caller's own, or a new one)
   let mine = []; // the caller's own active sessions, the most recently active first
@@ -124,14 +130,36 @@ async function render(root, ctx) {
 
   async function loadHistory() {
     clear(log);
+    stop.hidden = true;
     if (!sessionId) return log.append(h("p", { class: "empty" }, "Create a session to start chatting."));
     const history = await ctx.api.call("agent", "get_history", { session_id: sessionId });
     for (const message of history.messages || []) renderMessage(message);
-    for (const approval of await pendingApprovals()) {
+    const waiting = await pendingApprovals();
+    for (const approval of waiting) {
       markWaiting(approval);
       pausedBox(fromApproval(approval));
     }
+    // A turn that runs (or waits) as the page opens can be stopped from here too.
+    if (waiting.length) stop.hidden = false;
+    else if (ctx.catalog.can("agent", "get_stats")) {
+      const stats = await ctx.api.call("agent", "get_stats", { session_id: sessionId }).catch(() => ({}));
+      stop.hidden = !stats.turn_in_progress;
+    }
     log.scrollTop = log.scrollHeight;
+  }
+
+  // Stop the session's running or paused turn; a streaming turn then ends with its "cancelled" reply.
+  async function stopTurn() {
+    const id = sessionId;
+    stop.textContent = "Stopping…";
+    try {
+      const reply = await ctx.api.call("agent", "cancel_turn", { session_id: id });
+      if (!streaming && id === sessionId) await loadHistory(); // a paused turn: show how it ended
+      if (!reply.cancelled) toast("No turn was running.");
+    } finally {
+      stop.textContent = "Stop";
+      if (!streaming) stop.hidden = true;
+    }
   }
 
   // The session's calls waiting for a decision (a user sees the ones they requested).
@@ -281,6 +309,8 @@ async function render(root, ctx) {
     input.value = content;
   }
 
+  let streaming = false; // a turn of this page streams now
+
   async function submit(event) {
     event.preventDefault();
     const content = input.value.trim();
@@ -294,6 +324,8 @@ async function render(root, ctx) {
     }
     input.value = "";
     send.disabled = true;
+    streaming = true;
+    stop.hidden = false;
     const sent = bubble("user", content);
     let current = null;
     let started = false; // the server took the message: it is in the session's history
@@ -320,7 +352,7 @@ async function render(root, ctx) {
         markWaiting({ approval_id: reply.approval_id, tool: reply.pending_tool?.name, input: reply.pending_tool?.input });
         pausedBox(reply);
       }
-      else if (reply && !current) bubble("assistant", reply.response);
+      else if (reply && (!current || reply.status === "cancelled")) bubble("assistant", reply.response);
       sent.dataset.sent = "true";
       const last = log.querySelector(".msg.assistant:last-of-type");
       if (last) last.dataset.final = "true";
@@ -335,6 +367,8 @@ async function render(root, ctx) {
         if (err.status === 409 && err.details?.approval_id) await waitingNotice(err, content);
       }
     } finally {
+      streaming = false;
+      stop.hidden = !log.querySelector(".paused"); // a paused turn can still be stopped
       composer();
       log.scrollTop = log.scrollHeight;
     }
@@ -348,7 +382,7 @@ async function render(root, ctx) {
     h("div", { class: "chat-head" }, picker, model),
     readOnly,
     log,
-    h("form", { class: "composer", onsubmit: submit }, input, send),
+    h("form", { class: "composer", onsubmit: submit }, input, send, stop),
   );
   input.addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey) {
