@@ -1,8 +1,8 @@
 """The ``turn_completed`` event: what the agent publishes when a turn ends, and who gets it.
 
 The agent is the durable turn; what follows a turn is other actors' work. When a turn finishes (status ``ok``
-or ``max_iterations``; a turn that failed or waits for approval publishes nothing, so nothing is learned or
-remembered from it), the agent casts one ``TurnCompleted`` record to every *turn listener*: each actor type
+or ``max_iterations``; a turn that failed, waits for approval or was stopped (``agent.cancel_turn``) publishes
+nothing, so nothing is learned or remembered from it), the agent casts one ``TurnCompleted`` record to every *turn listener*: each actor type
 on the node that takes the ``turn_completed`` cast (``listeners``). Memory writes the turn's episode, the skill
 store counts each skill the turn was given as used or ignored (by ``tool_calls``: whether the turn followed
 it) and considers the turn for learning, goals judges the
