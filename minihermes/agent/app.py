@@ -25,6 +25,7 @@ from minihermes.work import WORK_ROLES, WORK_TOOLSETS
 
 from .agent import Agent
 from .agent_fsm import AgentFSM
+from .api_records import ApiRecords
 from .audit_event import AuditEvent
 from .guardrails import Guardrails
 from .health_monitor import HealthMonitor
@@ -36,6 +37,7 @@ from .tool_executor import ToolExecutor
 ROLES = {
     "minihermes.agent": Agent,
     "minihermes.agent_fsm": AgentFSM,
+    "minihermes.api_records": ApiRecords,
     "minihermes.audit_event": AuditEvent,
     "minihermes.context_compressor": ContextCompressor,
     "minihermes.guardrails": Guardrails,
@@ -137,6 +139,12 @@ facets = [{ type = "tenancy", config = { per_tenant = true } }]
 [[supervisor.children]]
 name = "memory"
 role = "minihermes.memory"
+facets = [{ type = "tenancy", config = { per_tenant = true } }]
+
+# The HTTP layer's records (/v1 responses and session map, Idempotency-Key claims): forgettable.
+[[supervisor.children]]
+name = "api_records"
+role = "minihermes.api_records"
 facets = [{ type = "tenancy", config = { per_tenant = true } }]
 
 [[supervisor.children]]

@@ -1,8 +1,8 @@
 """Idempotent chat turns over HTTP: an ``Idempotency-Key`` header makes a retried request run no second turn.
 
 A key is scoped to its tenant, namespace and principal and remembered, with a hash of the request (its route
-and body), in the node's store for ``window`` seconds (``[http] idempotency_window``), under the namespace
-``__api__`` of the tenant that no credential can name and no actor uses. The first request with a key
+and body), for ``window`` seconds (``[http] idempotency_window``) in the tenant's ``api_records`` actor (the
+HTTP layer's records, where ``memory.forget`` reaches them: ``ApiRecords`` here is its client). The first request with a key
 *claims* it (a compare-and-set on an absent key) and runs the turn as a node task; its outcome is stored
 with the claim when the turn ends, whether or not the client is still connected. Another request with the
 same key then:
@@ -36,6 +36,8 @@ from typing import Any
 
 from fastapi import Request
 
+from minihermes.agent.api_records import ACTOR as RECORDS
+from minihermes.agent.api_records import principal_part
 from minihermes.runtime import ActorError, Node, RequestContext
 
 from ._core import ApiState
@@ -46,9 +48,8 @@ log = logging.getLogger("minihermes.api")
 HEADER = "idempotency-key"
 DEFAULT_WINDOW = 24 * 3600.0
 """Seconds a key is remembered (``[http] idempotency_window``)."""
-API_NAMESPACE = "__api__"
-"""The store namespace of the HTTP layer's own records in a tenant: no credential names it (a namespace
-starts with a letter or digit), no actor reads it."""
+RECORDS_TIMEOUT = 30.0
+"""Seconds a read or write of a record may take (``api_records`` answers from the store)."""
 EXTRAS_KEY = "idempotency"
 AGENT = "agent"
 _KEY = re.compile(r"[\x21-\x7e]{1,255}")
@@ -64,14 +65,50 @@ After = Callable[[dict[str, Any], Outcome], Awaitable[Outcome]]
 the claim's ``meta``; runs with the turn (not the request) and again for an outcome found after a crash."""
 
 
-def api_scope(ctx: RequestContext) -> tuple[str, str]:
-    """Where the HTTP layer keeps its records of ``ctx``'s tenant."""
-    return (ctx.tenant, API_NAMESPACE)
+class ApiRecords:
+    """The HTTP layer's records of ``ctx``'s tenant, read and written through the tenant's ``api_records``
+    actor as ``ctx`` (``minihermes.agent.api_records``: keys, ownership, forgetting)."""
+
+    __slots__ = ("ctx", "node")
+
+    def __init__(self, node: Node, ctx: RequestContext) -> None:
+        if RECORDS not in node.actor_names():
+            raise ApiError(
+                503,
+                "not_configured",
+                f"this node runs no '{RECORDS}' actor: the OpenAI API and Idempotency-Key need it "
+                "(docs/openai-api.md)",
+            )
+        self.node = node
+        self.ctx = ctx
+
+    async def _ask(self, op: str, payload: dict[str, Any]) -> dict[str, Any]:
+        reply = await self.node.ask(RECORDS, op, payload, RECORDS_TIMEOUT, ctx=self.ctx)
+        return dict(reply)
+
+    async def get_entry(self, key: str) -> tuple[Any, int] | None:
+        """(value, version), None when absent."""
+        got = await self._ask("get", {"key": key})
+        return None if got.get("version") is None else (got.get("value"), int(got["version"]))
+
+    async def get(self, key: str) -> Any:
+        entry = await self.get_entry(key)
+        return None if entry is None else entry[0]
+
+    async def put(self, key: str, value: Any, ttl: float | None = None) -> int:
+        return int((await self._ask("put", {"key": key, "value": value, "ttl": ttl}))["version"])
+
+    async def cas(self, key: str, expected: int | None, value: Any, ttl: float | None = None) -> int | None:
+        got = await self._ask("cas", {"key": key, "expected_version": expected, "value": value, "ttl": ttl})
+        return None if got.get("version") is None else int(got["version"])
+
+    async def delete(self, key: str) -> bool:
+        return bool((await self._ask("delete", {"key": key})).get("deleted"))
 
 
-def principal_part(ctx: RequestContext) -> str:
-    """A bounded, printable stand-in for (namespace, principal) in record keys."""
-    return hashlib.sha256(f"{ctx.namespace}\x00{ctx.principal}".encode()).hexdigest()[:32]
+def records_of(node: Node, ctx: RequestContext) -> ApiRecords:
+    """The records of ``ctx``'s tenant, as ``ctx``."""
+    return ApiRecords(node, ctx)
 
 
 def idempotency_key(request: Request) -> str | None:
@@ -103,10 +140,14 @@ class Ticket:
     """A claimed key: run the turn, then ``settle`` (or ``release``) it. ``session_id`` and ``meta`` are the
     claim's (a retry that takes over a dead claim reuses the first request's)."""
 
-    scope: tuple[str, str]
+    records: ApiRecords
     key: str
     version: int
     record: dict[str, Any]
+
+    @property
+    def scope(self) -> tuple[str, str]:
+        return (self.records.ctx.tenant, self.records.ctx.namespace)
 
     @property
     def session_id(self) -> str:
@@ -144,7 +185,8 @@ class Idempotency:
         """A Ticket when this request must run the turn, else the stored record (``meta``, ``outcome``) of
         the request that ran it. 409 for the key with another body; 504 when the first is still running at
         ``timeout``."""
-        scope = api_scope(ctx)
+        records = records_of(self.node, ctx)
+        scope = (ctx.tenant, ctx.namespace)
         name = f"idem:{principal_part(ctx)}:{hashlib.sha256(key.encode()).hexdigest()}"
         deadline = asyncio.get_running_loop().time() + timeout
         before = 0 if new_session else await _history_length(self.node, ctx, session_id, timeout)
@@ -157,15 +199,15 @@ class Idempotency:
             "meta": meta,
             "at": time.time(),
         }
-        kv = self.node.store.kv
         while True:
-            version = await kv.cas(scope, name, None, record, ttl=self.window)
+            version = await records.cas(name, None, record, ttl=self.window)
             if version is not None:
-                return self._claimed(scope, name, version, record)
-            entry = await kv.get_entry(scope, name)
-            if entry is None or not isinstance(entry.value, dict):
+                return self._claimed(records, name, version, record)
+            entry = await records.get_entry(name)
+            if entry is None or not isinstance(entry[0], dict):
                 continue  # expired in between: claim it
-            found = entry.value
+            found: dict[str, Any] = dict(entry[0])
+            found_version = entry[1]
             if found.get("digest") != digest:
                 raise ApiError(
                     409,
@@ -184,33 +226,32 @@ class Idempotency:
                 except TimeoutError:
                     raise _still_running() from None
                 if outcome is not None:
-                    settled = await kv.get(scope, name)
+                    settled = await records.get(name)
                     if isinstance(settled, dict) and settled.get("state") == "done":
                         return settled  # as stored: the session the first request made is in its meta
                 continue  # freed or left running: the record says what happened
             recovered = await _recover(self.node, ctx, found, deadline)
             if recovered is None:  # the turn never reached the agent: take the claim over and run it
                 taken = {**found, "owner": self.owner, "at": time.time()}
-                version = await kv.cas(scope, name, entry.version, taken, ttl=self.window)
+                version = await records.cas(name, found_version, taken, ttl=self.window)
                 if version is not None:
-                    return self._claimed(scope, name, version, taken)
+                    return self._claimed(records, name, version, taken)
                 continue
             if after is not None:
                 recovered = await _after(after, found.get("meta") or {}, recovered)
             done = {**found, "state": "done", "outcome": recovered}
-            await kv.cas(scope, name, entry.version, done, ttl=self.window)
+            await records.cas(name, found_version, done, ttl=self.window)
             return done
 
-    def _claimed(self, scope: tuple[str, str], name: str, version: int, record: dict[str, Any]) -> Ticket:
-        self._inflight[(scope, name)] = asyncio.get_running_loop().create_future()
-        return Ticket(scope, name, version, record)
+    def _claimed(self, records: ApiRecords, name: str, version: int, record: dict[str, Any]) -> Ticket:
+        ticket = Ticket(records, name, version, record)
+        self._inflight[(ticket.scope, name)] = asyncio.get_running_loop().create_future()
+        return ticket
 
     async def bind(self, ticket: Ticket, session_id: str, meta: dict[str, Any]) -> None:
         """Name the session a claim made for a new conversation runs in (before its turn starts)."""
         record = {**ticket.record, "session_id": session_id, "meta": meta}
-        version = await self.node.store.kv.cas(
-            ticket.scope, ticket.key, ticket.version, record, ttl=self.window
-        )
+        version = await ticket.records.cas(ticket.key, ticket.version, record, ttl=self.window)
         if version is None:  # another server judged the claim dead and took it over: it runs the turn
             raise _still_running()
         ticket.version, ticket.record = version, record
@@ -218,18 +259,18 @@ class Idempotency:
     async def settle(self, ticket: Ticket, outcome: Outcome) -> None:
         """Store the turn's outcome (a reply, or an error after it ran), or free the key (refused before it
         ran), or leave the claim running (timed out, cut off by a stop: the turn goes on)."""
-        kv = self.node.store.kv
+        records = ticket.records
         error = outcome.get("error")
         try:
             if error is None or (
                 int(outcome.get("status", 500)) >= _RESOLVED_BEFORE and error.get("code") not in _LEFT_RUNNING
             ):
                 done = {**ticket.record, "state": "done", "outcome": outcome}
-                await kv.cas(ticket.scope, ticket.key, ticket.version, done, ttl=self.window)
+                await records.cas(ticket.key, ticket.version, done, ttl=self.window)
             elif int(outcome.get("status", 500)) < _RESOLVED_BEFORE:
-                entry = await kv.get_entry(ticket.scope, ticket.key)
-                if entry is not None and entry.version == ticket.version:
-                    await kv.delete(ticket.scope, ticket.key)
+                entry = await records.get_entry(ticket.key)
+                if entry is not None and entry[1] == ticket.version:
+                    await records.delete(ticket.key)
                 outcome = {**outcome, "freed": True}
             else:
                 outcome = {**outcome, "left_running": True}
@@ -337,11 +378,13 @@ async def _finished(
 __all__ = [
     "DEFAULT_WINDOW",
     "HEADER",
+    "ApiRecords",
     "Idempotency",
     "Ticket",
-    "api_scope",
     "idempotency_key",
     "idempotency_of",
     "outcome_of",
+    "principal_part",
+    "records_of",
     "request_digest",
 ]

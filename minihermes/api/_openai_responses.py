@@ -4,7 +4,7 @@ A response is one agent turn. ``previous_response_id`` continues the session of 
 the session's latest (another answers 409 ``response_not_latest``, naming the latest: a session's history is
 one line, it does not fork); ``conversation`` (an id or ``{"id"}``) names a conversation of the caller's,
 mapped to one session (an existing session id of theirs works too). Neither: a new session. Each response
-is stored (``resp:<id>`` in the tenant's ``__api__`` records) for ``GET`` and for continuing: a user reads
+is stored (``resp:<id>`` in the tenant's ``api_records``, where ``memory.forget`` reaches it) for ``GET`` and for continuing: a user reads
 only their own, an admin the tenant's. Streamed, the turn is the Responses API's events
 (``response.created`` ... ``response.output_text.delta`` ... ``response.completed``).
 """
@@ -25,7 +25,7 @@ from minihermes.runtime import RequestContext
 from ._access import authorize, find_actor, find_op, read_body, restricted, timeout_of
 from ._core import ApiState, json_response
 from ._errors import ApiError
-from ._idempotency import Outcome, api_scope, idempotency_key, principal_part, request_digest
+from ._idempotency import Outcome, idempotency_key, principal_part, records_of, request_digest
 from ._openai import SESSION_HEADER, authorize_chat, check_model, openai_door
 from ._openai_chat import MAX_INSTRUCTIONS_CHARS, MAX_MESSAGE_CHARS, _error, _live, _started, text_of
 from ._openai_sessions import (
@@ -93,7 +93,7 @@ async def _stored(state: ApiState, ctx: RequestContext, response_id: str) -> dic
     """A stored response the caller may see (a user: their own), else 404."""
     found = None
     if response_id.startswith("resp_") and len(response_id) <= 64:
-        found = await state.node.store.kv.get(api_scope(ctx), f"resp:{response_id}")
+        found = await records_of(state.node, ctx).get(f"resp:{response_id}")
     if not isinstance(found, dict) or (restricted(ctx) and found.get("owner") != principal_part(ctx)):
         raise ApiError(
             404, "response_not_found", f"no response '{response_id}' of yours", field="response_id"
@@ -152,7 +152,7 @@ async def create_response(state: ApiState, request: Request, ctx: RequestContext
         await record_paused(state, ctx, sid, outcome)
         if answer_text(outcome, str(meta["base_url"])) is not None:
             record = {**meta, "owner": principal_part(ctx), "outcome": outcome}
-            await state.node.store.kv.put(api_scope(ctx), f"resp:{meta['id']}", record, ttl=RECORD_TTL)
+            await records_of(state.node, ctx).put(f"resp:{meta['id']}", record, ttl=RECORD_TTL)
             await update_session_record(state, ctx, sid, latest_response=meta["id"])
         if meta.get("conversation"):
             await name_conversation(state, ctx, str(meta["conversation"]), sid)
@@ -175,9 +175,7 @@ async def create_response(state: ApiState, request: Request, ctx: RequestContext
     headers = {SESSION_HEADER: turn.session_id}
     if turn.task is not None:  # in progress, for GET and cancel (unless its end is recorded already)
         running = {**turn.meta, "owner": principal_part(ctx), "outcome": None}
-        await state.node.store.kv.cas(
-            api_scope(ctx), f"resp:{turn.meta['id']}", None, running, ttl=RECORD_TTL
-        )
+        await records_of(state.node, ctx).cas(f"resp:{turn.meta['id']}", None, running, ttl=RECORD_TTL)
     if stream and await _started(turn):
         return StreamingResponse(
             events(turn), media_type="text/event-stream", headers={**_STREAM_HEADERS, **headers}

@@ -12,8 +12,8 @@ titled by its first message, listed with the others). Which session a request co
    own history stays authoritative;
 3. else a new session.
 
-Records live in the tenant's ``__api__`` namespace of the store (``_idempotency.api_scope``), keyed by the
-principal: one user's fingerprints and conversations never lead to another's session, and every session a
+Records live with the tenant's ``api_records`` actor (``_idempotency.records_of``; where ``memory.forget``
+reaches them), keyed by or owned by the principal: one user's fingerprints and conversations never lead to another's session, and every session a
 request names is checked as the caller (``session_manager.get_session``: a user's own only, else 404).
 """
 
@@ -34,7 +34,7 @@ from minihermes.runtime import ActorError, Conflict, NotFound, RequestContext, S
 from ._access import check_key_value
 from ._core import ApiState
 from ._errors import ApiError
-from ._idempotency import Outcome, Ticket, api_scope, idempotency_of, outcome_of, principal_part
+from ._idempotency import Outcome, Ticket, idempotency_of, outcome_of, principal_part, records_of
 
 log = logging.getLogger("minihermes.api")
 
@@ -57,36 +57,35 @@ def _key(ctx: RequestContext, kind: str, name: str) -> str:
 
 
 async def find_by_fingerprint(state: ApiState, ctx: RequestContext, fp: str) -> str | None:
-    found = await state.node.store.kv.get(api_scope(ctx), _key(ctx, "fp", fp))
+    found = await records_of(state.node, ctx).get(_key(ctx, "fp", fp))
     return found if isinstance(found, str) else None
 
 
 async def remember_fingerprint(state: ApiState, ctx: RequestContext, fp: str, session_id: str) -> None:
-    await state.node.store.kv.put(api_scope(ctx), _key(ctx, "fp", fp), session_id, ttl=RECORD_TTL)
+    await records_of(state.node, ctx).put(_key(ctx, "fp", fp), session_id, ttl=RECORD_TTL)
 
 
 async def conversation_session(state: ApiState, ctx: RequestContext, name: str) -> str | None:
-    found = await state.node.store.kv.get(api_scope(ctx), _key(ctx, "conv", _digest(name)))
+    found = await records_of(state.node, ctx).get(_key(ctx, "conv", _digest(name)))
     return found if isinstance(found, str) else None
 
 
 async def name_conversation(state: ApiState, ctx: RequestContext, name: str, session_id: str) -> None:
-    await state.node.store.kv.put(
-        api_scope(ctx), _key(ctx, "conv", _digest(name)), session_id, ttl=RECORD_TTL
-    )
+    await records_of(state.node, ctx).put(_key(ctx, "conv", _digest(name)), session_id, ttl=RECORD_TTL)
 
 
 async def session_record(state: ApiState, ctx: RequestContext, session_id: str) -> dict[str, Any]:
     """What ``/v1`` keeps about one of its sessions: ``latest_response``, ``paused_turn``."""
-    found = await state.node.store.kv.get(api_scope(ctx), f"sess:{session_id}")
+    found = await records_of(state.node, ctx).get(f"sess:{session_id}")
     return dict(found) if isinstance(found, dict) else {}
 
 
 async def update_session_record(
     state: ApiState, ctx: RequestContext, session_id: str, **changes: Any
 ) -> None:
-    record = {**await session_record(state, ctx, session_id), **changes}
-    await state.node.store.kv.put(api_scope(ctx), f"sess:{session_id}", record, ttl=RECORD_TTL)
+    # owner: who first kept something of the session here (forgetting a user finds it by that too)
+    record = {"owner": principal_part(ctx), **await session_record(state, ctx, session_id), **changes}
+    await records_of(state.node, ctx).put(f"sess:{session_id}", record, ttl=RECORD_TTL)
 
 
 def _digest(text: str) -> str:

@@ -171,6 +171,7 @@ BEFORE: dict[tuple[str, str], str] = {
     ("skill_store", "forget_subject"): "write",
     ("skill_tools", "forget_subject"): "write",
     ("task_queue", "forget_subject"): "write",
+    ("api_records", "forget_subject"): "write",  # the HTTP layer's records; get/put/cas/delete: admin
     ("orchestrator", "forget"): "write",  # the run's own caller's or an admin's (checked in the op)
 }
 """``minihermes.permissions.DEFAULT_TABLE`` before change 5 (every op not in it was admin-only)."""
