@@ -506,6 +506,7 @@ class LLMGateway(GenServer):
                 break
         if refused is None:
             return
+        self._alert(spending)  # a cap set over spend already past a threshold: announced at its first refusal
         self._bump("budget_exceeded")
         await self._commit()
         self.host.incr_counter("llm_budget_exceeded_total", scope=str(refused.details["scope"]))

@@ -12,6 +12,7 @@ import * as quarantine from "./pages/quarantine.js";
 import * as work from "./pages/work.js";
 import * as govern from "./pages/govern.js";
 import * as observe from "./pages/observe.js";
+import * as usage from "./pages/usage.js";
 
 const PAGES = [
   ["chat", chat.page],
@@ -29,6 +30,7 @@ const PAGES = [
   ["audit", observe.auditPage],
   ["health", observe.healthPage],
   ["metrics", observe.metricsPage],
+  ["usage", usage.page],
 ];
 
 const root = document.getElementById("app");
