@@ -38,7 +38,7 @@ from ._dashboard import add_dashboard_routes
 from ._errors import ApiError, invalid
 from ._idempotency import DEFAULT_WINDOW, EXTRAS_KEY, Idempotency
 from ._key_routes import add_api_key_routes, api_key_openapi
-from ._metrics import add_metrics_routes
+from ._metrics import add_metrics_routes, store_health
 from ._notifications import add_notification_routes, notifications_openapi
 from ._openai import add_openai_routes
 from ._schemas import fixed_responses
@@ -121,9 +121,15 @@ def create_app(
     async def validation_error(request: Request, exc: RequestValidationError) -> Response:
         return error_response(invalid("invalid request"), "")
 
-    @app.get("/healthz", tags=["health"], summary="The process is up")
+    @app.get("/healthz", tags=["health"], summary="The process is up, and whether its store is degraded")
     async def healthz() -> Response:
-        return json_response({"status": "ok"})
+        # 200 either way: the process is up, and restarting it would not mend its store (doctor, then restore).
+        store = store_health(state.node)
+        if store is None or store["status"] == "ok":
+            return json_response({"status": "ok"})
+        return json_response(
+            {"status": "degraded", "reason": f"store degraded: {store['reason']}", "store": store}
+        )
 
     @app.get("/readyz", tags=["health"], summary="The node is started and its store answers")
     async def readyz() -> Response:

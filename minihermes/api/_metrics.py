@@ -137,6 +137,38 @@ class NodeCollector(Collector):
             instances.add_metric([name], float(status.get("instances", 0)))
         yield up
         yield instances
+        yield from _store_families(store_health(self.node))
+
+
+def store_health(node: Node) -> dict[str, Any] | None:
+    """The store's report on itself (``{"status": "ok" | "degraded", "reason", "faults", ...}``: storage
+    faults met, the open-time integrity check, writes refused for lack of disk), or None for a backend that
+    keeps none."""
+    report = getattr(node.store, "health", None)
+    if not callable(report):
+        return None
+    health: dict[str, Any] = report()
+    return health
+
+
+def _store_families(health: dict[str, Any] | None) -> Iterator[Metric]:
+    if health is None:
+        return
+    healthy = GaugeMetricFamily(
+        f"{PREFIX}store_healthy",
+        "1 while the store has met no storage fault; 0: degraded (/healthz says why)",
+    )
+    healthy.add_metric([], 1.0 if health["status"] == "ok" else 0.0)
+    yield healthy
+    errors = CounterMetricFamily(
+        f"{PREFIX}store_errors", "Storage faults met (a corrupt page, an I/O error, a full disk)"
+    )
+    errors.add_metric([], float(health.get("errors", 0)))
+    yield errors
+    faults = GaugeMetricFamily(f"{PREFIX}store_fault", "1 for each current storage fault", labels=["kind"])
+    for fault in health.get("faults", []):
+        faults.add_metric([str(fault["kind"])], 1.0)
+    yield faults
 
 
 def _families(rows: list[dict[str, Any]], *, counter: bool) -> Iterator[Metric]:

@@ -6,8 +6,10 @@ Checks, each ``ok``, ``warn``, ``fail`` or ``skip``; the exit code is 1 when a *
   answers ``/healthz``, is ready (``/readyz``), accepts the credential (``/api/v1/whoami``), and its services
   are healthy (``health_monitor.get_health``);
 - storage (required): the node's store backend checks itself (``Store.doctor()``): for SQLite, the data dir
-  exists or can be made and is writable, SQLite is recent enough, has FTS5 and runs in WAL mode there, and
-  whether the file is encrypted (cipher, the key's source, SQLite's version; a wrong or missing key fails); for
+  exists or can be made and is writable, SQLite is recent enough (and whether it has the WAL-reset bug), has
+  FTS5 and runs in WAL mode there, whether the file is encrypted (cipher, the key's source, SQLite's version;
+  a wrong or missing key fails), free disk, the WAL's size, ``PRAGMA quick_check`` (``integrity_check`` with
+  ``--full``; a damaged page is named with its table) and each quarantined row or actor state; for
   PostgreSQL, the server, pgvector, unaccent and the database's locale; for both, the stored schema version is
   one this version can open. With a server (``--url``, or one on the port) and no data dir or config named,
   the server's storage is reported instead, as its ``/readyz`` says it, and ``./data`` is neither read nor
@@ -43,6 +45,8 @@ from minihermes.runtime.store import Store, StoreError, open_store
 from ._connection import DEFAULT_DATA
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
+HEALTHY = ("ok", "degraded")
+"""What a MiniHermes server's ``/healthz`` says: up, or up with a degraded store (and why)."""
 
 
 @dataclass
@@ -70,11 +74,15 @@ def node_store(config: AppConfig | None, data_dir: Path) -> Store:
     return open_store(node.backend, **options)
 
 
-async def check_storage(data_dir: Path, config: AppConfig | None = None) -> list[Check]:
-    """The node's store backend checks itself (``Store.doctor()``); each finding is a storage check."""
+async def check_storage(
+    data_dir: Path, config: AppConfig | None = None, *, full: bool = False
+) -> list[Check]:
+    """The node's store backend checks itself (``Store.doctor()``; SQLite's with ``integrity_check`` instead
+    of ``quick_check`` when ``full``); each finding is a storage check."""
     backend = config.model.node.backend if config is not None else "sqlite"
     try:
-        findings = await node_store(config, data_dir).doctor()
+        store: Any = node_store(config, data_dir)
+        findings = await (store.doctor(full=True) if full and backend == "sqlite" else store.doctor())
     except (ValueError, TypeError, OSError, ImportError, StoreError) as e:  # a refused config: no traceback
         return [Check("storage", backend, FAIL, str(e), True)]
     checks = [Check("storage", f.name, f.status, f.detail, f.required) for f in findings]
@@ -295,17 +303,23 @@ async def check_server(url: str, token: str | None, timeout: float = 5.0) -> Ser
                 storage = Check("storage", "server store", SKIP, f"not checked: {url} does not answer; {own}")
                 return ServerReport([unreachable], False, storage)
             body = _json_body(health)
-            if health.status_code != 200 or not isinstance(body, dict) or body.get("status") != "ok":
+            if health.status_code != 200 or not isinstance(body, dict) or body.get("status") not in HEALTHY:
                 detail = f"{url} answers HTTP {health.status_code} at /healthz: not a MiniHermes server"
                 storage = Check("storage", "server store", SKIP, f"not checked: {detail}")
                 return ServerReport([Check("server", "health", FAIL, detail, True)], False, storage)
-            checks.append(Check("server", "health", OK, f"{url} answers", True))
+            if body.get("status") == "degraded":
+                reason = body.get("reason") or "store degraded"
+                checks.append(Check("server", "health", FAIL, f"{url} answers, degraded: {reason}", True))
+                storage = Check("storage", "server store", FAIL, f"{reason} (GET /healthz); {own}", True)
+            else:
+                checks.append(Check("server", "health", OK, f"{url} answers", True))
             ready = await client.get("/readyz")
             said = _json_body(ready)
             reason = str(said.get("reason") or "") if isinstance(said, dict) else ""
             if ready.status_code == 200:
                 checks.append(Check("server", "ready", OK, "started", True))
-                storage = Check("storage", "server store", OK, f"answers (GET /readyz); {own}", True)
+                if storage.status != FAIL:
+                    storage = Check("storage", "server store", OK, f"answers (GET /readyz); {own}", True)
             else:
                 checks.append(Check("server", "ready", FAIL, reason or f"HTTP {ready.status_code}", True))
                 status = FAIL if reason == "store unreachable" else SKIP
@@ -364,6 +378,7 @@ async def run_checks(
     token: str | None,
     probe_timeout: float,
     config: AppConfig | None = None,
+    full: bool = False,
 ) -> list[Check]:
     """Every check. ``data_dir`` None: not named (``./data``, or the config's); ``config``: the node's.
 
@@ -383,7 +398,7 @@ async def run_checks(
     if server is not None:
         checks += server.checks
     if named or server is None:
-        checks += await check_storage(data_dir or DEFAULT_DATA, config)
+        checks += await check_storage(data_dir or DEFAULT_DATA, config, full=full)
     else:
         checks.append(server.storage)
     if url:

@@ -322,6 +322,9 @@ def doctor(
         Path | None, typer.Option(help="The node's app config (TOML): its store backend is checked.")
     ] = None,
     probe_timeout: Annotated[float, typer.Option(help="Seconds to wait for each provider.")] = 3.0,
+    full: Annotated[
+        bool, typer.Option("--full", help="PRAGMA integrity_check instead of quick_check (slower).")
+    ] = False,
 ) -> None:
     """Check providers, storage, sandbox isolation and the HTTP port, or a running server (--url) through its
     API; exit code 1 when a required check fails."""
@@ -345,6 +348,7 @@ def doctor(
             token=conn.token,
             probe_timeout=probe_timeout,
             config=cfg,
+            full=full,
         )
     )
     if conn.as_json:
@@ -477,6 +481,10 @@ def _scripting() -> None:
     from .usage import usage
 
     app.command("usage")(connected(usage))
+    from .backup import backup, restore
+
+    app.command("backup")(connected(backup, ("data_dir", "as_json")))
+    app.command("restore")(connected(restore, ("data_dir", "as_json")))
 
 
 _scripting()

@@ -145,31 +145,60 @@ def backup_store(
             raise BackupError(f"cannot copy {db_path}: {e}") from e
         finally:
             conn.close()
-        check = quick_check(partial / DB_FILENAME, key)
-        if data_dir is not None:
-            skip = {p.resolve() for p in exclude} | {dest.resolve(), partial.resolve()}
-            _copy_files(data_dir, partial, skip)
-        manifest = {
-            "format": FORMAT,
-            "backend": "sqlite",
-            "reason": reason,
-            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "created_at_unix": time.time(),
+        extra = {
             "source": str(db_path.resolve()),
-            "schema_version": version,
             "sqlite_version": library_version(key),
             "encrypted": key is not None,
             "key_source": key.source if key is not None else None,
-            "quick_check": check,
-            "files": [_describe(partial, p) for p in sorted(_walk(partial))],
+            "quick_check": quick_check(partial / DB_FILENAME, key),
         }
-        _write_json(partial / MANIFEST, manifest)
-        _fsync_dir(partial)
-        os.rename(partial, dest)  # onto an empty folder too
-        _fsync_dir(dest.parent)
+        manifest = finish_backup(
+            partial,
+            dest,
+            data_dir,
+            backend="sqlite",
+            schema_version=version,
+            reason=reason,
+            extra=extra,
+            exclude=exclude,
+        )
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
+    return manifest
+
+
+def finish_backup(
+    partial: Path,
+    dest: Path,
+    data_dir: Path | None,
+    *,
+    backend: str,
+    schema_version: int | None,
+    reason: str = "manual",
+    extra: dict[str, Any] | None = None,
+    exclude: Iterable[Path] = (),
+) -> dict[str, Any]:
+    """Complete a backup whose database copy (or dump) is in the folder ``partial``: the data dir's other
+    files, the manifest, then ``partial`` renamed to ``dest``. Returns the manifest."""
+    if data_dir is not None:
+        skip = {p.resolve() for p in exclude} | {dest.resolve(), partial.resolve()}
+        _copy_files(data_dir, partial, skip)
+    manifest = {
+        "format": FORMAT,
+        "backend": backend,
+        "reason": reason,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "created_at_unix": time.time(),
+        "schema_version": schema_version,
+        "encrypted": False,
+        **(extra or {}),
+        "files": [_describe(partial, p) for p in sorted(_walk(partial))],
+    }
+    _write_json(partial / MANIFEST, manifest)
+    _fsync_dir(partial)
+    os.rename(partial, dest)  # onto an empty folder too
+    _fsync_dir(dest.parent)
     return manifest
 
 
@@ -295,7 +324,7 @@ def verify_backup(folder: Path) -> dict[str, Any]:
             raise BackupError(f"corrupted backup {folder}: {rel} is missing")
         if path.stat().st_size != entry.get("size") or _sha256(path) != entry["sha256"]:
             raise BackupError(f"corrupted backup {folder}: {rel} does not match its checksum in {MANIFEST}")
-    if DB_FILENAME not in listed:
+    if manifest.get("backend", "sqlite") == "sqlite" and DB_FILENAME not in listed:
         raise BackupError(f"{folder}: the manifest lists no {DB_FILENAME}")
     unlisted = sorted(
         p.relative_to(folder).as_posix()
@@ -327,7 +356,8 @@ def restore_backup(
             if _sha256(target) != entry["sha256"]:
                 raise BackupError(f"{target}: the copy does not match its checksum (disk error?)")
         key = key_for(manifest) if key_for is not None else None
-        if key is not None or not manifest.get("encrypted"):
+        sqlite = manifest.get("backend", "sqlite") == "sqlite"
+        if sqlite and (key is not None or not manifest.get("encrypted")):
             db = partial / DB_FILENAME
             try:
                 problems = quick_check(db, key)
