@@ -46,6 +46,7 @@ async function start() {
     layout();
     route();
     watchNotifications();
+    usage.watch(ctx);
   } catch (err) {
     if (err instanceof ApiError && err.status === 401) return login(credential.get() ? err : null);
     if (err instanceof UnreachableError) return clear(root, h("main", { class: "login" }, h("p", { class: "empty" }, "Waiting for the server…")));

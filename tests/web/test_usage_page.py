@@ -77,6 +77,8 @@ def test_the_usage_page_shows_the_days_spend_and_a_banner_past_a_threshold(
         expect(banner).to_contain_text("daily cap")
         expect(page.locator("#usage-spend")).to_have_text(usd(now["current"]["cost_usd"]))
         page.screenshot(path=str(shots / "usage.png"))
+        page = board.open("chat")  # and above every page, linking here
+        expect(page.locator("#usage-alert")).to_contain_text("80% alert")
     finally:
         board.close()
 

@@ -144,3 +144,22 @@ async function render(root, ctx) {
   root.append(section(admin ? "LLM spend" : "Your LLM spend", form, box));
   return load;
 }
+
+// The shell calls this once it has signed in: a banner above every page while a cap over the signed-in person
+// (an admin: over the tenant) is past one of its alert thresholds in the current period.
+export async function watch(ctx) {
+  if (!ctx.catalog.can("llm_gateway", "get_usage")) return;
+  let reply;
+  try {
+    reply = await ctx.api.call("llm_gateway", "get_usage", { period: "day", limit: 1 });
+  } catch (err) {
+    console.warn("usage banner:", err); // the Usage page itself shows the error
+    return;
+  }
+  document.getElementById("usage-alert")?.remove();
+  const el = banner(reply);
+  if (!el) return;
+  el.id = "usage-alert";
+  el.append(h("a", { href: "#/usage" }, "Usage"));
+  document.getElementById("page")?.before(el);
+}
