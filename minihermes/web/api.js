@@ -101,6 +101,8 @@ async function download(path) {
 
 export const api = {
   whoami: () => request("GET", "/api/v1/whoami"),
+  // The process and its store: {status: "ok"} or {status: "degraded", reason, store} (GET /healthz).
+  health: () => request("GET", "/healthz"),
   actors: () => request("GET", "/api/v1/actors"),
   metrics: () => request("GET", "/api/v1/metrics"),
   call: (actor, op, args = {}) =>

@@ -71,6 +71,27 @@ connection.addEventListener("change", (event) => {
   banner().hidden = event.detail.ok;
 });
 
+// A banner while the server's store is degraded (a damaged page, an I/O error, a full disk), with the reason
+// /healthz gives: lists that could not be read are not shown as empty ones.
+async function showStore() {
+  let health;
+  try {
+    health = await api.health();
+  } catch {
+    return; // the server is away: the other banner says so
+  }
+  let el = document.getElementById("store-degraded");
+  if (!el) {
+    el = h("div", { id: "store-degraded", class: "offline", role: "alert", hidden: true });
+    document.body.prepend(el);
+  }
+  el.hidden = health?.status !== "degraded";
+  if (!el.hidden) {
+    clear(el, h("b", {}, "Storage degraded: "), h("span", { class: "reason" }, health.reason || "unknown"),
+      h("span", {}, " — what is shown may be incomplete. Run `minihermes doctor`; docs/operations.md says how to recover."));
+  }
+}
+
 function login(error) {
   const input = h("textarea", {
     name: "credential",
@@ -266,11 +287,13 @@ async function route() {
     showModel();
     showUnread();
     showHeld();
+    showStore();
     if (typeof refresh === "function" && page.poll) {
       timer = setInterval(() => refresh().catch(() => {}), page.poll);
     }
   } catch (err) {
     if (mine === generation) clear(target, errorBox(err));
+    showStore(); // a page that failed to load: say when the store is why
   }
 }
 

@@ -16,6 +16,7 @@ from minihermes.runtime.store import (
     BackupError,
     Rate,
     StorageFull,
+    StoreFault,
     _sqlite_schema,
     backup_store,
     open_store,
@@ -208,6 +209,12 @@ async def test_a_damaged_page_makes_the_store_degraded_and_doctor_names_it(tmp_p
         assert integrity.status == "fail" and integrity.required
         assert f"page {page} of table kv" in integrity.detail
         assert findings["quarantine"].status == "ok"
+        with pytest.raises(
+            StoreFault
+        ) as fault:  # a scan meets the page: a structured error, not a short list
+            await store.kv.list(S)
+        assert fault.value.code == "store_fault" and fault.value.http_status == 503
+        assert "malformed" in fault.value.message and store.health()["errors"] >= 1
     finally:
         await store.close()
 

@@ -31,7 +31,7 @@ from ._backup import (
     verify_backup,
 )
 from ._errors import FencedOut, SchemaVersionError, StoreClosedError, StoreError
-from ._health import StorageFull
+from ._health import StorageFull, StoreFault
 from ._registry import BackendFactory, backend_names, get_backend, open_store, register_backend
 from ._sqlite_keys import StoreKeyError
 from ._sqlite_rotation import rotate_store_key
@@ -118,6 +118,7 @@ __all__ = [
     "Store",
     "StoreClosedError",
     "StoreError",
+    "StoreFault",
     "StoreKeyError",
     "TextIndex",
     "TextRemove",

@@ -38,6 +38,18 @@ class StorageFull(StoreError, ActorError):
         ActorError.__init__(self, message, **details)
 
 
+class StoreFault(StoreError, ActorError):
+    """A storage fault met by a read or a write (a damaged page, an I/O error): the caller's request fails
+    with this structured error (an actor's reply, not a crash: its state is not what is damaged), and the
+    store reports itself degraded. The SQLite error is its ``__cause__``."""
+
+    code = "store_fault"
+    http_status = 503
+
+    def __init__(self, message: str, **details: Any) -> None:
+        ActorError.__init__(self, message, **details)
+
+
 def fault_kind(exc: BaseException) -> str | None:
     """Which storage fault ``exc`` is (``corruption``, ``io``, ``disk``), or None for anything else (a
     constraint, a busy lock, bad SQL: not the store's health)."""
@@ -65,16 +77,25 @@ class StoreHealth:
     """The open-time ``quick_check``: None until it ran, "ok", or what it found."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def record(self, exc: BaseException) -> bool:
-        """Note ``exc`` if it is a storage fault; whether it was."""
+    def record(self, exc: BaseException) -> BaseException:
+        """Note ``exc`` if it is a storage fault; returns what the caller gets: a ``StoreFault`` for a
+        storage fault (``StorageFull`` as it is), else ``exc`` itself."""
         kind = fault_kind(exc)
         if kind is None:
-            return False
+            return exc
         with self._lock:
             self.errors += 1
             if kind not in self.faults:
                 self.faults[kind] = (f"{type(exc).__name__}: {exc}", time.time())
-        return True
+        if isinstance(exc, ActorError):
+            return exc
+        fault = StoreFault(
+            f"the store met a storage fault ({kind}): {exc}. `minihermes doctor` names the damage; "
+            "docs/operations.md says how to recover",
+            kind=kind,
+        )
+        fault.__cause__ = exc
+        return fault
 
     def set_fault(self, kind: str, reason: str) -> None:
         with self._lock:

@@ -367,8 +367,7 @@ class SqliteEngine:
                                 conn.execute("PRAGMA query_only = ON")
                             op.result = op.fn(conn)
                         except Exception as exc:
-                            op.error = exc
-                            self.health.record(exc)
+                            op.error = self.health.record(exc)
                         if conn is not None and conn.in_transaction:
                             conn.execute(
                                 "ROLLBACK"
@@ -427,7 +426,7 @@ class SqliteEngine:
                 try:
                     op.result = op.fn(conn)
                 except Exception as exc:
-                    op.error = exc
+                    op.error = self.health.record(exc)
         _settle_all(batch)
 
     def _run_transaction(self, conn: sqlite3.Connection, ops: list[_Op]) -> None:
@@ -450,13 +449,16 @@ class SqliteEngine:
             else:
                 conn.execute("COMMIT")
         except Exception as exc:
-            self.health.record(exc)
             logger.error("sqlite write batch of %d ops failed: %r", len(runnable), exc)
             if conn.in_transaction:
                 with contextlib.suppress(conn.Error):
                     conn.execute("ROLLBACK")
+            error = self.health.record(exc)
             for op in runnable:
-                op.result, op.error = None, exc
+                op.result, op.error = None, error
+        for op in runnable:
+            if op.error is not None:  # one op's own failure (the others committed): a fault is still noted
+                op.error = self.health.record(op.error)
         for op in ops:
             if op.winner is not None:
                 op.result, op.error = op.winner.result, op.winner.error
