@@ -184,12 +184,18 @@ _AUTHED = (401, 403, 405, 500, 503)
 
 def fixed_responses() -> dict[tuple[str, str], dict[str, Any]]:
     """(path, method) -> the OpenAPI ``responses`` of each fixed endpoint."""
-    status_ok = _obj({"status": {"const": "ok"}}, ["status"], extra=False)
+    store = _obj({"status": {"enum": ["ok", "degraded"]}, "reason": _STR}, ["status"])
+    status_ok = _obj(
+        {"status": {"enum": ["ok", "degraded"]}, "reason": _STR, "store": store}, ["status"], extra=False
+    )
     ready = _obj({"status": {"const": "ready"}}, ["status"], extra=False)
     not_ready = _obj({"status": {"const": "not_ready"}, "reason": _STR}, ["status", "reason"], extra=False)
     return {
         ("/healthz", "get"): {
-            "200": {"description": "The process is up", "content": json_content(status_ok)}
+            "200": {
+                "description": "The process is up; status degraded (with the reason) when its store met a fault",
+                "content": json_content(status_ok),
+            }
         },
         ("/readyz", "get"): {
             "200": {"description": "Ready", "content": json_content(ready)},
