@@ -360,7 +360,8 @@ class LLMGateway(GenServer):
                 elapsed = clock.monotonic() - started
                 if progress is not None:
                     self.host.incr_counter("llm_streamed_calls_total", provider=name)
-                return await self._settle_success(name, entry, result, elapsed, retries, spending)
+                priced = model or entry["model"]  # the name the price table knows (the reply may add a date)
+                return await self._settle_success(name, entry, result, elapsed, retries, spending, priced)
             kind = str(result.kind)
             if progress is not None and progress.deltas:
                 # Failing after text was streamed: neither a retry nor failover may start it over.
@@ -393,10 +394,12 @@ class LLMGateway(GenServer):
         elapsed: float,
         retries: int,
         spending: _Spending,
+        model: str,
     ) -> CompletionReply:
         usage = completion.usage
-        model = completion.model or entry["model"]
         price = spend.price_of(self._prices, name, entry, model)
+        if price is None and completion.model:
+            price = spend.price_of(self._prices, name, entry, completion.model)
         cost = policy.cost_of(usage, price) if price is not None else None
         slow = elapsed > (entry["slow_call_seconds"] or self._settings.slow_call_seconds)
         policy.add_success(self._stats(name), usage, cost, elapsed, slow)
