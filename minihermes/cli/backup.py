@@ -257,6 +257,7 @@ def _pg_restore(cfg: AppConfig, src: Path, data_dir: Path) -> dict[str, Any]:
     )
     dump.unlink()
     if done.returncode != 0:
+        shutil.rmtree(data_dir, ignore_errors=True)  # made by this restore: nothing half-restored is left
         last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else str(done.returncode)
         raise BackupError(f"pg_restore into schema {schema} failed (it must not exist yet): {last}")
     return manifest
