@@ -194,12 +194,24 @@ def bucket_suffix(period: str, time_zone: str, now: float) -> str:
     return label if time_zone == "UTC" else f"{label}~{time_zone}"
 
 
+_utc: list[Any] = [None, "", ""]
+"""The UTC day and month suffixes of the current minute (a UTC day starts on a minute): every call counts
+into them, and formatting dates costs more than the rest of the bookkeeping."""
+
+
+def _utc_suffixes(now: float) -> tuple[str, str]:
+    minute = int(now // 60)
+    if _utc[0] != minute:
+        _utc[:] = [minute, bucket_suffix("day", "UTC", now), bucket_suffix("month", "UTC", now)]
+    return _utc[1], _utc[2]
+
+
 def counted_suffixes(scope: str, caps: Iterable[Cap], now: float) -> list[str]:
     """Every bucket one call of (scope, key) counts into: lifetime, UTC day and month (sessions: only when
     capped per period), and each cap's own periods in another zone."""
     out = [""]
     if scope in PERIODIC_SCOPES:
-        out += [bucket_suffix("day", "UTC", now), bucket_suffix("month", "UTC", now)]
+        out += _utc_suffixes(now)
     for cap in caps:
         suffix = bucket_suffix(cap.period, cap.time_zone, now)
         if suffix not in out:
