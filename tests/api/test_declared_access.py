@@ -23,6 +23,7 @@ BEFORE: dict[tuple[str, str], str] = {
     ("agent", "get_stats"): "read",
     ("agent", "last_turn"): "read",
     ("agent", "resume"): "admin",
+    ("agent", "cancel_turn"): "write",  # issue 27: its owner or an admin stops the session's turn
     ("agent_fsm", "get_state"): "read",
     ("agent_fsm", "transition"): "admin",
     ("agent_fsm", "reset"): "admin",
