@@ -1,8 +1,10 @@
 """``health_monitor``: polls the health of every service on a timer, never by subscription.
 
 It never subscribes to anything: every tick it reads the node's view of each actor type
-(``host.service_status()``: up, instances, restarts, crashes) and, optionally, the member counts of process
-groups named in its args, then re-arms its own timer with ``send_after``. Polling converges to the truth on
+(``host.service_status()``: up, instances, restarts, crashes), the store's report on itself
+(``host.store_health()``: ``store`` is degraded after a damaged page, an I/O error or a full disk) and,
+optionally, the member counts of process groups named in its args, then re-arms its own timer with
+``send_after``. Polling converges to the truth on
 every tick whatever order failures happened in.
 
 A service is degraded when it is not up, or when it crashed ``crash_threshold`` times or more within the last
@@ -140,6 +142,13 @@ class HealthMonitor(GenServer):
                 "status": "ok" if members else "degraded",
                 "reason": "" if members else "no members",
                 "members": members,
+            }
+        store = self.host.store_health()
+        if store is not None:  # a damaged page or a full disk: the store is a service too
+            health["store"] = {
+                "status": store["status"],
+                "reason": store.get("reason", ""),
+                "errors": store.get("errors", 0),
             }
         degraded = sorted(n for n, h in health.items() if h["status"] == "degraded")
         return {

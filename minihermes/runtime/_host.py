@@ -547,6 +547,15 @@ class Host:
         """The node's view of every actor type (up, kind, instances, restarts): for health monitors."""
         return self._node.status()
 
+    def store_health(self) -> dict[str, Any] | None:
+        """The store's report on itself (``status`` ok or degraded, ``reason``, ``errors``), None for a backend
+        that keeps none: for health monitors."""
+        report = getattr(self._node.store, "health", None)
+        if not callable(report):
+            return None
+        health: dict[str, Any] = report()
+        return health
+
     # -- metrics and the outside --------------------------------------------------------------------------
 
     def incr_counter(self, name: str, value: float = 1.0, **labels: str) -> None:

@@ -51,8 +51,8 @@ async def test_healthy_tree_reports_ok_before_and_after_polls(make_node, clock):
     node = await make_node(specs())
     h = await node.ask("health_monitor", "get_health", ctx=ACME)
     assert h["status"] == "ok" and h["degraded"] == [] and h["poll_count"] == 0
-    assert set(h["group_health"]) == {"audit_event", "flaky", "fragile", "health_monitor"}
-    assert h["healthy"] == 4
+    assert set(h["group_health"]) == {"audit_event", "flaky", "fragile", "health_monitor", "store"}
+    assert h["healthy"] == 5
     await clock.advance(5)
     h = await node.ask("health_monitor", "get_health", ctx=ACME)
     assert h["poll_count"] == 1 and h["status"] == "ok"
@@ -71,7 +71,16 @@ async def test_a_service_that_is_down_is_degraded(make_node, clock):
     h = await node.ask("health_monitor", "get_health")
     assert h["status"] == "degraded" and h["degraded"] == ["fragile"]
     assert h["group_health"]["fragile"]["reason"] == "down"
-    assert h["healthy"] == 3
+    assert h["healthy"] == 4
+
+
+async def test_a_degraded_store_is_a_degraded_service(make_node, clock):
+    node = await make_node(specs())
+    node.store._engine.health.set_fault("io", "disk I/O error")  # as a failed read would note it
+    await clock.advance(5)
+    h = await node.ask("health_monitor", "get_health")
+    assert h["status"] == "degraded" and h["degraded"] == ["store"]
+    assert h["group_health"]["store"]["reason"] == "io: disk I/O error"
 
 
 async def test_repeated_crashes_degrade_then_recover_after_the_window(make_node, clock):
