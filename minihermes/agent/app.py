@@ -327,7 +327,8 @@ def default_config(data_dir: str | Path | None = None) -> AppConfig:
 
 def single_owner(config: AppConfig) -> AppConfig:
     """Mark a config as one person's (no auth, or an embedding program): guardrails then let that owner
-    approve their own paused tool calls, since nobody else could, MCP servers may be any stdio program, and
+    approve their own paused tool calls, since nobody else could, the owner may take backups through
+    ``health_monitor.backup``, MCP servers may be any stdio program, and
     provider and MCP URLs may reach loopback and private addresses (a local Ollama) (the owner's own machine;
     a node with auth starts no program and reaches no internal address unless its operator lists them)."""
     for spec in config.tree.walk():
@@ -338,4 +339,6 @@ def single_owner(config: AppConfig) -> AppConfig:
             spec.args.setdefault("allowed_egress", ["*"])
         elif spec.cls is LLMGateway:
             spec.args.setdefault("allowed_egress", ["*"])
+        elif spec.cls is HealthMonitor:
+            spec.args.setdefault("backups", True)  # every tenant's data is the owner's
     return config

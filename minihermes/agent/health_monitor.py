@@ -14,7 +14,8 @@ at most ``max_snapshots``). Changes between ok and degraded are logged and audit
 
 Args (ActorSpec args / config): ``poll_interval`` (seconds or "5s"; ``poll_interval_ms`` also
 works; default 5 s), ``crash_threshold`` (3), ``crash_window`` (60 s), ``groups`` (process groups that must
-have members, e.g. ``["svc:audit"]``), ``max_snapshots`` (720).
+have members, e.g. ``["svc:audit"]``), ``max_snapshots`` (720), ``backups`` (false: whether admins may take a
+backup of the node with ``backup``; it holds every tenant's data).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from minihermes.runtime import (
     ActorArgs,
     Duration,
     GenServer,
+    PermissionDenied,
     call,
     cast,
     current_context,
@@ -55,6 +57,8 @@ class HealthMonitor(GenServer):
         crash_window: Duration = 60.0
         groups: list[str] = []
         max_snapshots: int = 720
+        backups: bool = False
+        """Admins may take backups through ``backup`` (they cover every tenant: on for one owner)."""
 
     interval: float
     crash_threshold: int
@@ -68,6 +72,7 @@ class HealthMonitor(GenServer):
         self.crash_window = parse_duration(args.get("crash_window", 60.0))
         self.groups = [str(g) for g in args.get("groups", [])]
         self.max_snapshots = max(1, int(args.get("max_snapshots", 720)))
+        self.backups = bool(args.get("backups", False))
         self.poll_count = 0
         self.last_poll_at = 0.0
         self.report: dict[str, Any] = {}
@@ -105,6 +110,19 @@ class HealthMonitor(GenServer):
             "last_poll_at": self.last_poll_at or None,
             "poll_interval": self.interval,
         }
+
+    @call(access="admin")
+    async def backup(self, label: str = "") -> dict[str, Any]:
+        """A backup of the node's store and data dir, taken while it serves, into the store's configured
+        backups folder (``backups_dir``; no path is taken: ``label`` only names it), the newest
+        ``scheduled_backups`` kept: what a scheduler calls over HTTP (``minihermes call health_monitor backup``).
+        Only where the operator turned it on (``backups = true``; on for one owner without auth)."""
+        if not self.backups:
+            raise PermissionDenied(
+                "backups through the node are off: they hold every tenant's data, so the operator turns them "
+                "on (health_monitor args backups = true) or runs `minihermes backup` on the node's machine"
+            )
+        return await self.host.backup_store(label)
 
     def _evaluate(self, record: bool = True) -> dict[str, Any]:
         now = self.host.now()

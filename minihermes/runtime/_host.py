@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._clock import Clock
 from ._context import current_context
-from ._errors import ActorCrashed, InvalidArgument
+from ._errors import ActorCrashed, ActorError, InvalidArgument
 from ._node import RegistryEntry
 from .store import (
     JSON,
@@ -32,6 +32,7 @@ from .store import (
     Scope,
     SearchHit,
     Store,
+    StoreError,
     VectorHit,
     Write,
 )
@@ -546,6 +547,26 @@ class Host:
     def service_status(self) -> dict[str, dict[str, Any]]:
         """The node's view of every actor type (up, kind, instances, restarts): for health monitors."""
         return self._node.status()
+
+    async def backup_store(self, label: str = "") -> dict[str, Any]:
+        """A backup of the node's store and data dir into the store's configured backups folder, never a path
+        a caller names (``label`` only names it): for an operator's op. Refused for a backend that takes none
+        (PostgreSQL: ``minihermes backup --config`` runs ``pg_dump``)."""
+        store = self._node.store
+        backup = getattr(store, "backup", None)
+        if not callable(backup):
+            raise InvalidArgument(
+                f"the {store.backend} store takes no backups through the node: run `minihermes backup --config`"
+            )
+        try:
+            made: dict[str, Any] = await backup(label)
+        except ValueError as e:
+            raise InvalidArgument(str(e), field="label") from None
+        except StoreError as e:
+            if isinstance(e, ActorError):
+                raise
+            raise ActorError(f"the backup failed: {e}", code="backup_failed") from e
+        return made
 
     def store_health(self) -> dict[str, Any] | None:
         """The store's report on itself (``status`` ok or degraded, ``reason``, ``errors``), None for a backend

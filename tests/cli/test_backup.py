@@ -165,3 +165,37 @@ def _wait_degraded(client: httpx.Client, url: str) -> dict[str, Any]:
             return health
         threading.Event().wait(0.05)
     raise AssertionError(f"the store check never finished: {health}")
+
+
+def test_a_backup_through_the_node_goes_to_its_backups_folder_only(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with serve_process(data, []) as url, httpx.Client() as client:  # one owner, no auth: backups on
+        call(client, url, "memory", "store_memory", {"key": "k", "value": "v"})
+        made = call(client, url, "health_monitor", "backup", {"label": "nightly"})
+        for label in ("../../etc", "/tmp/x", "a/b"):
+            bad = client.post(f"{url}/api/v1/actors/health_monitor/backup", json={"label": label})
+            assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_argument", bad.text
+        dest = client.post(f"{url}/api/v1/actors/health_monitor/backup", json={"dest": str(tmp_path / "x")})
+        assert dest.status_code == 422, dest.text  # no argument names a path
+    path = Path(made["path"])
+    assert path.parent == data / "backups" and path.name.startswith("scheduled-")
+    assert path.name.endswith("-nightly") and made["quick_check"] == ["ok"] and made["removed"] == []
+    assert sorted(p.name for p in (data / "backups").iterdir()) == [path.name]
+    restored = minihermes("restore", str(path), "--data-dir", str(tmp_path / "new"))
+    assert restored.returncode == 0, restored.stderr
+
+
+def test_backups_through_the_node_are_off_with_auth_unless_the_operator_allows_them(
+    tmp_path_factory: Any,
+) -> None:
+    from ._served import TOKENS, served
+
+    with served(tmp_path_factory, "bk-auth") as url:
+        reply = httpx.post(
+            f"{url}/api/v1/actors/health_monitor/backup",
+            json={},
+            headers={"Authorization": f"Bearer {TOKENS['CLI_ADMIN']}"},
+            timeout=30,
+        )
+    assert reply.status_code == 403 and reply.json()["error"]["code"] == "permission_denied", reply.text
+    assert "backups through the node are off" in reply.json()["error"]["message"]

@@ -233,3 +233,18 @@ async def test_writes_are_refused_under_the_free_disk_minimum_and_reads_go_on(tm
         store._engine.min_free_bytes = 1
         await store.kv.put(S, "after", 2)  # room again: writes go on, the fault clears
         assert store.health()["status"] == "ok"
+
+
+async def test_backups_through_the_store_keep_the_newest_n(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "bk"
+    store = open_store(
+        "sqlite", data_dir=str(tmp_path / "d"), backups_dir=str(elsewhere), scheduled_backups=2
+    )
+    async with store:
+        assert isinstance(store, SqliteStore)
+        made = [await store.backup(label=f"n{i}") for i in range(4)]
+        with pytest.raises(ValueError, match="label"):
+            await store.backup(label="../up")
+    assert sorted(p.name for p in elsewhere.iterdir()) == sorted(Path(m["path"]).name for m in made[-2:])
+    assert made[2]["removed"] == [Path(made[0]["path"]).name]
+    verify_backup(Path(made[-1]["path"]))

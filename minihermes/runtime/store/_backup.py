@@ -24,6 +24,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import sqlite3
 import time
@@ -43,6 +44,8 @@ FORMAT = 1
 BACKUPS_DIR = "backups"
 """Inside a data dir: the pre-migration backups (and scheduled ones, when configured there)."""
 PRE_MIGRATION_PREFIX = "pre-migration-"
+SCHEDULED_PREFIX = "scheduled-"
+_LABEL = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
 NOT_COPIED = frozenset({"node.lock", "node.json", "key-rotation.request.json", "key-rotation.result.json"})
 """A data dir's files that describe the running process, not the data."""
 _DB_SUFFIXES = ("", "-wal", "-shm", "-journal")
@@ -409,15 +412,15 @@ def prune(folder: Path, prefix: str, keep: int) -> list[Path]:
 
 
 def pre_migration_backup(
-    db_path: Path, key: StoreKey | None, *, keep: int, before: int, after: int
+    db_path: Path, key: StoreKey | None, *, keep: int, before: int, after: int, folder: Path | None = None
 ) -> Path | None:
     """Before migrating the store at ``db_path`` from schema ``before`` to ``after``: a backup of the
-    database in ``<its folder>/backups/pre-migration-...``, then
-    the oldest beyond ``keep`` removed. ``keep`` 0 takes none. Refuses (``BackupError``) when the disk lacks
-    room for the copy: the migration then does not run either."""
+    database in ``folder`` (default ``<its folder>/backups``) named ``pre-migration-...``, then the oldest
+    beyond ``keep`` removed. ``keep`` 0 takes none. Refuses (``BackupError``) when the disk lacks room for
+    the copy: the migration then does not run either."""
     if keep <= 0:
         return None
-    folder = db_path.parent / BACKUPS_DIR
+    folder = folder or db_path.parent / BACKUPS_DIR
     need = sum(p.stat().st_size for p in _db_files(db_path))
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     free = shutil.disk_usage(folder).free
@@ -440,3 +443,35 @@ def pre_migration_backup(
 
 def _db_files(db_path: Path) -> list[Path]:
     return [p for s in _DB_SUFFIXES if (p := Path(f"{db_path}{s}")).exists()]
+
+
+def scheduled_backup(
+    db_path: Path, key: StoreKey | None, folder: Path, *, keep: int, label: str = "", rate: Rate = Rate()
+) -> dict[str, Any]:
+    """A backup of the store and its data dir into ``folder`` (the configured backups folder, never a path
+    from a caller), named ``scheduled-<UTC time>[-label]``, then the oldest such backups beyond ``keep``
+    removed. Returns what was made: its path, size, schema version, and the names removed."""
+    if label and not _LABEL.fullmatch(label):
+        raise ValueError("label: 1-40 lower-case letters, digits and '-', starting with a letter or digit")
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    name = f"{SCHEDULED_PREFIX}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}" + (
+        f"-{label}" if label else ""
+    )
+    dest, n = folder / name, 1
+    while dest.exists():
+        n += 1
+        dest = folder / f"{name}-{n}"
+    manifest = backup_store(
+        db_path, dest, key=key, rate=rate, reason="scheduled", data_dir=db_path.parent, exclude=[folder]
+    )
+    removed = prune(folder, SCHEDULED_PREFIX, keep)
+    return {
+        "path": str(dest),
+        "created_at": manifest["created_at"],
+        "schema_version": manifest["schema_version"],
+        "files": len(manifest["files"]),
+        "bytes": sum(f["size"] for f in manifest["files"]),
+        "encrypted": manifest["encrypted"],
+        "quick_check": manifest["quick_check"],
+        "removed": [p.name for p in removed],
+    }

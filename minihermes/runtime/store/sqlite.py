@@ -27,7 +27,7 @@ from typing import Any
 
 from .._clock import Clock, SystemClock
 from ._anchors import ANCHOR_KEY_FILE, AnchorKey
-from ._backup import pre_migration_backup
+from ._backup import BACKUPS_DIR, pre_migration_backup, scheduled_backup
 from ._common import check_number, parse_rules
 from ._health import integrity_problems
 from ._sqlite_channels import SqliteChannels
@@ -84,8 +84,11 @@ class SqliteStore:
         busy_timeout: seconds to wait for another process's write lock before failing.
         anchor_key_file: the node key that signs retention anchors (Ed25519 PEM, created on first use);
             default ``anchor.key`` beside the database.
-        pre_migration_backups: before migrating an older file, back it up into ``backups/`` beside it and
-            keep this many such backups (oldest removed); 0: none (docs/operations.md).
+        pre_migration_backups: before migrating an older file, back it up into ``backups_dir`` and keep
+            this many such backups (oldest removed); 0: none (docs/operations.md).
+        backups_dir: where the store's own backups go (before a migration, and ``backup()``); default
+            ``backups/`` beside the database.
+        scheduled_backups: how many of ``backup()``'s backups are kept (oldest removed).
         min_free_bytes: refuse writes (``StorageFull``) while the disk has less free space; 0: never.
         check_at_open: run ``PRAGMA quick_check`` in the background after opening (``health()``).
         encryption_key_file: encrypt the file with the key in this file (outside the data directory).
@@ -111,6 +114,8 @@ class SqliteStore:
         encryption_key_file: str | os.PathLike[str] | None = None,
         encryption_key_provider: str | None = None,
         pre_migration_backups: int = 3,
+        backups_dir: str | os.PathLike[str] | None = None,
+        scheduled_backups: int = 7,
         min_free_bytes: int = 64 * 1024 * 1024,
         check_at_open: bool = True,
     ) -> None:
@@ -126,10 +131,14 @@ class SqliteStore:
         for name, value in (
             ("pre_migration_backups", pre_migration_backups),
             ("min_free_bytes", min_free_bytes),
+            ("scheduled_backups", scheduled_backups),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be an int >= 0, got {value!r}")
         self._keep_backups = pre_migration_backups
+        self._keep_scheduled = scheduled_backups
+        self._backups_dir = None if backups_dir is None else Path(backups_dir)
+        self._backing_up = asyncio.Lock()
         self._check_at_open = bool(check_at_open)
         self._integrity: asyncio.Future[None] | None = None
         self._checking: sqlite3.Connection | None = None
@@ -181,7 +190,12 @@ class SqliteStore:
     def _backup_first(self, conn: sqlite3.Connection, before: int, after: int) -> None:
         """Before a migration (on the writer thread): a backup of the file as it is, N kept."""
         made = pre_migration_backup(
-            self.path, self._engine.key, keep=self._keep_backups, before=before, after=after
+            self.path,
+            self._engine.key,
+            keep=self._keep_backups,
+            before=before,
+            after=after,
+            folder=self.backups_dir,
         )
         if made is not None:
             logger.warning("schema %d -> %d: backed the store up first, into %s", before, after, made)
@@ -206,6 +220,24 @@ class SqliteStore:
         self._engine.health.integrity_checked(problems)
         if problems != ["ok"]:
             logger.error("store %s failed its quick_check: %s", self.path, "; ".join(problems))
+
+    @property
+    def backups_dir(self) -> Path:
+        """Where the store's own backups go (``backups_dir``, default ``backups/`` beside the database)."""
+        return self._backups_dir or self.path.parent / BACKUPS_DIR
+
+    async def backup(self, label: str = "") -> dict[str, Any]:
+        """Back the store and its data dir up into ``backups_dir`` while it serves (paced, one snapshot), as
+        ``scheduled-<time>[-label]``; the newest ``scheduled_backups`` are kept. One at a time."""
+        async with self._backing_up:
+            return await asyncio.to_thread(
+                scheduled_backup,
+                self.path,
+                self._engine.key,
+                self.backups_dir,
+                keep=max(1, self._keep_scheduled),
+                label=label,
+            )
 
     def health(self) -> dict[str, Any]:
         """``{"status": "ok" | "degraded", "reason", "faults", ...}``: the storage faults met since the
