@@ -28,7 +28,7 @@ from typing import Annotated, Any
 
 import typer
 
-from minihermes.runtime import AppConfig, ConfigError
+from minihermes.runtime import AppConfig, ConfigError, DataDirBusy, DataDirLock
 from minihermes.runtime.store import (
     BackupError,
     Rate,
@@ -105,7 +105,23 @@ def _sqlite_backup(cfg: AppConfig | None, data_dir: Path, dest: Path, rate: Rate
 
     store: Any = node_store(cfg, data_dir)
     key = store.resolve_key()
-    return backup_store(store.path, dest, key=key, rate=rate, data_dir=store.path.parent, reason="manual")
+    folder = store.path.parent
+    # With no node on the data dir, hold it for the copy: no node starts (and migrates) meanwhile, and the
+    # copy's connection may then be a read-write one, whose close removes the -wal/-shm files it made (left
+    # behind by a read-only one, owned by whoever ran the backup, they could keep the node from opening).
+    lock = DataDirLock(folder) if folder.is_dir() else None
+    try:
+        if lock is not None:
+            lock.acquire(command="minihermes backup")
+    except DataDirBusy:
+        lock = None  # a node serves it: read beside it, read only
+    try:
+        return backup_store(
+            store.path, dest, key=key, rate=rate, data_dir=folder, reason="manual", read_only=lock is None
+        )
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def _keep(dest: Path, keep: int) -> list[Path]:

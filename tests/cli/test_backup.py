@@ -114,6 +114,8 @@ def test_a_corrupted_backup_is_refused(tmp_path: Path) -> None:
     with serve_process(data, []) as url, httpx.Client() as client:
         call(client, url, "memory", "store_memory", {"key": "k", "value": "v"})
     assert minihermes("backup", str(tmp_path / "bk"), "--data-dir", str(data)).returncode == 0
+    left = {p.name for p in data.iterdir()}  # a stopped node's data dir is left as it was
+    assert not left & {"minihermes.db-wal", "minihermes.db-shm", "node.json"}, left
     notes = tmp_path / "bk" / "manifest.json"
     manifest = json.loads(notes.read_text())
     manifest["files"][0]["sha256"] = "0" * 64

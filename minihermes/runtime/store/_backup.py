@@ -129,10 +129,12 @@ def backup_store(
     data_dir: Path | None = None,
     exclude: Iterable[Path] = (),
     busy_timeout: float = 5.0,
+    read_only: bool = True,
 ) -> dict[str, Any]:
     """Back the store at ``db_path`` up into the new folder ``dest`` (absent, or an empty folder); with
     ``data_dir``, that folder's other files too (except ``exclude``, the process files and its ``backups``
-    folder). Returns the manifest."""
+    folder). ``read_only`` False: the caller holds the data dir (no node on it), and the copy's connection,
+    the last one to close, takes the ``-wal``/``-shm`` files it made away again. Returns the manifest."""
     if not db_path.exists():
         raise BackupError(f"no database at {db_path}")
     _check_new_folder(dest, "backup destination")
@@ -141,7 +143,8 @@ def backup_store(
     partial.mkdir(parents=True, mode=0o700)
     try:
         keying = None if key is None else Keying(key, db_path)
-        conn = connect(f"file:{db_path}?mode=ro", busy_timeout=busy_timeout, keying=keying, uri=True)
+        mode = "ro" if read_only else "rw"
+        conn = connect(f"file:{db_path}?mode={mode}", busy_timeout=busy_timeout, keying=keying, uri=True)
         try:
             version = copy_database(conn, partial / DB_FILENAME, keying, rate, busy_timeout=busy_timeout)
         except db_errors(key) as e:
