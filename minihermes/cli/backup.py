@@ -1,8 +1,9 @@
 """``minihermes backup DEST`` and ``minihermes restore SRC --data-dir NEW``.
 
 SQLite: the backup reads the store through a connection of its own, in one read snapshot, paced (pages per
-step, a pause between steps), so a node serving the data dir goes on serving meanwhile; no lock is taken and
-nothing is written to the data dir (``runtime.store._backup`` says why the copy is consistent). The data
+step, a pause between steps), so a node serving the data dir goes on serving meanwhile, and nothing is
+written to its data dir (``runtime.store._backup`` says why the copy is consistent). With no node there, the
+data dir's lock is held for the copy. The data
 dir's other files (workspaces, ``credential.key``, ``anchor.key``) are copied beside it and every file is
 listed with its SHA-256 in ``manifest.json``. ``--keep N`` removes the oldest backups beside DEST beyond N
 (those named with DEST's prefix up to its first digit: ``/backups/mh-2026-05-01`` keeps ``/backups/mh-*``).
