@@ -157,6 +157,10 @@ def test_a_damaged_page_is_named_by_doctor_and_healthz_says_degraded(tmp_path: P
         assert health["status"] == "degraded" and f"page {page} of table kv" in health["reason"]
         metrics = client.get(f"{url}/metrics").text
         assert "minihermes_store_healthy 0.0" in metrics
+        remote = minihermes("doctor", "--url", url, "--json")
+        checks = {(c["group"], c["name"]): c for c in json.loads(remote.stdout)["checks"]}
+        assert remote.returncode == 1 and checks[("server", "health")]["status"] == "fail"
+        assert f"page {page} of table kv" in checks[("storage", "server store")]["detail"]
 
 
 def _wait_degraded(client: httpx.Client, url: str) -> dict[str, Any]:
