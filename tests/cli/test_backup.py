@@ -205,3 +205,26 @@ def test_backups_through_the_node_are_off_with_auth_unless_the_operator_allows_t
         )
     assert reply.status_code == 403 and reply.json()["error"]["code"] == "permission_denied", reply.text
     assert "backups through the node are off" in reply.json()["error"]["message"]
+
+
+def test_keep_removes_the_oldest_backups_named_like_dest(tmp_path: Path) -> None:
+    import asyncio
+
+    from typer.testing import CliRunner
+
+    from minihermes.cli.main import app
+    from minihermes.runtime.store import open_store
+
+    async def make() -> None:
+        async with open_store("sqlite", data_dir=str(tmp_path / "data")) as store:
+            await store.kv.put(("acme", "main"), "k", 1)
+
+    asyncio.run(make())
+    (tmp_path / "bk" / "other-1").mkdir(parents=True)  # not named like DEST: left alone
+    for n in range(1, 5):
+        done = CliRunner().invoke(
+            app,
+            ["backup", str(tmp_path / "bk" / f"mh-{n}"), "--data-dir", str(tmp_path / "data"), "--keep", "2"],
+        )
+        assert done.exit_code == 0, done.output
+    assert sorted(p.name for p in (tmp_path / "bk").iterdir()) == ["mh-3", "mh-4", "other-1"]
