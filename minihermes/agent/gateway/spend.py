@@ -80,8 +80,10 @@ class Cap:
 
 def check_time_zone(time_zone: str) -> str:
     try:
+        if len(time_zone) > 64:  # no IANA name is this long; the lookup would fail on the path (OSError)
+            raise ValueError(time_zone)
         zoneinfo.ZoneInfo(time_zone)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError):
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError, OSError):
         raise InvalidArgument(
             f"unknown time zone {time_zone[:64]!r} (an IANA name such as 'UTC' or 'Europe/Paris')",
             field="time_zone",
