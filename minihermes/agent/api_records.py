@@ -28,7 +28,7 @@ import hashlib
 from typing import Any
 
 from minihermes.context import forget as forgetting
-from minihermes.runtime import GenServer, InvalidArgument, RequestContext, call, current_context
+from minihermes.runtime import ActorArgs, GenServer, InvalidArgument, RequestContext, call, current_context
 
 ACTOR = "api_records"
 """The actor's name in the app's config."""
@@ -82,6 +82,9 @@ def session_of(key: str, value: Any) -> str:
 
 class ApiRecords(GenServer):
     """The HTTP layer's records of a tenant (see the module)."""
+
+    class Args(ActorArgs):
+        """It takes none: how long records live is the caller's (``ttl``) and the HTTP config's."""
 
     @call(access="admin")
     async def get(self, key: str) -> dict[str, Any]:
