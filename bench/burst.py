@@ -43,7 +43,7 @@ from typing import Any
 import httpx
 import jwt
 
-from minihermes.agent.app import AGENT_CONFIG
+from minihermes.app import AGENT_CONFIG
 from minihermes.runtime._loop import loop_name
 from minihermes.runtime._loop import run as run_main
 

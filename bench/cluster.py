@@ -30,7 +30,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from minihermes.agent.app import prepare_data_dir
+from minihermes.app import prepare_data_dir
 from minihermes.cluster import Cluster, ClusterSettings, local_nats
 from minihermes.cluster.process import NodeProcess
 from minihermes.cluster.testing import drop_pg_schema, uses_postgres

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from minihermes.agent.app import build_agent_node, default_config
+from minihermes.app import build_agent_node, default_config
 from minihermes.runtime import ManualClock, Node, RequestContext
 
 CORPUS = Path(__file__).parent / "data" / "offline_corpus.jsonl"

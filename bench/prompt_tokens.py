@@ -31,7 +31,7 @@ import tempfile
 from collections.abc import AsyncIterator
 from typing import Any
 
-from minihermes.agent.app import default_config
+from minihermes.app import default_config
 from minihermes.context.tokens import default_counter, messages_tokens, tools_tokens
 from minihermes.embed import MiniHermes
 from minihermes.llm import (

@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from minihermes.agent.app import build_agent_node, default_config  # noqa: E402
+from minihermes.app import build_agent_node, default_config  # noqa: E402
 from minihermes.runtime import Node, RequestContext  # noqa: E402
 
 CTX = RequestContext(tenant="bench", principal="bench", roles=frozenset({"admin"}))

@@ -183,7 +183,7 @@ def pct(times: list[float], p: float) -> float:
 async def actor_run(
     skills: list[dict[str, Any]], queries: list[str], rounds: int, semantic: bool
 ) -> dict[str, Any]:
-    from minihermes.agent.app import build_agent_node, default_config
+    from minihermes.app import build_agent_node, default_config
     from minihermes.runtime import RequestContext
     from minihermes.skills import render_skill_md
 

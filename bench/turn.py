@@ -60,7 +60,7 @@ if BENCH_DIR not in sys.path:
 
 from _turn_floor import FloorTurns  # noqa: E402
 
-from minihermes.agent.app import default_config  # noqa: E402
+from minihermes.app import default_config  # noqa: E402
 from minihermes.embed import MiniHermes  # noqa: E402  (not `from minihermes import`: see the notes)
 from minihermes.llm import (  # noqa: E402
     Completion,

@@ -48,7 +48,7 @@ class MiniHermes:
         principal: str = "local",
         clock: Clock | None = None,
     ) -> None:
-        from minihermes.agent.app import default_config, single_owner
+        from minihermes.app import default_config, single_owner
 
         # An embedding program is one owner: it may approve its own agent's paused calls.
         self.config = config or single_owner(default_config())
@@ -66,7 +66,7 @@ class MiniHermes:
         return self._node
 
     async def start(self) -> MiniHermes:
-        from minihermes.agent.app import build_agent_node
+        from minihermes.app import build_agent_node
 
         self._node = build_agent_node(self.config, clock=self._clock)
         await self._node.start()

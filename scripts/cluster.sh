@@ -31,7 +31,7 @@ up() {
   fi
   export MINIHERMES_NATS_URL MINIHERMES_NATS_USER MINIHERMES_NATS_PASSWORD MINIHERMES_CLUSTER_SECRET
   [ "$backend" = "postgres" ] && export MINIHERMES_PG_DSN
-  "$PY" -c 'import sys; from pathlib import Path; from minihermes.agent.app import prepare_data_dir; prepare_data_dir(Path(sys.argv[1]))' "$DIR/data"  # once, before three nodes race for its credential key
+  "$PY" -c 'import sys; from pathlib import Path; from minihermes.app import prepare_data_dir; prepare_data_dir(Path(sys.argv[1]))' "$DIR/data"  # once, before three nodes race for its credential key
   for i in 1 2 3; do
     "$PY" -m minihermes.cluster.nodeconfig "n$i" --data-dir "$DIR/data" --name local --schema minihermes_cluster \
       $([ "$backend" = "sqlite" ] && echo --sqlite) >"$DIR/n$i.toml"

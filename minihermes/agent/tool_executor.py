@@ -15,7 +15,7 @@
   and run by their owner only; their output is untrusted.
 
 Built-ins: the toolsets in the ``toolsets`` arg (``minihermes.tools``: one ``Tool`` record per tool, grouped in
-named ``Toolset``s); the agent app's composition root (``minihermes/agent/app.py``) gives every toolset of the
+named ``Toolset``s); the agent app's composition root (``minihermes/app.py``) gives every toolset of the
 app, and an executor given none offers the core ones (``minihermes.tools.builtin.CORE_TOOLSETS``).
 """
 
@@ -136,7 +136,7 @@ class ToolExecutor(GenServer):
         sandbox_policy: InstanceOf[SandboxPolicy] | None = None
         permissions: InstanceOf[PermissionTable] | None = None
         toolsets: str | InstanceOf[Toolset] | list[str | InstanceOf[Toolset]] | None = None
-        """Toolset names (the app resolves them, ``agent.app.toolsets_for``) or ``Toolset`` objects."""
+        """Toolset names (the app resolves them, ``minihermes.app.toolsets_for``) or ``Toolset`` objects."""
 
     state_version = 1
     tools: dict[str, dict[str, Any]] = state(default_factory=dict)

@@ -66,7 +66,7 @@ def _setup_logging(level: str, secrets: list[str]) -> None:
 
 def _load_config(app_name: str, config: Path | None, data_dir: Path | None) -> AppConfig:
     if config is not None:
-        import minihermes.agent.app  # noqa: F401  (registers the agent's roles for custom configs)
+        import minihermes.app  # noqa: F401  (registers the agent's roles for custom configs)
 
         cfg = AppConfig.load(config)
     elif app_name == "demo":
@@ -74,7 +74,7 @@ def _load_config(app_name: str, config: Path | None, data_dir: Path | None) -> A
 
         cfg = AppConfig.from_toml(DEMO_CONFIG, "<demo>")
     elif app_name == "agent":
-        from minihermes.agent.app import default_config
+        from minihermes.app import default_config
 
         cfg = default_config()
     else:
@@ -86,7 +86,7 @@ def _load_config(app_name: str, config: Path | None, data_dir: Path | None) -> A
 
 def _build(cfg: AppConfig) -> Node:
     if any(spec.name == "agent" for spec in cfg.tree.walk()):
-        from minihermes.agent.app import build_agent_node
+        from minihermes.app import build_agent_node
 
         return build_agent_node(cfg)
     return build_node(cfg)
@@ -128,7 +128,7 @@ def serve(
         secrets.append(os.environ[jwt_secret_env])
     _setup_logging(log_level, secrets)
     if auth is None and config is None and app_name == "agent":
-        from minihermes.agent.app import single_owner
+        from minihermes.app import single_owner
 
         single_owner(cfg)  # loopback without auth: every request is the local owner
     try:

@@ -27,7 +27,7 @@ def node_config(
     node_ttl: str = "3s",
 ) -> str:
     """The agent app's config for one node of a cluster (validated before it is returned)."""
-    from minihermes.agent.app import AGENT_CONFIG
+    from minihermes.app import AGENT_CONFIG
 
     store = (
         f'\nbackend = "postgres"\nbackend_options = {{ dsn_env = "MINIHERMES_PG_DSN", schema = "{schema}" }}'

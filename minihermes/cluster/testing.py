@@ -164,7 +164,7 @@ RECORD_FILE = "record.db"
 def demo_config(node_id: str, data_dir: str, cluster_name: str) -> AppConfig:
     """The agent app (its work actors included) plus the reminder actor, clustered (NATS and secret from the
     environment)."""
-    from minihermes.agent.app import AGENT_CONFIG
+    from minihermes.app import AGENT_CONFIG
 
     cfg = AppConfig.from_toml(AGENT_CONFIG + DEMO_CHILDREN, "<cluster-demo>")
     cfg.model.node.id = node_id
@@ -217,7 +217,7 @@ async def serve(node_id: str, data_dir: str, cluster_name: str) -> None:
     logging.basicConfig(
         level=logging.WARNING, format=f"%(asctime)s {node_id} %(name)s %(levelname)s %(message)s"
     )
-    from minihermes.agent.app import build_agent_node
+    from minihermes.app import build_agent_node
 
     global RECORD
     node = build_agent_node(demo_config(node_id, data_dir, cluster_name))

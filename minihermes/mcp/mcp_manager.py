@@ -12,7 +12,7 @@
 Args: ``log_dir`` (stdio servers' stderr goes to ``<log_dir>/<tenant>/<server>.log``; none: discarded),
 ``credential_key`` (encrypts the servers' env and header values at rest; the app passes the data dir's
 ``credential.key``), ``stdio_commands`` (the executables a tenant admin may start: ``["*"]`` any, a list
-those, ``[]`` none; unset: none, except on a one-owner node (no auth: ``agent.app.single_owner`` sets
+those, ``[]`` none; unset: none, except on a one-owner node (no auth: ``minihermes.app.single_owner`` sets
 ``["*"]``), since a stdio program runs on the node's machine outside the sandbox), ``allowed_egress``
 (the internal addresses an http server's ``url`` may reach, ``minihermes.llm.egress``: unset, public ones
 only, checked at ``add_server`` and at every request the client makes; ``["*"]`` on a one-owner node),

@@ -1,7 +1,7 @@
 """The core built-in tools, in their toolsets: ``compute`` (calculator), ``memory`` (store, recall, delete,
 search), ``web`` (``http_request`` through a service link), ``files`` (the session workspace) and ``terminal``
 (a sandboxed shell in it). ``CORE_TOOLSETS`` is what a tool executor offers when it is given no toolsets; the
-agent app's composition root adds the subsystems' own (``minihermes/agent/app.py``).
+agent app's composition root adds the subsystems' own (``minihermes/app.py``).
 """
 
 from __future__ import annotations

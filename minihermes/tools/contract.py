@@ -3,7 +3,7 @@
 A built-in tool is one ``Tool`` record: a name, a description and a JSON Schema for its input (what the LLM
 sees), its classification for the guardrails and the permission model, and the ``handler`` that runs it.
 Tools come in named ``Toolset`` groups (``minihermes.tools.catalog``); the composition root
-(``minihermes/agent/app.py``) gives the tool executor the toolsets of a node, so a tool is listed and run
+(``minihermes/app.py``) gives the tool executor the toolsets of a node, so a tool is listed and run
 exactly where its toolset was given, and nothing registers itself by being imported.
 
 Classification:

@@ -1,7 +1,7 @@
 """Work that outlives a turn: cron, the task queue, the orchestrator, the kanban board, goals, delegation, and
 the notifications that tell people what it did.
 
-One module per actor; ``WORK_ROLES`` maps their roles for the agent app's tree (``minihermes/agent/app.py``).
+One module per actor; ``WORK_ROLES`` maps their roles for the agent app's tree (``minihermes/app.py``).
 ``WORK_TOOLSETS`` are their LLM tools (``kanban``: ``kanban_*``; ``delegation``: ``delegate_task``; ``schedule``:
 ``cron_*``; ``goals``: ``goal_*``), which the composition root gives the tool executor.
 """

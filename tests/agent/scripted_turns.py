@@ -13,8 +13,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from minihermes.agent.app import build_agent_node, default_config
 from minihermes.agent.gateway.calls import completion_reply, completion_request
+from minihermes.app import build_agent_node, default_config
 from minihermes.llm import SimulatedProvider
 from minihermes.llm._scripted import ScriptedProvider
 from minihermes.runtime import ActorSpec, Deferred, GenServer, ManualClock, Node, call, cast, current_context

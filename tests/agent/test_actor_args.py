@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from minihermes.agent.app import AGENT_CONFIG, default_config
 from minihermes.agent.health_monitor import HealthMonitor
 from minihermes.agent.llm_gateway import LLMGateway
+from minihermes.app import AGENT_CONFIG, default_config
 from minihermes.runtime import AppConfig, ConfigError
 
 HEALTH = 'name = "health_monitor"\nrole = "minihermes.health_monitor"\n'

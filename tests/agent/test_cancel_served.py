@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from minihermes.agent.agent import STOPPED_NOTE
-from minihermes.agent.app import build_agent_node, default_config
 from minihermes.api import AuthConfig, create_api_key, serve_http
+from minihermes.app import build_agent_node, default_config
 from minihermes.llm import CompletionRequest, ScriptedProvider, register_provider
 from minihermes.runtime import RequestContext
 

@@ -18,7 +18,7 @@ import pytest
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from minihermes.agent.app import build_agent_node, default_config
+from minihermes.app import build_agent_node, default_config
 from minihermes.context import find_tools as finder
 from minihermes.context.assembly import Catalogue
 from minihermes.llm import ToolView

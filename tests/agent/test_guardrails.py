@@ -417,7 +417,7 @@ async def test_a_single_owner_deployment_approves_its_own_requests(make_node):
 
 
 def test_single_owner_marks_only_the_guardrails():
-    from minihermes.agent.app import default_config, single_owner
+    from minihermes.app import default_config, single_owner
 
     cfg = single_owner(default_config())
     flagged = {s.name for s in cfg.tree.walk() if s.args.get("self_approval")}

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from minihermes.agent.app import build_agent_node, default_config
 from minihermes.agent.memory import MAX_TTL_SECONDS, Memory, ttl_defaults
+from minihermes.app import build_agent_node, default_config
 from minihermes.runtime import ActorSpec, InvalidArgument, ManualClock, Node, PermissionDenied
 
 from . import scripted_turns as st

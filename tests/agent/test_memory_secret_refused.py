@@ -15,8 +15,8 @@ import httpx
 import jwt
 import pytest
 
-from minihermes.agent.app import build_agent_node, default_config
 from minihermes.api import AuthConfig, create_app
+from minihermes.app import build_agent_node, default_config
 from minihermes.runtime import InvalidArgument, ManualClock, Node
 
 from .conftest import ACME, ACME_USER

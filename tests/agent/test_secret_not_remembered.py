@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from minihermes.agent.app import build_agent_node, default_config
+from minihermes.app import build_agent_node, default_config
 from minihermes.runtime import ActorSpec, ManualClock, Node
 
 from . import scripted_turns as st

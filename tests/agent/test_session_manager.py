@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from minihermes.agent.app import build_agent_node, default_config
 from minihermes.agent.audit_event import AuditEvent
 from minihermes.agent.session_manager import SessionManager, channel_of, session_title
+from minihermes.app import build_agent_node, default_config
 from minihermes.permissions import DEFAULT_PERMISSIONS
 from minihermes.runtime import (
     ActorSpec,

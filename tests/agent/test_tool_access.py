@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from minihermes.agent.app import TOOLSETS, default_config
 from minihermes.agent.audit_event import AuditEvent
 from minihermes.agent.memory import Memory
 from minihermes.agent.tool_executor import ToolExecutor
+from minihermes.app import TOOLSETS, default_config
 from minihermes.permissions import DEFAULT_PERMISSIONS, ROLES
 from minihermes.runtime import ActorError, ActorSpec, RequestContext
 from minihermes.tools.catalog import Catalog

@@ -271,7 +271,7 @@ async def test_every_execution_validates_input_first_and_names_the_field(make_no
 def test_the_quick_schema_check_never_accepts_what_jsonschema_refuses():
     from jsonschema import Draft202012Validator
 
-    from minihermes.agent.app import TOOLSETS
+    from minihermes.app import TOOLSETS
     from minihermes.tools._schema import CompiledSchema, _quick
     from minihermes.tools.catalog import Catalog
 

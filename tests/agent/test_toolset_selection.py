@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from minihermes.agent.agent import Agent
-from minihermes.agent.app import TOOLSETS, build_agent_node, default_config
 from minihermes.agent.memory import Memory
 from minihermes.agent.tool_executor import ToolExecutor
+from minihermes.app import TOOLSETS, build_agent_node, default_config
 from minihermes.context import prompt
 from minihermes.context.recall import fell_short, for_prompt
 from minihermes.context.toolsets import CORE, selection, wanted_by

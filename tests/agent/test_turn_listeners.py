@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from minihermes.agent.agent import Agent
-from minihermes.agent.app import AGENT_CONFIG, single_owner
 from minihermes.agent.memory import Memory
+from minihermes.app import AGENT_CONFIG, single_owner
 from minihermes.embed import MiniHermes
 from minihermes.runtime import (
     ActorError,

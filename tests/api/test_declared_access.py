@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from minihermes.agent.app import build_agent_node, default_config
 from minihermes.api._catalog import build_catalog
+from minihermes.app import build_agent_node, default_config
 from minihermes.permissions import ACCESS_ROLES, DEFAULT_PERMISSIONS, PermissionTable, may
 from minihermes.runtime import ActorSpec, GenServer, Node, RequestContext, SupervisorSpec, call, cast
 from minihermes.runtime.store import open_store

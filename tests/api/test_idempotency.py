@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from minihermes.agent.app import build_agent_node, default_config
 from minihermes.api import AuthConfig, create_api_key, serve_http
+from minihermes.app import build_agent_node, default_config
 from minihermes.llm import Completion, CompletionRequest, ScriptedProvider, register_provider
 from minihermes.runtime import RequestContext
 

@@ -15,8 +15,8 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
-from minihermes.agent.app import build_agent_node, default_config
 from minihermes.api import AuthConfig, create_api_key, serve_http
+from minihermes.app import build_agent_node, default_config
 from minihermes.llm import Completion, CompletionRequest, Provider, StreamEvent, TextDelta, register_provider
 from minihermes.runtime import Node
 

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from minihermes.agent.app import build_agent_node, default_config
 from minihermes.api import AuthConfig, create_app
+from minihermes.app import build_agent_node, default_config
 
 from .conftest import SECRET, bearer, token
 

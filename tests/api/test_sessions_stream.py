@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from minihermes.agent.app import build_agent_node, default_config
 from minihermes.api import AuthConfig, serve_http
+from minihermes.app import build_agent_node, default_config
 from minihermes.llm import (
     Completion,
     CompletionRequest,

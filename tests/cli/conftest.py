@@ -12,8 +12,8 @@ import httpx
 import pytest
 from rich.console import Console
 
-from minihermes.agent.app import AGENT_CONFIG
 from minihermes.api import create_app
+from minihermes.app import AGENT_CONFIG
 from minihermes.cli._backend import Embedded, Remote
 from minihermes.embed import MiniHermes
 from minihermes.runtime import (

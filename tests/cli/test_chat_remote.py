@@ -109,8 +109,8 @@ async def test_a_user_role_caller_chats_in_a_session_of_their_own(tmp_path, capt
 
     import jwt
 
-    from minihermes.agent.app import build_agent_node
     from minihermes.api import AuthConfig, create_app
+    from minihermes.app import build_agent_node
 
     from .conftest import core_config, lines
 

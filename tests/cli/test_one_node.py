@@ -170,8 +170,8 @@ def test_with_api_keys_the_cli_needs_a_credential_and_offers_what_the_key_may_do
 
 async def test_the_chat_offers_and_completes_only_the_callers_commands(tmp_path, captured):
     """In process, the same rule for the completions: a viewer gets no /approve, /model or /memory store."""
-    from minihermes.agent.app import build_agent_node
     from minihermes.api import AuthConfig
+    from minihermes.app import build_agent_node
 
     secret = "s" * 32
     cfg = core_config()

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from minihermes.agent.app import AGENT_CONFIG
+from minihermes.app import AGENT_CONFIG
 from minihermes.cli.chat import sse_events
 
 from .._server import serve_process

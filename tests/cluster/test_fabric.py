@@ -265,7 +265,7 @@ async def test_a_stray_client_cannot_act_for_a_tenant(
 
 
 async def test_without_a_cluster_the_node_has_no_fabric() -> None:
-    from minihermes.agent.app import default_config
+    from minihermes.app import default_config
     from minihermes.runtime import build_node
 
     cfg = default_config("/tmp/unused-minihermes-data")

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from minihermes.agent.app import prepare_data_dir
+from minihermes.app import prepare_data_dir
 from minihermes.cluster.testing import RECORD_FILE, drop_pg_schema, uses_postgres
 from minihermes.runtime import ActorError
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from minihermes.agent.agent import Agent
-from minihermes.agent.app import TOOLSETS
 from minihermes.agent.memory import Memory
 from minihermes.agent.tool_executor import ToolExecutor
+from minihermes.app import TOOLSETS
 from minihermes.context import ContextCompressor
 from minihermes.context.assembly import turn_info
 from minihermes.runtime import ActorSpec, GenServer, InvalidArgument, call

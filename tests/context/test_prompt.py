@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from minihermes.agent.agent import Agent
-from minihermes.agent.app import TOOLSETS
 from minihermes.agent.memory import Memory
 from minihermes.agent.tool_executor import ToolExecutor
+from minihermes.app import TOOLSETS
 from minihermes.context import prompt
 from minihermes.llm.simulated._skills import parse_procedures
 from minihermes.runtime import ActorSpec

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from minihermes.agent.agent import Agent
-from minihermes.agent.app import TOOLSETS
 from minihermes.agent.tool_executor import ToolExecutor
+from minihermes.app import TOOLSETS
 from minihermes.context import session_index
 from minihermes.runtime import ActorSpec, GenServer, InvalidArgument, PermissionDenied, RequestContext, call
 

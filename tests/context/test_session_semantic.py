@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from minihermes.agent.agent import Agent
-from minihermes.agent.app import TOOLSETS
 from minihermes.agent.tool_executor import ToolExecutor
+from minihermes.app import TOOLSETS
 from minihermes.context import session_index
 from minihermes.context.session_index import DENSE_FLOOR, TURN_WEIGHT, WINDOW_WEIGHT, fuse_dense
 from minihermes.runtime import ActorSpec, GenServer, RequestContext, call

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from minihermes.agent.app import TOOLSETS
 from minihermes.agent.tool_executor import ToolExecutor
+from minihermes.app import TOOLSETS
 from minihermes.context.assembly import list_tools
 from minihermes.llm import ToolView
 from minihermes.runtime import ActorSpec, GenServer, call

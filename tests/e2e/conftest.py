@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from minihermes.agent.app import build_agent_node, default_config
 from minihermes.api import create_app
+from minihermes.app import build_agent_node, default_config
 from minihermes.runtime._loop import loop_name
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from minihermes.agent.app import AGENT_CONFIG
+from minihermes.app import AGENT_CONFIG
 from minihermes.runtime._loop import loop_name
 
 from .conftest import ROOT, Server, free_port

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from minihermes.agent.app import build_agent_node, default_config
+from minihermes.app import build_agent_node, default_config
 from minihermes.runtime import ActorError, ManualClock, Node, RequestContext, SupervisorSpec
 
 from .support import Reply, StubServer

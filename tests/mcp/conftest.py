@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from minihermes.agent.app import TOOLSETS
 from minihermes.agent.guardrails import Guardrails
 from minihermes.agent.tool_executor import ToolExecutor
+from minihermes.app import TOOLSETS
 from minihermes.mcp import MCPManager
 from minihermes.runtime import ActorSpec, Node, NodeOptions, RequestContext, SupervisorSpec
 from minihermes.runtime.store import open_store

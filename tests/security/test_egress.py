@@ -20,9 +20,9 @@ import httpx
 import httpx2
 import pytest
 
-from minihermes.agent.app import build_agent_node, default_config, single_owner
 from minihermes.agent.llm_gateway import LLMGateway
 from minihermes.api import AuthConfig, create_app
+from minihermes.app import build_agent_node, default_config, single_owner
 from minihermes.llm import egress
 from minihermes.runtime import (
     ActorError,

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from minihermes.agent.app import build_agent_node, default_config
+from minihermes.app import build_agent_node, default_config
 from minihermes.context import search_terms
 from minihermes.runtime import InvalidArgument, Node, PermissionDenied, RequestContext
 from minihermes.runtime.store import open_store

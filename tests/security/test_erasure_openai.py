@@ -21,8 +21,8 @@ import httpx
 import pytest
 
 from minihermes.agent.api_records import principal_part
-from minihermes.agent.app import build_agent_node, default_config
 from minihermes.api import AuthConfig, create_api_key, serve_http
+from minihermes.app import build_agent_node, default_config
 from minihermes.runtime import Node, PermissionDenied, RequestContext
 
 from .test_erasure import holders, new_token

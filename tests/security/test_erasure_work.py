@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from minihermes.agent.app import build_agent_node, default_config
+from minihermes.app import build_agent_node, default_config
 from minihermes.runtime import Node, PermissionDenied, RequestContext
 
 from ..store.conftest import drop_schema

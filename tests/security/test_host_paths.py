@@ -25,7 +25,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from minihermes.agent.app import build_agent_node, default_config
+from minihermes.app import build_agent_node, default_config
 from minihermes.cli.main import app as cli_app
 from minihermes.runtime import ActorError, Node, RequestContext
 from minihermes.skills import bundles

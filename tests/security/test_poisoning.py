@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from minihermes.agent.app import build_agent_node, default_config
+from minihermes.app import build_agent_node, default_config
 from minihermes.context import prompt
 from minihermes.runtime import ActorSpec, InvalidArgument, ManualClock, Node, ServiceLink, ServiceLinks
 from tests.agent import scripted_turns as st

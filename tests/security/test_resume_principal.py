@@ -30,7 +30,7 @@ import uvicorn
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from minihermes.agent.app import AGENT_CONFIG
+from minihermes.app import AGENT_CONFIG
 from minihermes.runtime._loop import loop_name
 
 from .._server import ROOT, free_port

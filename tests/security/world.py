@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import jwt
 
-from minihermes.agent.app import build_agent_node, default_config
 from minihermes.api import AuthConfig, create_app
+from minihermes.app import build_agent_node, default_config
 from minihermes.runtime import Node, RequestContext
 
 SECRET = "authorization-suite-secret-long-enough-for-hs256"

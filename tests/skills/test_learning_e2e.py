@@ -1,4 +1,4 @@
-"""END TO END on the real app tree (``minihermes.agent.app.default_config``, simulated model): a request family
+"""END TO END on the real app tree (``minihermes.app.default_config``, simulated model): a request family
 is learned after its first run, and the next request of the family takes fewer LLM iterations because the
 agent injects the matched skill. Needs the agent's skill injection (the context helper's prompt assembly)."""
 
@@ -8,7 +8,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from minihermes.agent.app import build_agent_node, default_config
+from minihermes.app import build_agent_node, default_config
 from minihermes.runtime import ManualClock, Node
 
 from .conftest import ACME_USER

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from minihermes.agent.agent import Agent
-from minihermes.agent.app import TOOLSETS, build_agent_node, default_config
 from minihermes.agent.audit_event import AuditEvent
 from minihermes.agent.guardrails import Guardrails
 from minihermes.agent.memory import Memory
 from minihermes.agent.tool_executor import ToolExecutor
+from minihermes.app import TOOLSETS, build_agent_node, default_config
 from minihermes.runtime import ActorError, ActorSpec, RequestContext
 from minihermes.skills import SkillTools
 from minihermes.skills._code_check import ALLOWED, CodeRejected, check_code, check_test

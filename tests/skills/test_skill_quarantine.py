@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from minihermes.agent.app import TOOLSETS, build_agent_node, default_config
 from minihermes.agent.tool_executor import ToolExecutor
+from minihermes.app import TOOLSETS, build_agent_node, default_config
 from minihermes.runtime import ActorError, ActorSpec, ManualClock, Node, NotFound, RequestContext
 from minihermes.skills import SkillTools
 from minihermes.skills._store_io import workflow_key

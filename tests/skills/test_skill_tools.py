@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from minihermes.agent.app import TOOLSETS
 from minihermes.agent.tool_executor import ToolExecutor
+from minihermes.app import TOOLSETS
 from minihermes.runtime import ActorError, ActorSpec, RequestContext
 from minihermes.skills import SkillTools
 from minihermes.skills._sandbox_code import DEFAULT_LIMITS, CodeRejected, check_code, run_code

@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import pytest
 
-from minihermes.agent.app import build_agent_node, default_config
+from minihermes.app import build_agent_node, default_config
 from minihermes.cli import doctor as dr
 from minihermes.runtime import ConfigError, DataDirLock
 from minihermes.runtime.store import StoreKeyError, open_store

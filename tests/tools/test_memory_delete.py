@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from minihermes.agent import app
+from minihermes import app
 from minihermes.runtime import ManualClock, Node, RequestContext
 
 ADA = RequestContext(tenant="acme", principal="ada", roles=frozenset({"admin"}))

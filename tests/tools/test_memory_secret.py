@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from minihermes.agent import app
+from minihermes import app
 from minihermes.runtime import Node, RequestContext
 
 ALICE = RequestContext(tenant="acme", principal="alice", roles=frozenset({"user"}))

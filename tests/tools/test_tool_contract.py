@@ -1,5 +1,5 @@
 """The tool contract: a built-in tool is one ``Tool`` in one module (``word_tool.py``), given to the tool
-executor by the composition root's toolsets (``minihermes/agent/app.py``), never by being imported."""
+executor by the composition root's toolsets (``minihermes/app.py``), never by being imported."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from minihermes.agent import app
+from minihermes import app
 from minihermes.runtime import ConfigError, Node, RequestContext
 
 from .word_tool import WORDS_TOOLSET

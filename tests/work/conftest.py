@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from minihermes.agent.app import build_agent_node, default_config
+from minihermes.app import build_agent_node, default_config
 from minihermes.runtime import ManualClock, Node, RequestContext, SupervisorSpec
 
 from .doubles import ScriptedGateway, reset

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from minihermes.agent.app import TOOLSETS
+from minihermes.app import TOOLSETS
 from minihermes.tools.catalog import Catalog
 from minihermes.tools.contract import ToolFailure
 from minihermes.work.delegation import CHILD_TIMEOUT, MAX_DEPTH, expand_toolsets

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from minihermes.agent.app import TOOLSETS
+from minihermes.app import TOOLSETS
 from minihermes.runtime import ActorError, Node, RequestContext, ServiceLink, ServiceLinks
 
 from . import doubles

@@ -13,6 +13,16 @@ from pathlib import Path
 
 from cryptography.fernet import Fernet
 
+from minihermes.agent.agent import Agent
+from minihermes.agent.agent_fsm import AgentFSM
+from minihermes.agent.api_records import ApiRecords
+from minihermes.agent.audit_event import AuditEvent
+from minihermes.agent.guardrails import Guardrails
+from minihermes.agent.health_monitor import HealthMonitor
+from minihermes.agent.llm_gateway import LLMGateway
+from minihermes.agent.memory import Memory
+from minihermes.agent.session_manager import SessionManager
+from minihermes.agent.tool_executor import ToolExecutor
 from minihermes.context import ContextCompressor
 from minihermes.context.search_tool import SESSION_SEARCH_TOOLSET
 from minihermes.context.toolsets import check_names
@@ -22,17 +32,6 @@ from minihermes.runtime import AppConfig, Clock, ConfigError, Node, build_node, 
 from minihermes.skills import SKILL_ROLES, SKILLS_TOOLSET, SkillTools
 from minihermes.tools import CORE_TOOLSETS, Toolset
 from minihermes.work import WORK_ROLES, WORK_TOOLSETS
-
-from .agent import Agent
-from .agent_fsm import AgentFSM
-from .api_records import ApiRecords
-from .audit_event import AuditEvent
-from .guardrails import Guardrails
-from .health_monitor import HealthMonitor
-from .llm_gateway import LLMGateway
-from .memory import Memory
-from .session_manager import SessionManager
-from .tool_executor import ToolExecutor
 
 ROLES = {
     "minihermes.agent": Agent,
