@@ -877,6 +877,19 @@ class LLMGateway(GenServer):
         )
         return {"status": "ok", "phantom_token": phantom_token, "replaced": previous is not None}
 
+    @call(name="__resolve_credential")
+    async def resolve_credential(self, phantom_token: str) -> dict[str, Any]:
+        """The secret behind a phantom token, for another actor of the node that connects with it (the
+        platform gateway's bot tokens and signing secrets). ``system`` only: a ``__`` op is in no HTTP
+        catalog, and no credential grants ``system``. The secret is returned, never logged or audited."""
+        if "system" not in current_context().roles:
+            raise PermissionDenied("__resolve_credential is for the runtime's own actors", op="resolve")
+        check_phantom_token(phantom_token)
+        secret = await self._vault.resolve(phantom_token) if phantom_token in self.credentials else None
+        if secret is None:
+            raise NotFound(f"credential {phantom_token} is not registered", phantom_token=phantom_token)
+        return {"status": "ok", "secret": secret.get_secret_value()}
+
     @call(access="admin")
     async def set_budget(
         self,
