@@ -29,23 +29,26 @@ UNKNOWN_OUTCOME = frozenset({"node_down", AskTimeout.code})
 """Chat errors after which the turn may have run (or may still be running)."""
 
 
-def _chat_params() -> frozenset[str]:
-    from minihermes.agent.agent import Agent
-
-    handler = Agent._handlers.get("chat")
+def _chat_params(host: Host) -> frozenset[str]:
+    """The arguments of ``chat`` on the agent this node runs (asked of the node: work never imports the
+    agent, the composition root gives the node both)."""
+    agent = host.actor_types().get("agent")
+    handler = agent._handlers.get("chat") if agent is not None else None
     return frozenset(handler.params) if handler is not None else frozenset()
 
 
-def agent_supports(*args: str) -> bool:
-    """Whether this build's ``agent.chat`` takes these optional arguments (budgets, tool restriction)."""
-    params = _chat_params()
+def agent_supports(host: Host, *args: str) -> bool:
+    """Whether this node's ``agent.chat`` takes these optional arguments (budgets, tool restriction)."""
+    params = _chat_params(host)
     return all(a in params for a in args)
 
 
-def chat_payload(message: str, session_id: str, user_id: str, extra: dict[str, Any]) -> dict[str, Any]:
+def chat_payload(
+    host: Host, message: str, session_id: str, user_id: str, extra: dict[str, Any]
+) -> dict[str, Any]:
     """The chat arguments. Optional labels the agent does not know yet (``cron_job``) are left out; limits
     that matter for safety are checked by the caller with ``agent_supports`` first."""
-    params = _chat_params()
+    params = _chat_params(host)
     payload: dict[str, Any] = {"message": message, "session_id": session_id}
     if user_id:
         payload["user_id"] = user_id
@@ -93,7 +96,7 @@ async def run_turn_once(
     stats = await _wait_idle(host, session_id, timeout, poll)
     record = {"session_id": session_id, "turns_before": int(stats.get("turns", 0))}
     await host.kv.put(key, record, ttl=MARKER_TTL)
-    payload = chat_payload(message, session_id, user_id, extra or {})
+    payload = chat_payload(host, message, session_id, user_id, extra or {})
     try:
         reply: dict[str, Any] = await host.ask("agent", "chat", payload, timeout=timeout)
     except ActorError as e:

@@ -82,7 +82,7 @@ def expand_toolsets(names: list[str], depth: int, toolsets: Mapping[str, tuple[s
 async def delegate_task(args: dict[str, Any], env: ToolEnv) -> Any:
     if not env.session_id:
         raise ToolFailure("session_required", "delegate_task runs from an agent session")
-    if not agent_supports("max_iterations", "allowed_tools", "delegation_depth"):
+    if not agent_supports(env.host, "max_iterations", "allowed_tools", "delegation_depth"):
         raise ToolFailure("unavailable", "this agent cannot restrict a child's tools and budget")
     parent = await env.host.kv.get(f"{PREFIX}{env.session_id}")
     depth = int(parent["depth"]) if isinstance(parent, dict) else 0
@@ -104,7 +104,7 @@ async def delegate_task(args: dict[str, Any], env: ToolEnv) -> Any:
         "allowed_tools": tools,
         "delegation_depth": child_depth,
     }
-    if agent_supports("instructions"):  # the goal is the request; the terms go to the system prompt
+    if agent_supports(env.host, "instructions"):  # the goal is the request; the terms go to the system prompt
         message = str(args["goal"])
         extra["instructions"] = CHILD_PROMPT
     else:  # an agent without turn instructions: the terms travel in the message, as before
@@ -113,7 +113,7 @@ async def delegate_task(args: dict[str, Any], env: ToolEnv) -> Any:
         message += f"\n\nContext:\n{args['context']}"
     try:
         reply = await env.host.ask(
-            "agent", "chat", chat_payload(message, child, "", extra), timeout=CHILD_TIMEOUT
+            "agent", "chat", chat_payload(env.host, message, child, "", extra), timeout=CHILD_TIMEOUT
         )
     except AskTimeout:
         raise ToolFailure(
