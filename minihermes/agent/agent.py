@@ -281,6 +281,7 @@ class Agent(GenServer):
         cron_job: str = "",
         channel: str = "",
         instructions: str = "",
+        kanban_card: str = "",
     ) -> dict[str, Any]:
         """Run one turn. Reply: status, response, session_id, tool_calls (count), iterations, turn_id.
 
@@ -295,7 +296,10 @@ class Agent(GenServer):
         The caller's request context (tenant, namespace, principal, roles, request id, and ``channel``) is
         kept with the turn too: every resume of it (after a restart, on another node, after an approval) runs
         as that caller (``_turn_context``). ``cron_job`` is taken only from the job's owner (its scheduled
-        runs act as the owner) or an admin: anybody else's turns are not charged to a job's budget."""
+        runs act as the owner) or an admin: anybody else's turns are not charged to a job's budget.
+        ``kanban_card``: the turn works on that card, and its usage counts for the ``kanban_worker`` budget
+        too; taken only when this session holds the card's claim (the kanban worker's session) or from an
+        admin, so a session merely named ``kanban:...`` is not charged to the worker."""
         if not message.strip():
             raise InvalidArgument("chat: message must not be empty", op="chat", field="message")
         if len(message) > MAX_MESSAGE_CHARS:
@@ -316,6 +320,8 @@ class Agent(GenServer):
             )
         if cron_job:
             await self._check_cron_job(cron_job)
+        if kanban_card:
+            await self._check_kanban_card(kanban_card)
         await self._wait_resumed()
         if self.turn is not None:
             raise Conflict(
@@ -333,6 +339,7 @@ class Agent(GenServer):
                 cron_job,
                 channel,
                 instructions,
+                kanban_card=kanban_card,
             )
         finally:
             self._ready_done()
@@ -355,6 +362,7 @@ class Agent(GenServer):
         cron_job: str,
         channel: str,
         instructions: str,
+        kanban_card: str = "",
     ) -> dict[str, Any]:
         caller = current_context()
         user = user_id or caller.principal
@@ -379,6 +387,7 @@ class Agent(GenServer):
             "allowed_tools": None if allowed_tools is None else sorted(set(allowed_tools)),
             "delegation_depth": delegation_depth,
             "cron_job": cron_job,
+            "kanban_card": kanban_card,
             "prefix": ctx.prefix,
             "section": ctx.section,
             "instructions": instructions,
@@ -814,6 +823,32 @@ class Agent(GenServer):
                 f"chat: cron_job '{cron_job[:100]}' is not a job of yours", op="chat", field="cron_job"
             )
 
+    async def _check_kanban_card(self, task_id: str) -> None:
+        """``kanban_card`` on a chat: only in the session holding that card's claim (the kanban worker runs
+        each card's turn in the session it claimed the card with) or from an admin."""
+        if len(task_id) > 200 or not task_id.isprintable():
+            raise InvalidArgument("chat: kanban_card is a card's id", op="chat", field="kanban_card")
+        if current_context().roles & _PRIVILEGED:
+            return
+        card: Any = None
+        if self.host.has_actor("kanban"):
+            try:
+                card = (await self.host.ask("kanban", "show", {"task_id": task_id}))["task"]
+            except ActorError as e:
+                if not isinstance(e, NotFound | InvalidArgument | PermissionDenied):
+                    raise
+        claim = (card or {}).get("claim") or {}
+        if (
+            not isinstance(card, dict)
+            or card.get("status") != "in_progress"
+            or claim.get("worker") != self.session_id
+        ):
+            raise PermissionDenied(
+                f"chat: kanban card '{task_id[:100]}' is not claimed by this session",
+                op="chat",
+                field="kanban_card",
+            )
+
     def _pending_calls(self) -> list[dict[str, Any]]:
         for i in range(len(self.history) - 1, -1, -1):
             msg = self.history[i]
@@ -982,6 +1017,8 @@ class Agent(GenServer):
         }
         if turn.get("cron_job"):
             request["cron_job"] = turn["cron_job"]
+        if turn.get("kanban_card"):
+            request["kanban_worker"] = "kanban_worker"
         if self.host.has_subscribers(self.stream_topic):
             request["stream_topic"] = self.stream_topic
         reply = await self.host.ask("llm_gateway", "completion", request, timeout=self.llm_timeout)

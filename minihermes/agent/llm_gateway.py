@@ -236,17 +236,26 @@ class LLMGateway(GenServer):
         temperature: float | None = None,
         cache_prefix_messages: int = 0,
         stream_topic: str = "",
+        kanban_worker: str = "",
     ) -> Deferred:
         """One LLM completion over the neutral message shape; replies a ``CompletionReply``
         (``minihermes.llm.protocol``; docs/agent.md). With
-        ``stream_topic``, text deltas are published on that topic as they arrive (``text_delta`` events)."""
+        ``stream_topic``, text deltas are published on that topic as they arrive (``text_delta`` events).
+        ``kanban_worker`` (``"kanban_worker"``): the call is the kanban worker's turn's, counted for that
+        scope too; the agent passes it for a turn whose session holds a card's claim, never from a session's
+        name."""
         request = policy.completion_request(
             messages, tools or [], max_tokens, temperature, cache_prefix_messages
         )
         progress = self._stream_progress(stream_topic)
         _check_usage_keys("completion", session_id=session_id, user_id=user_id, cron_job=cron_job)
-        worker = spend.KANBAN_WORKER if session_id.startswith(spend.KANBAN_SESSION_PREFIX) else ""
-        caller = Caller(user_id or current_context().principal, session_id, cron_job, worker)
+        if kanban_worker not in ("", spend.KANBAN_WORKER):
+            raise InvalidArgument(
+                f"completion: kanban_worker is {spend.KANBAN_WORKER!r} or empty",
+                op="completion",
+                field="kanban_worker",
+            )
+        caller = Caller(user_id or current_context().principal, session_id, cron_job, kanban_worker)
         if self._clock.monotonic() > self._tick_due + self._settings.tick_interval:
             self._arm_tick()  # a tick was dropped (full mailbox): recovery must not stop for good
         # Spawned here, inside the handler, so the task runs in this request's tenant context.
@@ -914,7 +923,7 @@ class LLMGateway(GenServer):
         _check_usage_keys("set_budget", key=key)
         if scope == "kanban_worker" and key not in ("*", spend.KANBAN_WORKER):
             raise InvalidArgument(
-                f"the kanban worker's key is {spend.KANBAN_WORKER!r} (its turns' sessions are kanban:...)",
+                f"the kanban worker's key is {spend.KANBAN_WORKER!r}",
                 field="key",
             )
         entry = spend.cap_entry(max_tokens, max_usd, period, time_zone, alerts)

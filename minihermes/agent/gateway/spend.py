@@ -35,10 +35,9 @@ PERIODS = ("day", "month", "total")
 DEFAULT_ALERTS = (50.0, 80.0, 100.0)
 MAX_ALERTS = 10
 SCOPES = ("tenant", "user", "session", "cron_job", "kanban_worker")
-KANBAN_SESSION_PREFIX = "kanban:"
-"""The kanban worker runs each card's turn in a session named ``kanban:<card>:<attempt>``: calls of those
-sessions are counted for the scope ``kanban_worker`` (key ``KANBAN_WORKER``) too."""
 KANBAN_WORKER = "kanban_worker"
+"""The key of the scope ``kanban_worker``: calls of the kanban worker's turns (the agent says so for a turn
+whose session holds a card's claim; a session's name alone is not enough) are counted for it too."""
 _WORD = {"day": "daily", "month": "monthly", "total": "total"}
 PERIODIC_SCOPES = ("tenant", "user", "cron_job", "kanban_worker")
 """Scopes whose UTC days and months are always counted; sessions only when a periodic cap names them."""
