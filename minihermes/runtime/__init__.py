@@ -5,7 +5,7 @@ The runtime knows nothing about agents. Public names::
     from minihermes.runtime import GenServer, call, cast, state, Node, ...
 """
 
-from ._actor import Actor, state
+from ._actor import Actor, Op, OpParam, state
 from ._actor import call as call
 from ._actor import cast as cast
 from ._app import build_node
@@ -101,6 +101,8 @@ __all__ = [
     "NodeOptions",
     "NodePort",
     "NotFound",
+    "Op",
+    "OpParam",
     "Overloaded",
     "PermissionDenied",
     "PubSub",

@@ -14,6 +14,11 @@ An actor is a class deriving from one of the behaviors (``GenServer``, ``GenEven
 
 Handler parameters are the op's arguments: a parameter without a default is required, and every argument is
 checked against its annotation before the handler runs, so a handler never sees a missing or mistyped value.
+A handler whose only parameter is a pydantic model (``async def store(self, args: StoreArgs)``) gets the
+whole payload validated as that model instead.
+
+``Actor.ops()`` lists a class's ops (``Op``: name, kind, arguments, declared access, ...): what the HTTP
+catalog, the CLI and the permission model read.
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ import json
 import sys
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import repeat
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, overload
 
 import orjson
@@ -115,11 +121,17 @@ class Handler:
     concurrent: bool = False
     """A call that runs at once beside whatever handler the actor is running, never queued behind it
     (``@call(concurrent=True)``; see ``call``)."""
+    model: type[BaseModel] | None = None
+    """The handler's only parameter is this pydantic model: the payload is validated as it (``bind``)."""
+    model_param: str = ""
+    """The name of that parameter."""
 
     def bind(self, payload: dict[str, Any]) -> dict[str, Any]:
         """Check payload against the signature; returns the keyword arguments for the handler."""
         if not isinstance(payload, dict):
             raise InvalidArgument(f"{self.op}: arguments must be an object", op=self.op)
+        if self.model is not None:
+            return {self.model_param: _validate_model(self.op, self.model, payload)}
         params = self.params
         kwargs: dict[str, Any] = {}
         for key, value in payload.items():
@@ -142,6 +154,39 @@ class Handler:
                         f"{self.op}: missing required argument '{p.name}'", op=self.op, field=p.name
                     )
         return kwargs
+
+    def unbind(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The payload ``bind`` made ``kwargs`` from, to pass a message on (a GenEvent forwarding it)."""
+        if self.model is not None:
+            return kwargs[self.model_param].model_dump()  # type: ignore[no-any-return]
+        return dict(kwargs)
+
+
+def _validate_model(op: str, model: type[BaseModel], payload: dict[str, Any]) -> BaseModel:
+    """``payload`` as ``model``: an ``InvalidArgument`` naming the first bad field, as the per-parameter
+    checks do. Unknown keys are refused whatever the model's ``extra`` (``op`` is ignored) unless it is
+    ``"allow"``."""
+    from pydantic import ValidationError
+
+    if "op" in payload:
+        payload = {k: v for k, v in payload.items() if k != "op"}
+    if model.model_config.get("extra") != "allow":
+        fields = model.model_fields
+        for key in payload:
+            if key not in fields:
+                raise InvalidArgument(
+                    f"{op}: unknown argument '{key}' (expected: {', '.join(fields) or 'none'})",
+                    op=op,
+                    field=key,
+                )
+    try:
+        return model.model_validate(payload)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        if first.get("type") == "missing":
+            raise InvalidArgument(f"{op}: missing required argument '{where}'", op=op, field=where) from None
+        raise InvalidArgument(f"{op}: argument '{where}': {first.get('msg')}", op=op, field=where) from None
 
 
 @overload
@@ -373,6 +418,8 @@ def build_handler(kind: str, op: str, fn: Callable[..., Any], hints: dict[str, A
         params[p.name] = Param(
             p.name, required, None if required else p.default, make_checker(hints.get(p.name, Any))
         )
+    # The only parameter a pydantic model: the payload is that model (``bind``); beside others, one argument.
+    model = _model_class(hints.get(next(iter(params)), Any)) if len(params) == 1 and not var_kw else None
     is_async = inspect.iscoroutinefunction(fn)
     return Handler(
         op=op,
@@ -386,6 +433,86 @@ def build_handler(kind: str, op: str, fn: Callable[..., Any], hints: dict[str, A
         inline=not is_async,
         access=getattr(fn, "__minihermes_access__", None),
         concurrent=kind == "call" and bool(getattr(fn, "__minihermes_concurrent__", False)),
+        model=model,
+        model_param=next(iter(params)) if model is not None else "",
+    )
+
+
+def _model_class(tp: Any) -> type[BaseModel] | None:
+    """``tp`` if it is a pydantic model class."""
+    if not isinstance(tp, type):
+        return None
+    from pydantic import BaseModel
+
+    return tp if issubclass(tp, BaseModel) else None
+
+
+# ------------------------------------------------------------------------------------------------ ops
+
+
+@dataclass(frozen=True, slots=True)
+class OpParam:
+    """One argument of an op."""
+
+    name: str
+    required: bool
+    default: Any
+    """None where the argument is required."""
+    annotation: Any
+    """Its declared type (``Any`` where none is declared)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One op of an actor class, as ``Actor.ops()`` lists it: what a way in (the HTTP catalog, the CLI, the
+    permission model) needs to know of it without reading the handler."""
+
+    name: str
+    kind: Literal["call", "cast"]
+    """``call``: request-reply (``ask``); ``cast``: fire-and-forget (``send``)."""
+    params: Mapping[str, OpParam]
+    """Its arguments: the handler's parameters, or the fields of the model it takes."""
+    accepts_extra: bool
+    """Arguments beyond ``params`` are taken (a handler with ``**kwargs``, a model with ``extra="allow"``)."""
+    model: type[BaseModel] | None
+    """The pydantic model the payload is validated as, if the handler takes one."""
+    access: str | None
+    """The access class it declares (``@call(access=...)``); None: undeclared."""
+    concurrent: bool
+    """``@call(concurrent=True)``."""
+    summary: str
+    """The first line of its docstring."""
+    doc: str
+    """Its whole docstring, dedented."""
+
+
+def _op(h: Handler) -> Op:
+    doc = inspect.cleandoc(h.fn.__doc__) if h.fn.__doc__ else ""
+    params: dict[str, OpParam] = {}
+    if h.model is not None:
+        for name, f in h.model.model_fields.items():
+            required = f.is_required()
+            default = None if required else f.get_default(call_default_factory=True)
+            params[name] = OpParam(name, required, default, f.annotation)
+        extra = h.model.model_config.get("extra") == "allow"
+    else:
+        try:
+            hints = typing.get_type_hints(h.fn)
+        except Exception:  # an unresolvable annotation must not hide the op
+            hints = {}
+        for name, p in h.params.items():
+            params[name] = OpParam(name, p.required, p.default, hints.get(name, Any))
+        extra = h.var_kw
+    return Op(
+        name=h.op,
+        kind=h.kind,
+        params=MappingProxyType(params),
+        accepts_extra=extra,
+        model=h.model,
+        access=h.access,
+        concurrent=h.concurrent,
+        summary=doc.split("\n", 1)[0],
+        doc=doc,
     )
 
 
@@ -409,6 +536,8 @@ class Actor:
     _log_fields: ClassVar[tuple[str, ...]] = ()
     """The append-only state fields (saved item by item, ``runtime._statelog``)."""
     _handlers: ClassVar[dict[str, Handler]] = {}
+    """The runtime's dispatch table. Outside the runtime read ``ops()``."""
+    _ops: ClassVar[Mapping[str, Op] | None] = None
     Args: ClassVar[type[BaseModel] | None] = None
     """The actor's arguments (its spec's ``args``) as a pydantic model, ``extra="forbid"`` (derive from
     ``minihermes.runtime.ActorArgs``). The app config checks each actor's args against it when it loads, so
@@ -451,6 +580,16 @@ class Actor:
     @classmethod
     def _validate_class(cls) -> None:
         """Behaviors add their own class-definition checks here."""
+
+    @classmethod
+    def ops(cls) -> Mapping[str, Op]:
+        """The class's ops by name (sorted), the runtime's own (``__``-prefixed) left out. Built once per
+        class: read it where a way in is set up, not per message."""
+        ops = cls.__dict__.get("_ops")
+        if ops is None:
+            ops = MappingProxyType({op: _op(h) for op, h in sorted(cls._handlers.items()) if not h.internal})
+            cls._ops = ops
+        return ops
 
     def __init__(self) -> None:
         for name, f in self._state_fields.items():

@@ -372,9 +372,10 @@ class Cell:
             or env.op.startswith("__")
         ):
             return
+        payload = type(inst)._handlers[env.op].unbind(env.payload)
         for target, op in list(getattr(inst, "subscribers", ())):
             try:
-                self.node.send(target, op or env.op, dict(env.payload), ctx=env.ctx)
+                self.node.send(target, op or env.op, dict(payload), ctx=env.ctx)
             except ActorError as e:
                 log.warning("%s: event %s not forwarded to %s: %s", self.address, env.op, target, e.message)
 

@@ -49,6 +49,8 @@ class Workflow(Actor):
             except Exception:
                 hints = {}
             cls._execute = build_handler("call", "run", fn, hints)
+            if cls._execute.model is not None:  # its arguments are saved in the state and resumed as JSON
+                raise TypeError(f"{cls.__name__}.execute: take keyword arguments, not one model")
 
     def __init__(self) -> None:
         super().__init__()
