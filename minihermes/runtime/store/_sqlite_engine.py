@@ -30,6 +30,7 @@ import queue
 import shutil
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future as ThreadFuture
 from dataclasses import dataclass, field
@@ -51,6 +52,9 @@ from ._sqlite_keys import (
 
 T = TypeVar("T")
 logger = logging.getLogger("minihermes.runtime.store.sqlite")
+
+DISK_CHECK_INTERVAL = 1.0
+"""Seconds a free-disk check that found room is trusted for before the writer looks again."""
 
 MAX_WRITE_BATCH = 512
 """Ops per transaction at most, so one batch cannot hold the write lock (which other processes wait for)
@@ -209,6 +213,10 @@ class SqliteEngine:
         """Storage faults met by any thread (``_health``)."""
         self.min_free_bytes = 0
         """Writes are refused (``StorageFull``) while the disk has less free space than this; 0: never."""
+        self._room_floor = 0
+        self._room_until = 0.0
+        """The writer's last look at the disk found room under the minimum ``_room_floor``, trusted until
+        ``_room_until`` (``time.monotonic``; ``_short_of_disk``)."""
 
     @property
     def is_open(self) -> bool:
@@ -464,17 +472,25 @@ class SqliteEngine:
                 op.result, op.error = op.winner.result, op.winner.error
 
     def _short_of_disk(self) -> StorageFull | None:
-        """The refusal of a write batch while the disk is under ``min_free_bytes`` free (one statvfs a batch),
-        before SQLite would fail in the middle of it; None when there is room."""
-        if not self.min_free_bytes:
+        """The refusal of a write batch while the disk is under ``min_free_bytes`` free, before SQLite would
+        fail in the middle of it; None when there is room. Room found is trusted for ``DISK_CHECK_INTERVAL``
+        seconds under the same minimum (a statvfs per batch is a cost every turn's writes pay); while the
+        disk is short, every batch looks again, so writes resume with the first batch after room is made."""
+        floor = self.min_free_bytes
+        if not floor:
+            return None
+        now = time.monotonic()
+        if floor == self._room_floor and now < self._room_until:
             return None
         try:
             free = shutil.disk_usage(self.path.parent).free
         except OSError:
             return None
-        if free >= self.min_free_bytes:
+        if free >= floor:
             self.health.clear(DISK)
+            self._room_floor, self._room_until = floor, now + DISK_CHECK_INTERVAL
             return None
+        self._room_floor = 0
         reason = (
             f"the disk holding {self.path.parent} has {free} bytes free, under the configured minimum of "
             f"{self.min_free_bytes} (min_free_bytes): writes are refused until there is room; reads go on"
