@@ -15,7 +15,8 @@ file; ``CACHE_WRITE``, pages written) before and after the measured turns:
   new ones on a CPU without SHA-256 instructions);
 - a key, on a file with HMAC-SHA256 pages (new files where the CPU has SHA-256 instructions);
 - both again with the CPU's SHA extensions hidden from OpenSSL (``OPENSSL_ia32cap``), as on a CPU without
-  them (x86-64 only; e.g. Skylake and Cascade Lake Xeons).
+  them (x86-64 only; e.g. Skylake and Cascade Lake Xeons);
+- with ``--page-sizes``, HMAC-SHA256 files with 2 KB and with 1 KB pages as well (fewer bytes per frame).
 
 Then the cost of one page read from the file (``--pages``: a fresh connection scans a table of 8,000 rows of
 1,000 bytes, 20 times; the lowest of the rounds), for each variant: what a decrypt and its check add to the
@@ -51,6 +52,23 @@ VARIANTS: dict[str, tuple[str | None, dict[str, str]]] = {
     "key, HMAC-SHA512, no SHA-NI": ("SQLCIPHER4", NO_SHA_NI),
     "key, HMAC-SHA256, no SHA-NI": ("SHA256_PAGES", NO_SHA_NI),
 }
+PAGE_SIZE_VARIANTS: dict[str, tuple[str | None, dict[str, str]]] = {
+    "key, HMAC-SHA256, 2 KB pages": ("SHA256_PAGES@2048", {}),
+    "key, HMAC-SHA256, 1 KB pages": ("SHA256_PAGES@1024", {}),
+}
+
+
+def cipher_profile(spec: str) -> Any:
+    """``SQLCIPHER4`` or ``SHA256_PAGES``, optionally ``@<page size>``: a ``_sqlite_keys.CipherProfile``."""
+    import dataclasses
+
+    import minihermes.runtime.store._sqlite_keys as keys
+
+    name, _, size = spec.partition("@")
+    profile = getattr(keys, name)
+    return dataclasses.replace(profile, page_size=int(size)) if size else profile
+
+
 CACHE_MISS, CACHE_WRITE = 8, 9  # SQLITE_DBSTATUS_CACHE_MISS, SQLITE_DBSTATUS_CACHE_WRITE
 
 
@@ -78,11 +96,11 @@ def child(variant: str, turns: int, warmup: int) -> dict[str, float]:
     from minihermes.runtime import ManualClock
     from minihermes.runtime._loop import tune_gc
 
-    profile = VARIANTS[variant][0]
+    profile = (VARIANTS | PAGE_SIZE_VARIANTS)[variant][0]
     os.environ.pop("MINIHERMES_DB_KEY", None)
     if profile is not None:
         os.environ["MINIHERMES_DB_KEY"] = KEY
-        keys.PROFILES = (getattr(keys, profile),)  # type: ignore[assignment]  # the file is made with it
+        keys.PROFILES = (cipher_profile(profile),)  # type: ignore[assignment]  # the file is made with it
         import sqlcipher3._sqlite3 as driver
 
         lib = ctypes.CDLL(driver.__file__)
@@ -142,14 +160,14 @@ def page_read(variant: str) -> float:
 
     import minihermes.runtime.store._sqlite_keys as keys
 
-    name = VARIANTS[variant][0]
+    name = (VARIANTS | PAGE_SIZE_VARIANTS)[variant][0]
     with tempfile.TemporaryDirectory(prefix="mh-cipher-page-") as d:
         path = os.path.join(d, "t.db")
 
         def connect() -> Any:
             conn = sqlcipher3.connect(path, isolation_level=None)
             if name is not None:
-                keys.apply_key(conn, f"x'{KEY}'", getattr(keys, name))
+                keys.apply_key(conn, f"x'{KEY}'", cipher_profile(name))
             return conn
 
         conn = connect()
@@ -168,16 +186,16 @@ def page_read(variant: str) -> float:
         return (time.process_time() - t0) / 20 / pages * 1e6
 
 
-def pages_table(rounds: int, env: dict[str, str]) -> None:
+def pages_table(rounds: int, env: dict[str, str], variants: dict[str, Any]) -> None:
     best: dict[str, float] = {}
     for _ in range(rounds):
-        for variant in VARIANTS:
+        for variant in variants:
             out = subprocess.run(
                 [sys.executable, __file__, "--page-child", variant],
                 check=True,
                 capture_output=True,
                 text=True,
-                env=env | VARIANTS[variant][1],
+                env=env | variants[variant][1],
                 cwd=HERE.parent,
             ).stdout
             us = float(out.strip().splitlines()[-1])
@@ -185,7 +203,7 @@ def pages_table(rounds: int, env: dict[str, str]) -> None:
     base = best["no key"]
     print()
     print(
-        "| one 4 KB page read from the file (lowest of the rounds; no key: sqlcipher3 without one) | us of CPU | added by the cipher |"
+        "| one page read from the file (4 KB unless said; lowest of the rounds; no key: sqlcipher3 without one) | us of CPU | added by the cipher |"
     )
     print("|---|---|---|")
     for variant, us in best.items():
@@ -199,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--turns", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--pages", action="store_true", help="only the cost of one page read")
+    ap.add_argument("--page-sizes", action="store_true", help="also 2 KB and 1 KB pages")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--page-child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -210,15 +229,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rounds, turns, warmup = (1, 20, 5) if args.quick else (args.rounds, args.turns, args.warmup)
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "MINIHERMES_EVENT_LOOP": "uvloop"}
+    variants = VARIANTS | (PAGE_SIZE_VARIANTS if args.page_sizes else {})
     if args.pages:
-        pages_table(1 if args.quick else 2 * rounds + 1, env)
+        pages_table(1 if args.quick else 2 * rounds + 1, env, variants)
         return 0
-    results: dict[str, list[dict[str, float]]] = {v: [] for v in VARIANTS}
+    results: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
     print(
         f"# cipher pages per turn ({turns} turns after {warmup}, {rounds} round(s); load {os.getloadavg()[0]:.2f})"
     )
     for r in range(rounds):
-        for variant in VARIANTS:  # interleaved: every variant sees the same machine
+        for variant in variants:  # interleaved: every variant sees the same machine
             out = subprocess.run(
                 [
                     sys.executable,
@@ -233,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
                 check=True,
                 capture_output=True,
                 text=True,
-                env=env | VARIANTS[variant][1],
+                env=env | variants[variant][1],
                 cwd=HERE.parent,
             ).stdout
             results[variant].append(json.loads(out.strip().splitlines()[-1]))
@@ -255,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             f"| {cpu:.2f} ({each}) | {(cpu - base) / base * 100:+.1f}% "
             f"| {statistics.median(x['wall ms'] for x in runs):.2f} |"
         )
-    pages_table(1 if args.quick else 2 * rounds + 1, env)
+    pages_table(1 if args.quick else 2 * rounds + 1, env, variants)
     return 0
 
 

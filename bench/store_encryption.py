@@ -8,7 +8,8 @@ Durable messages: ``bench/runtime.py``'s workload (200 virtual actors, each mess
 and is checkpointed before its reply; the store is reopened afterwards and every committed count checked) on
 three stores, interleaved (a round of each, ``--rounds`` times; the median is reported): the standard
 library's sqlite3 (what a store without a key runs), the same store through sqlcipher3 without a key (its
-newer SQLite, no encryption), and sqlcipher3 with a raw 256-bit key (every page AES-256-CBC + HMAC-SHA512).
+newer SQLite, no encryption), and sqlcipher3 with a raw 256-bit key (every page AES-256-CBC + an HMAC: SHA-256
+on a CPU with SHA-256 instructions, else SHA-512).
 The loop and gc are those of ``minihermes serve``.
 
 A turn's wall-clock time: ``bench/turn.py``'s turn in-process, 200 fresh-session turns after 20 of warm-up, median,
