@@ -134,6 +134,7 @@ def run_view(run: dict[str, Any]) -> dict[str, Any]:
         "manual",
         "session_id",
         "next_attempt_at",
+        "not_retried",
     )
     return {k: run[k] for k in keys if k in run}
 

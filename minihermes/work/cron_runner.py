@@ -10,7 +10,8 @@ job, its schedule, that no one is there to answer or approve in real time) goes 
 ``instructions`` (``run_instructions``), in its system prompt, not in the message.
 
 A failed run is recorded with its error and scheduled again (``cron:retry:``) with exponential backoff up to
-the job's ``max_retries``; then it is ``failed`` and audited. A response starting with ``[SILENT]`` is
+the job's ``max_retries``; then it is ``failed`` and audited. A run refused for its budget (``budget_exceeded``,
+``price_unknown``: nothing was sent) is ``failed`` at once, with ``not_retried`` saying why. A response starting with ``[SILENT]`` is
 stored but not delivered; other responses, and a run's final failure in words, are delivered to the job's
 owner: a notification in their inbox (``notifications.notify``, as the runtime's own hop, with the run id as
 dedupe key), and the job's ``deliver`` service link too, if it has one. Delivery comes before the run's
@@ -45,6 +46,9 @@ from ._turns import run_turn_once
 
 SILENT = "[SILENT]"
 MAX_RESULT_CHARS = 20_000
+BUDGET_REFUSALS = frozenset({"budget_exceeded", "price_unknown"})
+"""Errors of a run refused before anything was sent because of a spend cap: final, never retried (a retry
+would be refused the same way; a job at its own cap is paused by the gateway and the scheduler)."""
 MAX_NOTICE_CHARS = 4_000
 """A run's answer in its owner's inbox at most (the whole answer is on the run record)."""
 
@@ -300,7 +304,8 @@ class CronRunner(GenServer):
 
     async def _failed(self, job: dict[str, Any], run_id: str, attempt: int, error: dict[str, Any]) -> None:
         now = self.host.now()
-        if attempt < int(job.get("max_retries", 0)):
+        refused = str(error.get("code") or "") in BUDGET_REFUSALS
+        if not refused and attempt < int(job.get("max_retries", 0)):
             at = now + float(job.get("retry_backoff", 30.0)) * 2**attempt
             await update_run(
                 self.host, run_id, status="retrying", error=error, next_attempt_at=at, finished_at=now
@@ -311,8 +316,14 @@ class CronRunner(GenServer):
             return
         message = str(error.get("message") or error.get("code") or "an error")
         notice = f"Your scheduled job {job['job_id']} failed after {attempt + 1} attempt(s): {message}"
+        final: dict[str, Any] = {}
+        if refused:
+            notice = f"Your scheduled job {job['job_id']} did not run: {message}"
+            final["not_retried"] = _not_retried(error)
         delivery = await self._deliver(job, run_id, notice, None)  # the link gets answers only
-        await update_run(self.host, run_id, status="failed", error=error, finished_at=now, **delivery)
+        await update_run(
+            self.host, run_id, status="failed", error=error, finished_at=now, **final, **delivery
+        )
         self._stats["failed"] += 1
         self.host.incr_counter("cron_runs_failed_total")
         if self._audit:
@@ -322,6 +333,15 @@ class CronRunner(GenServer):
                 f"job_id={job['job_id']} run_id={run_id} error={error.get('code')}",
                 data={"error": error},
             )
+
+
+def _not_retried(error: dict[str, Any]) -> str:
+    """Why a run refused for its budget is final (the run record's ``not_retried``)."""
+    if error.get("code") == "price_unknown":
+        return "refused before sending: a money cap applies and the model's price is unknown; a retry would be too"
+    if error.get("scope") == "cron_job":
+        return "refused before sending: the job is at its cap and paused until the budget resets"
+    return "refused before sending: the budget is spent; a retry would be refused too until it resets"
 
 
 def _clip(text: str) -> str:
