@@ -32,6 +32,15 @@ Each outcome is reported to whoever created the card: a comment on it by ``kanba
 ``kanban_worker_outcome`` naming the card, the outcome and its author. An agent that completed or blocked the
 card itself is left as it did.
 
+**At a spend cap.** A turn refused before anything was sent because of a budget (``budget_exceeded``, or
+``price_unknown`` under a money cap) is not the card's failure: the worker is *paused at its cap* with the
+reason, kept durably (``kanban_worker:paused:<scope>/<key>``), the card goes back to ``ready`` with a comment
+("Paused: ..."), and the worker claims no more cards that cap covers (the kanban worker's or the tenant's
+cap: none; a user's: that author's cards; a session's: that card) until the period rolls over: the error's
+``resets_at``, read on the actor's clock at each poll. A cap with no next period (``total``, an unknown
+price) holds until an admin resumes. An admin overrides either way: ``pause_worker`` keeps it paused past
+the period, ``resume_worker`` resumes now (a cap still spent pauses it again at the next refused card).
+
 The worker claims, heartbeats, completes and fails cards as the runtime (``system``, whoever nudged it); the
 agent turn in between runs as the card's author with the ``user`` role, so the kanban tools it calls may
 change that card (its author's) and nothing its author could not change.
@@ -45,12 +54,26 @@ from typing import Any, Literal
 
 from minihermes.audit import fire_audit
 from minihermes.context.consistency import ToolOutcome, contradiction
-from minihermes.runtime import ActorArgs, ActorError, GenServer, RequestContext, call, cast, current_context
+from minihermes.runtime import (
+    ActorArgs,
+    ActorError,
+    GenServer,
+    InvalidArgument,
+    PermissionDenied,
+    RequestContext,
+    call,
+    cast,
+    current_context,
+)
 
 from ._cronstore import acting_as
-from ._owner import system_context
+from ._owner import is_admin, system_context
 from ._turns import run_turn_once
 
+PAUSED = "kanban_worker:paused:"
+"""kv: a hold on claiming, per cap (``<scope>/<key>``) or ``admin``: what it covers, why, and until when."""
+BUDGET_REFUSALS = frozenset({"budget_exceeded", "price_unknown"})
+"""Errors of a turn refused for a spend cap before anything was sent: the worker pauses, the card waits."""
 WAITING = "kanban_worker:waiting:"
 """kv: the session of a card's turn that paused for an approval (its outcome is taken on the next claim)."""
 _CANNOT = re.compile(
@@ -157,6 +180,34 @@ def judge(reply: dict[str, Any], turn: list[dict[str, Any]], request: str = "") 
     return "done", text
 
 
+def hold_for(error: ActorError, principal: str, task_id: str) -> str:
+    """What a budget refusal holds back: ``all`` (the kanban worker's or the tenant's cap), ``user:<name>``
+    (the card author's own cap) or ``card:<id>`` (the turn's session cap)."""
+    scope = str(error.details.get("scope") or "")
+    if scope == "user":
+        return f"user:{error.details.get('key') or principal}"
+    if scope == "session":
+        return f"card:{task_id}"
+    return "all"
+
+
+def held(holds: list[dict[str, Any]], principal: str, task_id: str) -> dict[str, Any] | None:
+    """The hold that keeps the worker from claiming this card now, if any."""
+    covers = {"all", f"user:{principal}", f"card:{task_id}"}
+    return next((h for h in holds if h.get("hold") in covers), None)
+
+
+def _require_admin(op: str) -> None:
+    """The worker's pause and resume are an admin's (or the runtime's), whoever reaches the op."""
+    if not is_admin():
+        raise PermissionDenied(f"{op}: for admins", op=op)
+
+
+def _turn_principal(card: dict[str, Any]) -> str:
+    """Whom a card's turn runs as (its author), and so whose user budget it spends."""
+    return str(card.get("created_by") or card.get("assignee") or "kanban_worker")
+
+
 class KanbanWorker(GenServer):
     """Args: ``max_concurrent`` (2), ``claim_ttl`` (s, 120), ``turn_timeout`` (s, 600), ``poll`` (s, 5),
     ``assignee_prefix`` ("agent")."""
@@ -175,12 +226,48 @@ class KanbanWorker(GenServer):
         self.prefix = str(args.get("assignee_prefix", "agent"))
         self._running: dict[str, Any] = {}
         self._scope = current_context().scope
-        self._stats = {"completed": 0, "failed": 0, "blocked_by_agent": 0, "waiting": 0}
+        self._stats = {"completed": 0, "failed": 0, "blocked_by_agent": 0, "waiting": 0, "put_back": 0}
         await self.host.set_reminder("kanban_worker_poll", "poll", every=float(args.get("poll", 5)))
 
     @call
-    def get_stats(self) -> dict[str, Any]:
-        return {"status": "ok", "running": sorted(self._running), **self._stats}
+    async def get_stats(self) -> dict[str, Any]:
+        """Counts, the cards running, and ``paused``: the holds on claiming (why, until when)."""
+        holds = await self._holds()
+        return {"status": "ok", "running": sorted(self._running), "paused": holds, **self._stats}
+
+    @call(access="admin")
+    async def pause_worker(self, reason: str = "") -> dict[str, Any]:
+        """Claim no card until ``resume_worker``, past any period's end: an admin keeping it paused."""
+        _require_admin("pause_worker")
+        if not isinstance(reason, str) or len(reason) > 1000:
+            raise InvalidArgument("pause_worker: reason is at most 1000 characters", field="reason")
+        who = current_context().principal
+        hold = {
+            "hold": "all",
+            "paused_by": "admin",
+            "by": who,
+            "reason": reason or f"paused by {who}",
+            "resume_at": None,
+            "since": self.host.now(),
+        }
+        await self.host.kv.put(PAUSED + "admin", hold)
+        fire_audit(self.host, "kanban_worker_paused", f"by={who} reason={reason[:200]}", data=hold)
+        return {"status": "ok", "paused": await self._holds()}
+
+    @call(access="admin")
+    async def resume_worker(self) -> dict[str, Any]:
+        """Resume now: every hold goes (an admin's and the caps'); a cap still spent pauses it again at the
+        next card it refuses."""
+        _require_admin("resume_worker")
+        gone = [k for k, _ in await self.host.kv.list(PAUSED)]
+        for key in gone:
+            await self.host.kv.delete(key)
+        who = current_context().principal
+        fire_audit(
+            self.host, "kanban_worker_resumed", f"by={who} holds={len(gone)}", data={"by": who, "holds": gone}
+        )
+        self.host.send("kanban_worker", "poll", {})  # claim what waited, now rather than at the next poll
+        return {"status": "ok", "resumed": [k[len(PAUSED) :] for k in gone], "paused": []}
 
     @cast
     async def poll(self) -> None:
@@ -197,6 +284,9 @@ class KanbanWorker(GenServer):
         free = self.max_concurrent - len(self._running)
         if free <= 0:
             return
+        holds = await self._holds()
+        if held(holds, "", ""):
+            return  # paused at the worker's (or the tenant's) cap, or by an admin
         ready = (await self.host.ask("kanban", "list", {"status": "ready", "limit": 100}))["tasks"]
         for card in ready:
             if free <= 0:
@@ -204,7 +294,7 @@ class KanbanWorker(GenServer):
             assignee = str(card.get("assignee") or "")
             if not (assignee == self.prefix or assignee.startswith(self.prefix + ":")):
                 continue
-            if card["task_id"] in self._running:
+            if card["task_id"] in self._running or held(holds, _turn_principal(card), card["task_id"]):
                 continue
             session = f"kanban:{card['task_id']}:{card['attempts'] + 1}"
             try:
@@ -221,7 +311,7 @@ class KanbanWorker(GenServer):
         ctx = RequestContext(
             tenant=self._scope[0],
             namespace=self._scope[1],
-            principal=str(card.get("created_by") or card.get("assignee") or "kanban_worker"),
+            principal=_turn_principal(card),
             roles=frozenset({"user"}),
             request_id=f"kanban:{task_id}",
         )
@@ -235,12 +325,17 @@ class KanbanWorker(GenServer):
                 else:
                     shown = await self.host.ask("kanban", "show", {"task_id": task_id})
                     prompt = worker_prompt(card, shown["dependencies"])
-                    extra = {"instructions": worker_instructions(card)}
+                    # The turn's usage counts for the kanban worker's budget too (the agent checks that
+                    # this session holds the card's claim).
+                    extra = {"instructions": worker_instructions(card), "kanban_card": task_id}
                     with acting_as(ctx):
                         reply = await run_turn_once(
                             self.host, session, session, prompt, extra=extra, timeout=self.turn_timeout
                         )
             except ActorError as e:
+                if e.code in BUDGET_REFUSALS:
+                    await self._pause(card, session, e)
+                    return
                 reason = f"{e.code}: {e.message}"
                 status = await self._report_failure(task_id, session, reason)
                 retried = " (the card will be retried)" if status == "ready" else ""
@@ -250,6 +345,67 @@ class KanbanWorker(GenServer):
         finally:
             beat.cancel()
             self._running.pop(task_id, None)
+
+    async def _holds(self) -> list[dict[str, Any]]:
+        """The holds on claiming now; a cap's hold whose period has rolled over (the actor's clock) goes,
+        with an audit event."""
+        now = self.host.now()
+        out = []
+        for key, hold in await self.host.kv.list(PAUSED):
+            if not isinstance(hold, dict):
+                continue
+            resume_at = hold.get("resume_at")
+            if hold.get("paused_by") == "budget" and isinstance(resume_at, int | float) and now >= resume_at:
+                await self.host.kv.delete(key)
+                fire_audit(
+                    self.host,
+                    "kanban_worker_resumed",
+                    f"cap={key[len(PAUSED) :]} resume_at={resume_at}",
+                    data={"by": "budget", "holds": [key], "resume_at": resume_at},
+                )
+                continue
+            out.append({**hold, "id": key[len(PAUSED) :]})
+        return out
+
+    async def _pause(self, card: dict[str, Any], session: str, error: ActorError) -> None:
+        """A turn refused for a spend cap: hold what that cap covers until it resets (durable), put the card
+        back in ``ready`` (not a failed attempt) and say why on it."""
+        task_id = card["task_id"]
+        details = error.details
+        cap = f"{details.get('scope') or 'budget'}/{details.get('key') or ''}"
+        resets = details.get("resets_at")
+        hold = {
+            "hold": hold_for(error, _turn_principal(card), task_id),
+            "paused_by": "budget",
+            "code": error.code,
+            "reason": error.message[:1000],
+            "scope": details.get("scope"),
+            "key": details.get("key"),
+            "period": details.get("period"),
+            "resume_at": float(resets) if isinstance(resets, int | float) else None,
+            "since": self.host.now(),
+        }
+        await self.host.kv.put(PAUSED + cap, hold)
+        now = (await self.host.ask("kanban", "show", {"task_id": task_id}))["task"]
+        if now["status"] == "in_progress" and (now.get("claim") or {}).get("worker") == session:
+            await self.host.ask("kanban", "move", {"task_id": task_id, "status": "ready"})
+        self._stats["put_back"] += 1
+        until = (
+            "when the budget resets"
+            if hold["resume_at"] is not None
+            else "when an admin resumes the worker (kanban_worker.resume_worker)"
+        )
+        text = f"Paused: {error.message}. Nothing was sent; the card goes back to ready and runs {until}."
+        try:
+            await self.host.ask("kanban", "comment", {"task_id": task_id, "text": text[:4000]})
+        except ActorError as e:
+            self.host.log.info("kanban %s: pause not commented (%s)", task_id, e.message)
+        fire_audit(
+            self.host,
+            "kanban_worker_paused",
+            f"cap={cap} task_id={task_id} resume_at={hold['resume_at']}",
+            data={**hold, "task_id": task_id},
+        )
 
     async def _settle_waiting(self, task_id: str, waiting: dict[str, Any]) -> None:
         """A card blocked while its turn waits for an approval: once the approval is decided and the turn has

@@ -293,11 +293,25 @@ async def test_kanban_worker_turns_count_for_the_kanban_worker_scope(
     )
     stub.reply(answer("card done"))
     messages = [{"role": "user", "content": "do the card"}]
-    await gateway(node, "completion", messages=messages, session_id="kanban:t1:1", user_id="alice")
+    await gateway(
+        node,
+        "completion",
+        messages=messages,
+        session_id="kanban:t1:1",
+        user_id="alice",
+        kanban_worker="kanban_worker",
+    )
     usage = await gateway(node, "get_usage", scope="kanban_worker", period="month")
     assert usage["current"]["label"] == "2027-01" and usage["current"]["total_tokens"] == 2500
     with pytest.raises(ActorError) as refused:
-        await gateway(node, "completion", messages=messages, session_id="kanban:t2:1", user_id="alice")
+        await gateway(
+            node,
+            "completion",
+            messages=messages,
+            session_id="t2",
+            user_id="alice",
+            kanban_worker="kanban_worker",
+        )
     assert refused.value.details["scope"] == "kanban_worker"
     assert "monthly budget of 2000 tokens for kanban worker" in refused.value.message
     assert len(stub.seen) == 1
