@@ -42,6 +42,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationInfo, field_validator
 
+from minihermes.credentials import CredentialVault, check_api_key, check_phantom_token
 from minihermes.llm import (
     Completion,
     CompletionRequest,
@@ -74,7 +75,6 @@ from minihermes.runtime import (
 
 from . import gateway as policy
 from .audit_event import fire_audit
-from .credentials import CredentialVault, check_api_key, check_phantom_token
 from .gateway import (
     BudgetExceeded,
     Caller,

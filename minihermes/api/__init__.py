@@ -10,6 +10,8 @@ Every actor op is ``POST /api/v1/actors/{actor}/{op}`` with the op's arguments a
 API keys live (hashed) in the node's store: ``create_api_key``, ``list_api_keys``, ``revoke_api_key``.
 """
 
+from minihermes.permissions import DEFAULT_PERMISSIONS, ROLES, PermissionTable
+
 from ._app import create_app
 from ._auth import LOCAL_OWNER, AuthConfig
 from ._core import LOOPBACK_HOSTS, ApiState
@@ -27,7 +29,6 @@ from ._keys import (
 from ._logging import JsonFormatter, use_json_logs
 from ._server import InsecureBindError, bind_http, check_bind, is_loopback, local_url, serve_http
 from ._shedding import SheddingConfig
-from .permissions import DEFAULT_PERMISSIONS, ROLES, PermissionTable
 
 __all__ = [
     "DEFAULT_PERMISSIONS",

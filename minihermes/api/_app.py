@@ -12,6 +12,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from minihermes.permissions import DEFAULT_PERMISSIONS, PermissionTable
 from minihermes.runtime import Node, RequestContext
 
 from ._access import (
@@ -45,7 +46,6 @@ from ._schemas import fixed_responses
 from ._sessions import add_session_routes
 from ._shedding import SheddingConfig, install_shedding
 from ._skill_upload import add_skill_upload_routes, skill_upload_openapi
-from .permissions import DEFAULT_PERMISSIONS, PermissionTable
 
 log = logging.getLogger("minihermes.api")
 

@@ -26,12 +26,12 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
+from minihermes.permissions import effective_roles
 from minihermes.runtime import DEFAULT_NAMESPACE, DEFAULT_TENANT, InvalidArgument, RequestContext
 from minihermes.runtime.store import Store
 
 from ._errors import ApiError, unauthenticated
 from ._keys import KEY_PREFIX, RESERVED_PRINCIPALS, ApiKeyError, verify_api_key
-from .permissions import effective_roles
 
 log = logging.getLogger("minihermes.api")
 

@@ -16,9 +16,8 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from minihermes.permissions import PermissionTable
 from minihermes.runtime import Node
-
-from .permissions import PermissionTable
 
 MIN_TIMEOUT = 0.001
 """The shortest ``?timeout=`` taken (1 ms): below it a wait means nothing (``1e-45`` is a valid float)."""

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from fastapi import Request
 from fastapi.responses import Response
 
+from minihermes.permissions import PermissionTable
 from minihermes.runtime import ActorError, Node, RequestContext
 
 from ._approvers import report_admins
@@ -26,7 +27,6 @@ from ._auth import Authenticator
 from ._body import dump
 from ._catalog import ActorInfo, build_catalog
 from ._errors import ApiError, forbidden
-from .permissions import PermissionTable
 
 log = logging.getLogger("minihermes.api")
 access_log = logging.getLogger("minihermes.api.access")

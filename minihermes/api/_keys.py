@@ -19,9 +19,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from minihermes.permissions import ROLES
 from minihermes.runtime.store import Store
-
-from .permissions import ROLES
 
 KEY_SCOPE: tuple[str, str] = ("system", "__api_keys__")
 KEY_PREFIX = "mh_"

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from minihermes.agent.credentials import CredentialVault
+from minihermes.credentials import CredentialVault
 from minihermes.runtime import ActorError, ConfigError, Node, SystemClock
 
 from ..llm.support import FAKE_KEY, Reply

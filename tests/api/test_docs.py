@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from minihermes.api.permissions import ACCESS_ROLES, DEFAULT_PERMISSIONS
 from minihermes.app import build_agent_node, default_config
+from minihermes.permissions import ACCESS_ROLES, DEFAULT_PERMISSIONS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "http-api.md"
 

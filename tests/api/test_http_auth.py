@@ -20,7 +20,7 @@ from minihermes.api import (
     list_api_keys,
     revoke_api_key,
 )
-from minihermes.api.permissions import MUTATING
+from minihermes.permissions import MUTATING
 
 from .actors import CALLS
 from .conftest import PERMISSIONS, SECRET, bearer, token

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from minihermes import permissions
-from minihermes.api.permissions import DEFAULT_PERMISSIONS, PermissionTable
+from minihermes.permissions import DEFAULT_PERMISSIONS, PermissionTable
 
 from .world import CANARIES, PRINCIPALS, World, context, world
 
