@@ -81,9 +81,9 @@ class PermissionTable:
         one of ``ACCESS_ROLES`` raises ``ValueError`` here, at start-up."""
         declared: dict[tuple[str, str], str] = {}
         for name, cls in actors.items():
-            for op, handler in cls._handlers.items():
-                if handler.access is not None and not handler.internal:
-                    declared[(name, op)] = handler.access
+            for op, info in cls.ops().items():
+                if info.access is not None:
+                    declared[(name, op)] = info.access
         return PermissionTable({**declared, **self._table}, default=self.default)
 
     def for_node(self, node: NodeActors) -> PermissionTable:

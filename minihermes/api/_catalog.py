@@ -1,6 +1,6 @@
 """What a node offers over HTTP: its actors, their ops and each op's arguments (names, types, JSON schema).
 
-Built from the handler tables (``spec.cls._handlers``), so discovery and the OpenAPI document always match
+Built from each actor class's ops (``Actor.ops()``), so discovery and the OpenAPI document always match
 the code. Each op's access class is the one its handler declares (``@call(access=...)``) unless the
 permission table overrides it (``PermissionTable.for_node``): the HTTP edge enforces what the catalog says.
 Computed once per app: the actor types of a node do not change while it runs.
@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from minihermes.permissions import PermissionTable
-from minihermes.runtime import Node
+from minihermes.runtime import Node, Op
 
 MIN_TIMEOUT = 0.001
 """The shortest ``?timeout=`` taken (1 ms): below it a wait means nothing (``1e-45`` is a valid float)."""
@@ -70,15 +70,13 @@ def build_catalog(node: Node, permissions: PermissionTable) -> dict[str, ActorIn
     for name in node.actor_names():
         spec = node.spec(name)
         ops: dict[str, OpInfo] = {}
-        for op, handler in sorted(spec.cls._handlers.items()):
-            if handler.internal:
-                continue
-            params, schema, defs = _describe(handler.fn, handler.params, handler.var_kw)
+        for op, info in spec.cls.ops().items():
+            params, schema, defs = _describe(info)
             ops[op] = OpInfo(
                 actor=name,
                 op=op,
-                kind=handler.kind,
-                description=_first_line(handler.fn.__doc__),
+                kind=info.kind,
+                description=info.summary,
                 params=params,
                 schema=schema,
                 defs=defs,
@@ -201,19 +199,15 @@ def _links(actor: ActorInfo, producer: OpInfo) -> dict[str, Any]:
     }
 
 
-def _describe(
-    fn: Any, params: dict[str, Any], var_kw: bool
-) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
-    try:
-        hints = typing.get_type_hints(fn)
-    except Exception:  # an unresolvable annotation must not hide the op from discovery
-        hints = {}
+def _describe(info: Op) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
+    if info.model is not None:
+        return _describe_model(info)
     rows: list[dict[str, Any]] = []
     properties: dict[str, Any] = {}
     required: list[str] = []
     defs: dict[str, Any] = {}
-    for name, p in params.items():
-        tp = hints.get(name, Any)
+    for name, p in info.params.items():
+        tp = p.annotation
         schema = _schema(tp, defs)
         row: dict[str, Any] = {"name": name, "type": _type_name(tp), "required": p.required}
         if not p.required:
@@ -225,10 +219,31 @@ def _describe(
         properties[name] = schema
         if p.required:
             required.append(name)
-    obj: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": var_kw}
+    obj: dict[str, Any] = {
+        "type": "object",
+        "properties": properties,
+        "additionalProperties": info.accepts_extra,
+    }
     if required:
         obj["required"] = required
     return rows, obj, defs
+
+
+def _describe_model(info: Op) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
+    """An op taking one model: its arguments are the model's fields, its schema the model's own (with the
+    fields' constraints)."""
+    assert info.model is not None
+    schema = info.model.model_json_schema(ref_template=_REF_TEMPLATE)
+    defs = schema.pop("$defs", {})
+    schema.pop("title", None)
+    schema["additionalProperties"] = info.accepts_extra
+    rows: list[dict[str, Any]] = []
+    for name, p in info.params.items():
+        row: dict[str, Any] = {"name": name, "type": _type_name(p.annotation), "required": p.required}
+        if not p.required:
+            row["default"] = _jsonable(p.default)[0]
+        rows.append(row)
+    return rows, schema, defs
 
 
 def _schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:

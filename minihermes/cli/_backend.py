@@ -125,8 +125,7 @@ class Embedded:
     async def ops(self, actor: str) -> set[str]:
         if not await self.has_actor(actor):
             return set()
-        handlers = self.node.spec(actor).cls._handlers
-        return {name for name, h in handlers.items() if not h.internal}
+        return set(self.node.spec(actor).cls.ops())
 
     async def roles(self) -> frozenset[str]:
         return frozenset(self.ctx.roles)

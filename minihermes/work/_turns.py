@@ -33,8 +33,8 @@ def _chat_params(host: Host) -> frozenset[str]:
     """The arguments of ``chat`` on the agent this node runs (asked of the node: work never imports the
     agent, the composition root gives the node both)."""
     agent = host.actor_types().get("agent")
-    handler = agent._handlers.get("chat") if agent is not None else None
-    return frozenset(handler.params) if handler is not None else frozenset()
+    chat = agent.ops().get("chat") if agent is not None else None
+    return frozenset(chat.params) if chat is not None else frozenset()
 
 
 def agent_supports(host: Host, *args: str) -> bool:
