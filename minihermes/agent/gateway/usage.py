@@ -234,9 +234,14 @@ class UsageLedger:
     async def add_named(self, names: Sequence[str], usage: Usage, cost: float | None, model: str) -> None:
         """Count one call into each bucket of ``names``; period buckets (``@`` in the name) per model too,
         and a call of unknown price as such (``unknown_cost_calls``), never as free."""
+        cache = self._cache
         for short in names:
             name = self.PREFIX + short
-            bucket = await self._bucket(name)
+            bucket = cache.get(name)
+            if bucket is None:
+                bucket = await self._bucket(name)  # not in memory yet: loaded (or being loaded) first
+            else:
+                cache.move_to_end(name)  # as ``_bucket`` does, without a coroutine per bucket of every call
             add_usage(bucket, usage, cost)
             if cost is None:
                 bucket["unknown_cost_calls"] = int(bucket.get("unknown_cost_calls") or 0) + 1
