@@ -1,10 +1,12 @@
-"""What import-linter cannot say (scripts/check runs its contracts in .importlinter): no module imports a
-private module (``_name``) of another package. Each package offers what others may use through its public
-modules; what is private may change without warning to anyone outside it."""
+"""The import rules. The contracts of .importlinter (the layer picture of docs/architecture.md; scripts/check
+runs them) hold, and break when a subsystem imports the agent. And what import-linter cannot say: no module
+imports a private module (``_name``) of another package. Each package offers what others may use through its
+public modules; what is private may change without warning to anyone outside it."""
 
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -44,14 +46,38 @@ def test_no_package_imports_another_packages_private_modules(package: str) -> No
     assert not found, "\n".join(found)
 
 
-def test_the_import_contracts_hold() -> None:
-    """The contracts of .importlinter (also run by scripts/check), so that CI enforces them too. In a child
-    process: import-linter configures logging with ``dictConfig``, which would disable every logger of this
-    test session."""
-    config = ROOT.parent / ".importlinter"
+def _lint_imports(repo: Path) -> subprocess.CompletedProcess[str]:
+    """The contracts of ``repo``'s .importlinter over ``repo``'s ``minihermes``. In a child process started in
+    ``repo`` (so that ``minihermes`` is that copy): import-linter configures logging with ``dictConfig``,
+    which would disable every logger of this test session."""
+    config = repo / ".importlinter"
     code = (
         "import sys; from importlinter.cli import lint_imports; "
         f"sys.exit(lint_imports(config_filename={str(config)!r}, no_cache=True, show_timings=False))"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT.parent)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo)
+
+
+def test_the_import_contracts_hold() -> None:
+    """The contracts of .importlinter (also run by scripts/check), so that CI enforces them too."""
+    done = _lint_imports(ROOT.parent)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_subsystem_importing_the_agent_breaks_the_contracts(tmp_path: Path) -> None:
+    """Subsystems hear the agent through messages and turn events, never by importing it: in a copy of the
+    package, ``work`` and ``skills`` importing ``minihermes.agent.memory`` break the check, which passes on
+    the unmodified copy."""
+    shutil.copytree(ROOT, tmp_path / "minihermes", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy(ROOT.parent / ".importlinter", tmp_path / ".importlinter")
+    clean = _lint_imports(tmp_path)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+
+    for module in ("work/goals.py", "skills/curator.py"):
+        path = tmp_path / "minihermes" / module
+        path.write_text(path.read_text() + "\nfrom minihermes.agent.memory import Memory  # noqa: E402\n")
+    broken = _lint_imports(tmp_path)
+    assert broken.returncode != 0, broken.stdout
+    assert "BROKEN" in broken.stdout
+    assert "minihermes.work.goals -> minihermes.agent.memory" in broken.stdout
+    assert "minihermes.skills.curator -> minihermes.agent.memory" in broken.stdout
