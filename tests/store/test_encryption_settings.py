@@ -104,7 +104,11 @@ async def test_a_new_store_uses_the_cheaper_hmac_and_derives_a_passphrase_once(
         assert f"passphrase (PBKDF2-HMAC-SHA512, derived once per open), {keys.CURRENT.name} pages)" in (
             await encryption_finding(store)
         )
-    assert len(derivations) == 1
+        # A rotation derives the new passphrase's key once, with the file's salt, and keeps the settings.
+        await store.rotate_key(keys.parse_key(OTHER_PASSPHRASE, "test"))  # type: ignore[attr-defined]
+        assert await asyncio.gather(*(store.kv.get(SCOPE, f"k{i:02}") for i in range(20))) == got
+    assert len(derivations) == 2
+    assert len(stock_open(db, OTHER_PASSPHRASE, keys.CURRENT.hmac_algorithm)) == 20
 
 
 @pytest.mark.parametrize("secret", [PASSPHRASE, f"x'{RAW}'"], ids=["passphrase", "raw key"])
