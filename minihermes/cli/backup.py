@@ -29,7 +29,7 @@ from typing import Annotated, Any
 
 import typer
 
-from minihermes.runtime import AppConfig, ConfigError, DataDirBusy, DataDirLock
+from minihermes.runtime import AppConfig, ConfigError, DataDirBusy, DataDirLock, running_node
 from minihermes.runtime.store import (
     BackupError,
     Rate,
@@ -150,6 +150,12 @@ def restore(
         cfg, data_dir = _config(config)
         from .doctor import node_store
 
+        holder = running_node(data_dir) if data_dir.is_dir() else None
+        if holder is not None:  # a node's own data dir is not a new one: never copied under it
+            typer.echo(
+                f"error: {DataDirBusy(data_dir.resolve(), holder)}: restore into a new data dir", err=True
+            )
+            raise typer.Exit(1)
         if cfg is not None and cfg.model.node.backend == "postgres":
             manifest = _pg_restore(cfg, src, data_dir)
         else:
