@@ -28,6 +28,7 @@ from minihermes.context.search_tool import SESSION_SEARCH_TOOLSET
 from minihermes.context.toolsets import check_names
 from minihermes.llm import egress
 from minihermes.mcp import MCP_TOOLSET, MCPManager
+from minihermes.platforms import PLATFORM_ROLES
 from minihermes.runtime import AppConfig, Clock, ConfigError, Node, build_node, register_actor_type
 from minihermes.skills import SKILL_ROLES, SKILLS_TOOLSET, SkillTools
 from minihermes.tools import CORE_TOOLSETS, Toolset
@@ -48,6 +49,7 @@ ROLES = {
     "minihermes.tool_executor": ToolExecutor,
     **WORK_ROLES,
     **SKILL_ROLES,
+    **PLATFORM_ROLES,
 }
 for _role, _cls in ROLES.items():
     register_actor_type(_role, _cls)
@@ -262,6 +264,23 @@ facets = [
   { type = "durability", priority = 90, config = { checkpoint_interval = 1 } },
 ]
 # (end of work actors)
+
+# Messaging platforms (minihermes/platforms): the registry and pairings per tenant, one adapter per connection.
+[[supervisor.children]]
+name = "platform_gateway"
+role = "minihermes.platform_gateway"
+facets = [
+  { type = "tenancy", config = { per_tenant = true } },
+  { type = "durability", config = { checkpoint_interval = 1 } },
+]
+
+[[supervisor.children]]
+name = "platform_adapter"
+role = "minihermes.platform_adapter"
+facets = [
+  { type = "virtual_actor", priority = 100, config = { idle_timeout = "0s", key_field = "name" } },
+  { type = "durability", priority = 90, config = { checkpoint_interval = 1 } },
+]
 """
 
 
