@@ -3,8 +3,10 @@
 - ``list_tools`` is sorted and byte-stable (the LLM prompt prefix it feeds must not change between turns);
   ``register_tool`` checks the schema and keeps runtime tools in durable state, so they survive restarts.
 - ``execute`` validates the input against the tool's schema, then runs the tool in a task of its own, with a
-  per-tool timeout on the node's clock. The actor replies when the tool is done but keeps serving its mailbox
-  meanwhile, so one slow tool never holds up the tenant's other sessions. A tool that raises, hangs or returns
+  per-tool timeout on the node's clock (a tool declaring an ``inline`` function runs it in place instead).
+  The agent sends the turn's facts with each call (``turn``): the handler gets them as ``env.turn``. The
+  actor replies when the tool is done but keeps serving its mailbox meanwhile, so one slow tool never holds
+  up the tenant's other sessions. A tool that raises, hangs or returns
   garbage costs only that call: the reply is ``{"status": "error", "error": {code, message}}`` for the LLM to
   read, never an exception and never a crash of this actor.
 - Results of tools that bring in outside content are marked ``untrusted`` and wrapped as data.
@@ -56,7 +58,7 @@ from minihermes.runtime import (
     current_context,
     state,
 )
-from minihermes.tools.builtin import CORE_TOOLSETS, calculate_now
+from minihermes.tools.builtin import CORE_TOOLSETS
 from minihermes.tools.catalog import (
     Catalog,
     ToolDef,
@@ -73,6 +75,7 @@ from minihermes.tools.contract import (
     Permission,
     ToolEnv,
     ToolFailure,
+    TurnInfo,
     UntrustedResult,
     mark_untrusted,
     resolve_permission,
@@ -83,8 +86,6 @@ from minihermes.tools.workspace import workspace_path
 __all__ = ["ToolExecutor", "workspace_path"]
 
 DEFAULT_TIMEOUT = 30.0
-TERMINAL_GRACE = 15.0
-"""The terminal tool's timeout is its sandbox wall clock plus this (the sandbox kills first)."""
 MAX_RESULT_CHARS = 64_000
 MAX_TOOLS = 200
 MAX_OWNED_TOOLS = 20
@@ -165,11 +166,19 @@ class ToolExecutor(GenServer):
         toolsets = args.get("toolsets")
         catalog = Catalog(CORE_TOOLSETS if toolsets is None else toolsets)
         self._kinds: dict[str, ToolDef] = catalog.tools
+        self._facts = catalog.facts
+        """Each toolset's offering facts (``Toolset.facts``)."""
         """The built-in tools (of every toolset given, whether or not this node has what each requires)."""
         self._env = ExecutorEnv(
             self.workspace_root, self.terminal_limits, self.sandbox_policy, catalog.toolsets
         )
         """What every call's ``ToolEnv`` shares."""
+        self._kind_timeouts = {
+            name: float(t.handler_config.get("timeout") or 0)
+            or (t.timeout_of(self._env) if t.timeout_of is not None else self.default_timeout)
+            for name, t in self._kinds.items()
+        }
+        """Each built-in's timeout (``Tool.timeout``), read once: a registration on it inherits it."""
         self._registered: dict[str, ToolDef] = {}
         for name, record in self.tools.items():
             try:
@@ -177,6 +186,7 @@ class ToolExecutor(GenServer):
             except Exception as e:  # a record this version cannot run: keep it stored, leave it out
                 self.host.log.warning("registered tool %s cannot be loaded: %s", name, e)
         self._listing: list[dict[str, Any]] | None = None
+        self._listed_facts: dict[str, dict[str, Any]] = {}
         self._listing_key: tuple[int, frozenset[str]] = (0, frozenset())
         self._digest = ""
         self._running: dict[str, asyncio.Task[Any]] = {}
@@ -194,15 +204,19 @@ class ToolExecutor(GenServer):
     @call(access="read")
     def list_tools(self) -> dict[str, Any]:
         """Every tool the caller may see, sorted by name: ``{name, description, input_schema, effects,
-        trust}`` (the tenant's tools, and the caller's own self-written ones). The same catalogue always
-        gives the same bytes; ``digest`` changes exactly when the catalogue does. The ``input_schema``
-        objects are shared with the catalogue: copy one before changing it."""
+        trust, toolset, offered}`` (the tenant's tools, and the caller's own self-written ones), and
+        ``toolsets``: the offering facts of each toolset listed (``{offered, intents, purpose}``, what a turn's
+        toolset selection reads). The same catalogue always gives the same bytes; ``digest`` changes exactly
+        when the catalogue does. The ``input_schema`` objects and ``toolsets`` are shared with the
+        catalogue: copy one before changing it."""
         key = self._builtin_key()
         if self._listing is None or key != self._listing_key:
             self._listing_key = key
             every = {**self._builtins(), **{n: t for n, t in self._registered.items() if not t.owner}}
             self._listing = [every[n].listing() for n in sorted(every)]
-            encoded = json.dumps(self._listing, ensure_ascii=False).encode()
+            listed = {t.toolset for t in every.values() if t.toolset}
+            self._listed_facts = {n: f for n, f in sorted(self._facts.items()) if n in listed}
+            encoded = json.dumps([self._listing, self._listed_facts], ensure_ascii=False).encode()
             self._digest = hashlib.sha256(encoded).hexdigest()[:16]
         listing, digest = self._listing, self._digest
         principal = current_context().principal
@@ -215,7 +229,13 @@ class ToolExecutor(GenServer):
             encoded = json.dumps(mine, ensure_ascii=False).encode()
             digest = hashlib.sha256(digest.encode() + encoded).hexdigest()[:16]
         tools = [dict(t) for t in listing]
-        return {"status": "ok", "tools": tools, "count": len(tools), "digest": digest}
+        return {
+            "status": "ok",
+            "tools": tools,
+            "count": len(tools),
+            "digest": digest,
+            "toolsets": self._listed_facts,
+        }
 
     @call(access="admin")
     def register_tool(
@@ -346,9 +366,12 @@ class ToolExecutor(GenServer):
     # -- execution ----------------------------------------------------------------------------------------
 
     @call(access="admin")
-    def execute(self, name: str, input: Any = None, session_id: str = "") -> Any:
+    def execute(
+        self, name: str, input: Any = None, session_id: str = "", turn: dict[str, Any] | None = None
+    ) -> Any:
         """Run a tool: ``{status: "ok", result, untrusted}`` or ``{status: "error", error: {code, message}}``.
-        Unknown tools and invalid input are error results too (the LLM reads them)."""
+        Unknown tools and invalid input are error results too (the LLM reads them). ``turn``: the facts of
+        the turn that makes the call (``TurnInfo`` fields), handed to the handler as ``env.turn``."""
         if not name:
             raise InvalidArgument("execute: name must not be empty", op="execute", field="name")
         name = name[:200]  # the LLM wrote it; no tool name is that long, so it stays unknown
@@ -373,13 +396,18 @@ class ToolExecutor(GenServer):
         refused = self._authorize(tool, args, session_id)
         if refused is not None:
             return self._finish(name, session_id, args, started, failure=refused)
-        if tool.builtin and tool.handler_type == "calculator":
-            # Bounded and in-process: no task, no timer.
+        inline = tool.inline
+        if inline is not None:
+            # Bounded and in-process (``Tool.inline``): no task, no timer.
             try:
-                result = calculate_now(args)
+                result = inline(args)
             except ToolFailure as e:
                 return self._finish(name, session_id, args, started, failure=e)
             return self._finish(name, session_id, args, started, result=result)
+        try:  # read here, after the inline path: an inline function gets the input only
+            info = TurnInfo.of(turn)
+        except ValueError as e:
+            raise InvalidArgument(f"execute: {e}", op="execute", field="turn") from None
         ctx = current_context()
         env = ToolEnv(
             host=self.host,
@@ -387,6 +415,7 @@ class ToolExecutor(GenServer):
             namespace=ctx.namespace,
             session_id=session_id,
             executor=self._env,
+            turn=info,
         )
         task = self.host.spawn(self._run(uuid.uuid4().hex, tool, args, env, started))
         return Deferred(task)
@@ -584,12 +613,14 @@ class ToolExecutor(GenServer):
         return f"no tool named '{name}'" + (f"; did you mean '{hint[0]}'?" if hint else "")
 
     def _timeout(self, tool: ToolDef) -> float:
+        """A registration's own timeout, else its kind's (``Tool.timeout``, read when this started)."""
         declared = tool.handler_config.get("timeout")
         if declared:
             return float(declared)
-        if tool.handler_type == "terminal":
-            return self.terminal_limits.wall_seconds + TERMINAL_GRACE
-        return self.default_timeout
+        kind = tool.base if tool.base is not None else tool
+        return (
+            self._kind_timeouts.get(kind.name, self.default_timeout) if kind.builtin else self.default_timeout
+        )
 
     def _count(self, name: str, failure: ToolFailure | None, duration_ms: float) -> None:
         stats = self._stats

@@ -23,7 +23,7 @@ from minihermes.llm import ToolView
 from minihermes.runtime import ActorError, ActorNotFound, Host
 
 from . import prompt, recall
-from .toolsets import ToolChoice, offers
+from .toolsets import NO_OFFERING, Offering, ToolChoice, offers
 
 
 @dataclass
@@ -65,12 +65,13 @@ async def _optional(host: Host, target: str, op: str, payload: dict[str, Any], t
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Catalogue:
-    """One tool executor listing as the model sees it: the views in name order and each one's toolset
-    (empty for a registered tool). Shared, read-only."""
+    """One tool executor listing as the model sees it: the views in name order, each one's toolset (empty
+    for a registered tool) and what its toolsets declare about being offered. Shared, read-only."""
 
     digest: str
     views: tuple[ToolView, ...]
     toolsets: tuple[str, ...]
+    offering: Offering = NO_OFFERING
 
     def toolset_of(self, names: Iterable[str]) -> set[str]:
         """The toolsets of the named tools (registered tools have none)."""
@@ -114,7 +115,9 @@ async def catalogue(host: Host, timeout: float = 10.0) -> Catalogue:
         ToolView(name=t["name"], description=t.get("description", ""), input_schema=t.get("input_schema", {}))
         for t in listed
     )
-    cat = Catalogue(key or "", views, tuple(str(t.get("toolset") or "") for t in listed))
+    facts = reply.get("toolsets")
+    offering = Offering.of(listed, facts if isinstance(facts, dict) else {})
+    cat = Catalogue(key or "", views, tuple(str(t.get("toolset") or "") for t in listed), offering)
     if key:
         _remember(_CATALOGUES, key, cat)
     return cat
@@ -209,7 +212,9 @@ async def gather_turn(
         _optional(host, "goals", "list_goals", {"session_id": session_id, "status": "active"}, t),
     ]
     cat, core, skills, facts, memories, goals = await asyncio.gather(*calls)
-    selection = None if tool_choice is None else tool_choice.select(message, cat.toolset_of(kept_tools))
+    selection = (
+        None if tool_choice is None else tool_choice.select(message, cat.toolset_of(kept_tools), cat.offering)
+    )
     core_list = list((core or {}).get("memories") or [])
     prefix = prompt.stable_prefix(soul, project, core_list)
     core_keys = {m["key"] for m in core_list}
@@ -238,19 +243,3 @@ async def gather_turn(
 
 async def _none() -> None:
     return None
-
-
-TURN_META = "turn_meta:"
-"""kv key (+ session id) where the agent keeps the running turn's delegation depth, cron job and tool
-allow-list when it has any."""
-
-
-async def turn_info(host: Host, session_id: str) -> dict[str, Any]:
-    """What a tool may know about the turn that called it: ``{delegation_depth, cron_job, allowed_tools}``
-    (defaults when the turn has none of them)."""
-    meta = await host.kv.get(TURN_META + session_id) if session_id else None
-    out: dict[str, Any] = {"delegation_depth": 0, "cron_job": "", "allowed_tools": None}
-    if isinstance(meta, dict):
-        out.update({k: meta.get(k, out[k]) for k in out})
-        out["turn_id"] = meta.get("turn_id", "")
-    return out

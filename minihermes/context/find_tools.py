@@ -3,7 +3,8 @@
 A turn's toolsets are chosen before the model reads the request (configuration, and patterns on the message),
 so a request may need a tool that is not offered. Every turn that chooses its toolsets (``auto_toolsets``, no
 tool allow-list) also offers ``find_tools {query?, toolsets?, keep?}``, whose description lists, one line
-each, the toolsets of the catalogue the turn does not offer yet. A call lists the toolsets there are (name:
+each, the toolsets of the catalogue the turn does not offer yet (what each is for: its declared ``purpose``,
+else its first tool's description). A call lists the toolsets there are (name:
 what it is for: its tools), those matching ``query`` when one is given, and adds the ``toolsets`` it names
 to the rest of the turn; with ``keep``, to the session's own toolsets too (as ``agent.set_toolsets``). A
 name that is no toolset of the catalogue is an ``invalid_input`` tool error listing the valid ones.
@@ -29,23 +30,6 @@ from .assembly import Catalogue
 NAME = "find_tools"
 MAX_TOOLSETS = 32
 MAX_QUERY_CHARS = 200
-PURPOSES: dict[str, str] = {
-    "compute": "arithmetic",
-    "memory": "remember and recall facts",
-    "web": "HTTP requests to service links",
-    "files": "this chat's files",
-    "terminal": "run commands in a sandbox",
-    "session_search": "search past chats",
-    "kanban": "to-do list, task cards",
-    "delegation": "hand tasks to sub-agents",
-    "schedule": "reminders, recurring jobs",
-    "goals": "this chat's goals",
-    "skills": "manage skills and own tools",
-    "mcp": "MCP servers' tools",
-}
-"""What each built-in toolset is for, as ``find_tools`` says it (short: the lines of the toolsets not offered
-are in every LLM call of a turn). A toolset not named here (an embedding program's own) is described by its
-first tool's description."""
 _PURPOSE_CHARS = 60
 _INTRO = "Add toolsets to this turn (keep: true, to later turns too). Not offered now:"
 _SCHEMA: dict[str, Any] = {
@@ -175,12 +159,13 @@ def _lines(cat: Catalogue) -> dict[str, tuple[str, list[str]]]:
     """Each toolset of ``cat`` with at least one tool listed, in name order: (purpose, its tools)."""
     tools: dict[str, list[str]] = {}
     first: dict[str, str] = {}
+    purposes = cat.offering.purposes
     for v, ts in zip(cat.views, cat.toolsets, strict=True):
         if ts:
             tools.setdefault(ts, []).append(v["name"])
             first.setdefault(ts, str(v.get("description") or ""))
     return {
-        name: (PURPOSES.get(name) or _first_sentence(first[name], name), tools[name])
+        name: (purposes.get(name) or _first_sentence(first[name], name), tools[name])
         for name in sorted(tools)
     }
 
@@ -216,7 +201,6 @@ __all__ = [
     "MAX_QUERY_CHARS",
     "MAX_TOOLSETS",
     "NAME",
-    "PURPOSES",
     "answer",
     "answers",
     "offer",

@@ -109,4 +109,5 @@ SESSION_SEARCH_TOOLSET = Toolset(
             permission=("agent", "session_search"),
         )
     ],
+    purpose="search past chats",
 )

@@ -19,7 +19,7 @@ from typing import Any
 
 from minihermes.runtime import ActorNotFound
 from minihermes.tools.catalog import Toolset
-from minihermes.tools.contract import MUTATING, UNTRUSTED, Tool, ToolEnv, ToolFailure
+from minihermes.tools.contract import MUTATING, ON_REQUEST, UNTRUSTED, Tool, ToolEnv, ToolFailure
 
 from ._config import MAX_TIMEOUT
 
@@ -64,5 +64,11 @@ MCP_CALL = Tool(
     permission="write",
 )
 
-MCP_TOOLSET = Toolset("mcp", [MCP_CALL])
+MCP_TOOLSET = Toolset(
+    "mcp",
+    [MCP_CALL],
+    offered=ON_REQUEST,
+    intents=[r"\bmcp\b|\bmcp_"],
+    purpose="MCP servers' tools",
+)
 """The ``mcp`` toolset: the kind every MCP tool is registered on (given to the executor by the app)."""

@@ -18,7 +18,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from minihermes.tools.contract import READ, TRUSTED, Tool, ToolEnv, UntrustedResult
+from minihermes.tools.contract import CORE, READ, TRUSTED, Tool, ToolEnv, UntrustedResult
 from minihermes.tools.sandbox import make_workspace
 from minihermes.tools.workspace import Quota, Workspace, WorkspaceError, safe_component, workspace_path
 
@@ -116,4 +116,5 @@ SKILL_VIEW = Tool(
     handler=skill_view,
     requires="skill_store",
     permission=("skill_store", "view_skill"),
+    offered=CORE,  # reading the skills the prompt lists: every turn (the rest of ``skills`` on request)
 )

@@ -60,6 +60,7 @@ from minihermes.runtime import (
 from minihermes.tools.catalog import Toolset
 from minihermes.tools.contract import (
     MUTATING,
+    ON_REQUEST,
     TOOL_NAME,
     TRUSTED,
     Tool,
@@ -613,6 +614,12 @@ SKILLS_TOOLSET = Toolset(
         ),
         SKILL_VIEW,
     ],
+    offered=ON_REQUEST,
+    intents=[
+        r"\b(?:create|make|write|build|add|define)\s+(?:(?:a|an|my|your|the|new|own|python)\s+)*tools?\b",
+        r"\bskills?\b|\bskill_manage\b|\bself-written\b",
+    ],
+    purpose="manage skills and own tools",
 )
 """The ``skills`` toolset: ``skill_manage``, ``run_skill_tool`` and ``skill_view`` (given to the executor by
 the app)."""

@@ -1,7 +1,9 @@
 """The tool contract, the built-in tools and the boundary for untrusted code.
 
 - ``contract``: a ``Tool`` (name, description, input schema, effects, trust, review, permission, toolset,
-  handler), the ``ToolEnv`` a handler gets and the ``ToolFailure`` it raises.
+  handler, and the facts the catalogue, the executor and a turn's toolset selection read: ``offered``,
+  ``effects_of``, ``inline``, ``timeout``), the ``ToolEnv`` a handler gets (with the calling turn's
+  ``TurnInfo``) and the ``ToolFailure`` it raises.
 - ``catalog``: ``Toolset`` (a named group of tools), the ``Catalog`` one tool executor runs, runtime
   registrations (``service_link``, ``python``, a built-in tool with pinned input).
 - ``builtin``: the core toolsets (``compute``, ``memory``, ``web``, ``files``, ``terminal``).
@@ -24,7 +26,9 @@ if TYPE_CHECKING:
     from .builtin import CORE_TOOLSETS
     from .catalog import Catalog, ToolDef, Toolset
     from .contract import (
+        CORE,
         MUTATING,
+        ON_REQUEST,
         READ,
         TRUSTED,
         UNTRUSTED,
@@ -32,6 +36,7 @@ if TYPE_CHECKING:
         Tool,
         ToolEnv,
         ToolFailure,
+        TurnInfo,
         UntrustedResult,
     )
 
@@ -40,7 +45,9 @@ _LAZY = {
     "Catalog": "catalog",
     "ToolDef": "catalog",
     "Toolset": "catalog",
+    "CORE": "contract",
     "MUTATING": "contract",
+    "ON_REQUEST": "contract",
     "READ": "contract",
     "TRUSTED": "contract",
     "UNTRUSTED": "contract",
@@ -48,6 +55,7 @@ _LAZY = {
     "Tool": "contract",
     "ToolEnv": "contract",
     "ToolFailure": "contract",
+    "TurnInfo": "contract",
     "UntrustedResult": "contract",
 }
 
@@ -60,8 +68,10 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "CORE",
     "CORE_TOOLSETS",
     "MUTATING",
+    "ON_REQUEST",
     "READ",
     "TRUSTED",
     "UNTRUSTED",
@@ -72,5 +82,6 @@ __all__ = [
     "ToolEnv",
     "ToolFailure",
     "Toolset",
+    "TurnInfo",
     "UntrustedResult",
 ]

@@ -18,7 +18,17 @@ from minihermes.runtime import ActorNotFound
 from ._sandbox_types import READONLY_WORKSPACE_DIRS
 from .calculator import CalculatorError, calculate
 from .catalog import HTTP_METHODS, Toolset
-from .contract import MUTATING, READ, TRUSTED, UNTRUSTED, Permission, Tool, ToolEnv, ToolFailure
+from .contract import (
+    MUTATING,
+    READ,
+    TRUSTED,
+    UNTRUSTED,
+    ExecutorEnv,
+    Permission,
+    Tool,
+    ToolEnv,
+    ToolFailure,
+)
 from .sandbox import SandboxError, make_workspace, run_sandboxed
 from .workspace import Quota, Usage, Workspace, WorkspaceError, workspace_path
 
@@ -222,6 +232,18 @@ def _http_permission(args: dict[str, Any]) -> Permission:
     return "read" if str(args.get("method") or "GET").upper() == "GET" else "write"
 
 
+def _http_effects(args: dict[str, Any]) -> str:
+    return READ if str(args.get("method") or "GET").upper() == "GET" else MUTATING
+
+
+TERMINAL_GRACE = 15.0
+"""The terminal tool's timeout is its sandbox wall clock plus this (the sandbox kills first)."""
+
+
+def _terminal_timeout(executor: ExecutorEnv) -> float:
+    return executor.terminal_limits.wall_seconds + TERMINAL_GRACE
+
+
 async def _read_file(args: dict[str, Any], env: ToolEnv) -> Any:
     def op(ws: Workspace) -> Any:
         got = ws.read_file(args["path"], max_bytes=args.get("max_bytes"))
@@ -303,9 +325,11 @@ COMPUTE = Toolset(
             READ,
             TRUSTED,
             handler=_calculator,
+            inline=calculate_now,  # bounded and in-process: no task, no timer
             permission="read",
         ),
     ],
+    purpose="arithmetic",
 )
 
 MEMORY = Toolset(
@@ -370,6 +394,7 @@ MEMORY = Toolset(
             permission=("memory", "search_memories"),
         ),
     ],
+    purpose="remember and recall facts",
 )
 
 WEB = Toolset(
@@ -394,13 +419,15 @@ WEB = Toolset(
                 },
                 ["link", "path"],
             ),
-            MUTATING,  # per call: a GET is a read (see ToolDef.effects_for)
+            MUTATING,  # at most; per call a GET is a read
             UNTRUSTED,
             handler=_http_request,
             review=True,
             permission=_http_permission,  # through a link the admin configured: a GET reads
+            effects_of=_http_effects,
         ),
     ],
+    purpose="HTTP requests to service links",
 )
 
 FILES = Toolset(
@@ -445,6 +472,7 @@ FILES = Toolset(
             permission="read",
         ),
     ],
+    purpose="this chat's files",
 )
 
 TERMINAL = Toolset(
@@ -466,11 +494,22 @@ TERMINAL = Toolset(
             handler=_terminal,
             review=True,
             permission="write",  # a sandbox whose only writable folder is the caller's session workspace
+            timeout=_terminal_timeout,
         ),
     ],
+    purpose="run commands in a sandbox",
 )
 
 CORE_TOOLSETS: tuple[Toolset, ...] = (COMPUTE, MEMORY, WEB, FILES, TERMINAL)
 """What a tool executor offers when its config names no toolsets."""
 
-__all__ = ["COMPUTE", "CORE_TOOLSETS", "FILES", "MEMORY", "TERMINAL", "WEB", "calculate_now"]
+__all__ = [
+    "COMPUTE",
+    "CORE_TOOLSETS",
+    "FILES",
+    "MEMORY",
+    "TERMINAL",
+    "TERMINAL_GRACE",
+    "WEB",
+    "calculate_now",
+]

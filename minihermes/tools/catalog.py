@@ -1,8 +1,9 @@
 """Toolsets and the catalogue one tool executor runs: built-in tools, and tools registered at run time.
 
 A ``Toolset`` is a named group of ``Tool`` records (``compute``, ``memory``, ``kanban``, ...); it checks its
-tools once, when it is built (names, classification, input schemas: Draft 2020-12, compiled once). A
-``Catalog`` is the toolsets one executor was given. Every tool the executor runs is a ``ToolDef``: a built-in
+tools once, when it is built (names, classification, input schemas: Draft 2020-12, compiled once), and
+declares when a turn offers them (``offered``, the ``intents`` that call for it, its ``purpose`` as
+``find_tools`` lists it). A ``Catalog`` is the toolsets one executor was given. Every tool the executor runs is a ``ToolDef``: a built-in
 tool, or a registration (``register_tool``) whose *handler kind* is ``service_link`` (an HTTP endpoint behind
 a configured link), ``python`` (a function the embedding program registered in this process, see
 ``minihermes.tools.local``) or a built-in tool of the catalogue (with pinned ``fixed_input``).
@@ -21,7 +22,7 @@ import dataclasses
 import inspect
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -31,15 +32,20 @@ from minihermes.runtime import InvalidArgument
 from ._schema import CompiledSchema, check_schema
 from .contract import (
     ACCESS_OF_EFFECTS,
+    CORE,
     EFFECTS,
     MUTATING,
+    OFFERED,
     READ,
     TOOL_NAME,
     TOOLSET_NAME,
     TRUST,
     TRUSTED,
     UNTRUSTED,
+    EffectsOf,
+    ExecutorEnv,
     Handler,
+    Inline,
     Permission,
     PermissionSpec,
     Tool,
@@ -97,6 +103,14 @@ class ToolDef:
     base: ToolDef | None = field(default=None, repr=False)
     """For a registration on a built-in tool: that tool (its schema must hold too)."""
     toolset: str = ""
+    effects_of: EffectsOf | None = field(default=None, repr=False)
+    """The effects of one call given its input (``Tool.effects_of``; a registration inherits its kind's)."""
+    inline: Inline | None = field(default=None, repr=False)
+    """A built-in's in-place run (``Tool.inline``); None for registrations."""
+    timeout_of: Callable[[ExecutorEnv], float] | None = field(default=None, repr=False)
+    """A built-in's timeout as a function of the executor's settings (``Tool.timeout``)."""
+    offered: str = CORE
+    """When a turn offers it (``Tool.offered``); a registered tool is offered whenever it is listed."""
 
     def permission_for(self, args: Any = None) -> Permission:
         """What one call needs in the permission model: the ``(actor, op)`` or the access class."""
@@ -112,21 +126,22 @@ class ToolDef:
     @property
     def input_dependent(self) -> bool:
         """Whether a call's effects depend on its input (then they cannot be cached per tool)."""
-        return self.handler_type == "http_request" and not self.effects_declared
+        return self.effects_of is not None and not self.effects_declared
 
     def effects_for(self, args: Any = None) -> str:
-        """The effects of one call: an ``http_request`` GET is a read even though the tool can write."""
-        if self.input_dependent:
+        """The effects of one call (``Tool.effects_of``: an ``http_request`` GET is a read even though the
+        tool can write); a registration's pinned input counts."""
+        if self.effects_of is not None and not self.effects_declared:
             merged = {
                 **(args if isinstance(args, dict) else {}),
                 **self.handler_config.get("fixed_input", {}),
             }
-            return READ if str(merged.get("method") or "GET").upper() == "GET" else MUTATING
+            return self.effects_of(merged)
         return self.effects
 
     def listing(self) -> dict[str, Any]:
-        """The entry ``list_tools`` shows (what the LLM sees, plus the classification and the toolset: a
-        built-in's group, empty for a registered tool)."""
+        """The entry ``list_tools`` shows (what the LLM sees, plus the classification, the toolset: a
+        built-in's group, empty for a registered tool, and when a turn offers it)."""
         return {
             "name": self.name,
             "description": self.description,
@@ -134,6 +149,7 @@ class ToolDef:
             "effects": self.effects,
             "trust": self.trust,
             "toolset": self.toolset,
+            "offered": self.offered,
         }
 
     def describe(self, args: Any = None) -> dict[str, Any]:
@@ -167,20 +183,33 @@ def _permission_view(permission: Permission) -> dict[str, str]:
 
 
 def builtin_def(tool: Tool) -> ToolDef:
-    """The executor's form of a built-in tool (its schema checked and compiled)."""
+    """The executor's form of a built-in tool (its schema checked and compiled, its facts read once)."""
     if not TOOL_NAME.match(tool.name):
         raise ValueError(f"invalid tool name {tool.name!r}")
     if tool.effects not in EFFECTS or tool.trust not in TRUST:
         raise ValueError(f"tool {tool.name!r}: effects must be one of {EFFECTS}, trust one of {TRUST}")
     if not callable(tool.handler):
         raise ValueError(f"tool {tool.name!r}: handler must be an async function (args, env)")
+    if tool.offered and tool.offered not in OFFERED:
+        raise ValueError(f"tool {tool.name!r}: offered must be one of {OFFERED}")
+    for fact in ("effects_of", "inline"):
+        if getattr(tool, fact) is not None and not callable(getattr(tool, fact)):
+            raise ValueError(f"tool {tool.name!r}: {fact} must be a function of the input")
+    timeout = tool.timeout
+    timeout_of = timeout if callable(timeout) else None
+    if (
+        timeout_of is None
+        and timeout is not None
+        and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0)
+    ):
+        raise ValueError(f"tool {tool.name!r}: timeout must be seconds or a function of the executor's env")
     check_schema(tool.input_schema)
     return ToolDef(
         name=tool.name,
         description=tool.description,
         input_schema=tool.input_schema,
         handler_type=tool.name,
-        handler_config={"timeout": tool.timeout} if tool.timeout else {},
+        handler_config={"timeout": timeout} if timeout and timeout_of is None else {},
         builtin=True,
         effects=tool.effects,
         trust=tool.trust,
@@ -190,6 +219,10 @@ def builtin_def(tool: Tool) -> ToolDef:
         permission=tool.permission,
         handler=tool.handler,
         toolset=tool.toolset,
+        effects_of=tool.effects_of,
+        inline=tool.inline,
+        timeout_of=timeout_of,
+        offered=tool.offered or CORE,
     )
 
 
@@ -197,20 +230,47 @@ def builtin_def(tool: Tool) -> ToolDef:
 class Toolset:
     """A named group of built-in tools (``Toolset("kanban", [...])``), checked once when it is built.
 
-    Each tool's ``toolset`` is this name (set here when the tool left it empty)."""
+    Each tool's ``toolset`` is this name, and its ``offered`` this toolset's unless it declares its own.
+    ``offered``: ``core`` (the default: a plain turn offers it) or ``on_request`` (offered when the
+    configuration names the toolset, when the user's message matches one of ``intents``, regular
+    expressions matched case-insensitively, or when the model asks ``find_tools`` for it). ``purpose``: what
+    it is for, in a few words (``find_tools`` lists it; empty: its first tool's description)."""
 
     name: str
     tools: tuple[Tool, ...]
     defs: Mapping[str, ToolDef] = field(repr=False, compare=False)
+    offered: str = CORE
+    intents: tuple[str, ...] = ()
+    purpose: str = ""
 
-    def __init__(self, name: str, tools: Iterable[Tool]) -> None:
+    def __init__(
+        self,
+        name: str,
+        tools: Iterable[Tool],
+        *,
+        offered: str = CORE,
+        intents: Iterable[str] = (),
+        purpose: str = "",
+    ) -> None:
         if not TOOLSET_NAME.match(name):
             raise ValueError(f"invalid toolset name {name!r} (lower case letters, digits and '_')")
+        if offered not in OFFERED:
+            raise ValueError(f"toolset {name!r}: offered must be one of {OFFERED}")
+        patterns = tuple(intents)
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except (re.error, TypeError) as e:
+                raise ValueError(
+                    f"toolset {name!r}: intent {pattern!r} is not a regular expression: {e}"
+                ) from None
         named: list[Tool] = []
         for tool in tools:
             if tool.toolset and tool.toolset != name:
                 raise ValueError(f"tool {tool.name!r} belongs to toolset {tool.toolset!r}, not {name!r}")
-            named.append(tool if tool.toolset else dataclasses.replace(tool, toolset=name))
+            if not tool.toolset or not tool.offered:
+                tool = dataclasses.replace(tool, toolset=name, offered=tool.offered or offered)
+            named.append(tool)
         defs: dict[str, ToolDef] = {}
         for tool in named:
             if tool.name in defs:
@@ -219,16 +279,25 @@ class Toolset:
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "tools", tuple(named))
         object.__setattr__(self, "defs", defs)
+        object.__setattr__(self, "offered", offered)
+        object.__setattr__(self, "intents", patterns)
+        object.__setattr__(self, "purpose", purpose)
+
+    def facts(self) -> dict[str, Any]:
+        """What a turn's toolset selection reads of it (``list_tools``' ``toolsets``): JSON data."""
+        return {"offered": self.offered, "intents": list(self.intents), "purpose": self.purpose}
 
 
 class Catalog:
     """The built-in tools of one executor: its toolsets' tools by name (a name is in one toolset only)."""
 
-    __slots__ = ("tools", "toolsets")
+    __slots__ = ("facts", "tools", "toolsets")
 
     def __init__(self, toolsets: Iterable[Toolset]) -> None:
         self.tools: dict[str, ToolDef] = {}
         self.toolsets: dict[str, tuple[str, ...]] = {}
+        self.facts: dict[str, dict[str, Any]] = {}
+        """Each toolset's offering facts (``Toolset.facts``), by name."""
         for toolset in toolsets:
             if not isinstance(toolset, Toolset):
                 raise ValueError(f"toolsets: {toolset!r} is not a Toolset")
@@ -241,6 +310,7 @@ class Catalog:
                     )
                 self.tools[name] = tool
             self.toolsets[toolset.name] = tuple(toolset.defs)
+            self.facts[toolset.name] = toolset.facts()
 
 
 # ---------------------------------------------------------------------------------------- registration
@@ -393,6 +463,7 @@ def build_registered(record: dict[str, Any], kinds: Mapping[str, ToolDef]) -> To
         owner=owner,
         handler=base.handler if base is not None else None,
         base=base,
+        effects_of=base.effects_of if base is not None else None,
     )
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from minihermes.context.forget import Subject, may_forget, session_owner
 from minihermes.runtime import ActorCrashed, ActorError, AskTimeout, Host, current_context
 from minihermes.tools.catalog import Toolset
-from minihermes.tools.contract import MUTATING, TRUSTED, Tool, ToolEnv, ToolFailure
+from minihermes.tools.contract import MUTATING, ON_REQUEST, TRUSTED, Tool, ToolEnv, ToolFailure
 
 from ._turns import agent_supports, chat_payload
 
@@ -169,4 +169,7 @@ DELEGATION_TOOLSET = Toolset(
             timeout=CHILD_TIMEOUT + 10,
         )
     ],
+    offered=ON_REQUEST,
+    intents=[r"\bdelegat|\bsub-?agents?\b"],
+    purpose="hand tasks to sub-agents",
 )

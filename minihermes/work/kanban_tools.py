@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from minihermes.context.toolsets import HELP_INTENT
 from minihermes.runtime import ActorError
 from minihermes.tools.catalog import Toolset
-from minihermes.tools.contract import MUTATING, READ, TRUSTED, Tool, ToolEnv, ToolFailure
+from minihermes.tools.contract import MUTATING, ON_REQUEST, READ, TRUSTED, Tool, ToolEnv, ToolFailure
 
 _ID = {"type": "string", "minLength": 1, "maxLength": 40, "description": "Task id, e.g. t12"}
 _STATUS = {"type": "string", "enum": ["todo", "ready", "in_progress", "blocked", "done", "cancelled"]}
@@ -160,4 +161,10 @@ KANBAN_TOOLSET = Toolset(
         )
         for op, (description, schema, effects) in OPS.items()
     ],
+    offered=ON_REQUEST,
+    intents=[
+        r"\bkanban|\bcards?\b|\bboards?\b|\bto-?do(?:s|\s+list)?\b(?!\.)|\bto\s+do\s+list\b",
+        HELP_INTENT,
+    ],
+    purpose="to-do list, task cards",
 )

@@ -24,9 +24,10 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+from minihermes.context.toolsets import HELP_INTENT
 from minihermes.runtime import ActorError, current_context
 from minihermes.tools.catalog import Toolset
-from minihermes.tools.contract import MUTATING, READ, TRUSTED, Tool, ToolEnv, ToolFailure
+from minihermes.tools.contract import MUTATING, ON_REQUEST, READ, TRUSTED, Tool, ToolEnv, ToolFailure
 
 from .goals import MAX_GOAL_CHARS
 from .schedule import parse_schedule
@@ -144,6 +145,13 @@ def _job_op(op: str) -> Any:
     return run
 
 
+_WEEKDAY = r"(?:mon|tues|wednes|thurs|fri|satur|sun)days?"
+_EVERY = (
+    rf"every\s+(?:other\s+|\d+\s+)?(?:{_WEEKDAY}|day|week|month|year|hour|minute|morning|evening|night|"
+    r"weekday)s?"
+)
+"""A recurrence in words ("every Monday", "every other week"): the ``schedule`` toolset's intent."""
+
 SCHEDULE_TOOLSET = Toolset(
     "schedule",
     [
@@ -231,6 +239,12 @@ SCHEDULE_TOOLSET = Toolset(
             permission=("cron_scheduler", "delete_job"),
         ),
     ],
+    offered=ON_REQUEST,
+    intents=[
+        HELP_INTENT,
+        rf"\bremind|\b{_EVERY}\b|\bschedul|\bcron\b|\bcron_|\brecurring\b|\b(?:daily|weekly|monthly)\b",
+    ],
+    purpose="reminders, recurring jobs",
 )
 
 # -- goals ------------------------------------------------------------------------------------------------
@@ -330,6 +344,9 @@ GOALS_TOOLSET = Toolset(
             permission=("goals", "clear_goal"),
         ),
     ],
+    offered=ON_REQUEST,
+    intents=[HELP_INTENT, r"\bgoals?\b|\bgoal_"],
+    purpose="this chat's goals",
 )
 
 __all__ = ["GOALS_TOOLSET", "SCHEDULE_TOOLSET", "job_id_for"]

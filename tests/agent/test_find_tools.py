@@ -18,12 +18,14 @@ import pytest
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from minihermes.app import build_agent_node, default_config
+from minihermes.app import TOOLSETS, build_agent_node, default_config
 from minihermes.context import find_tools as finder
 from minihermes.context.assembly import Catalogue
+from minihermes.context.toolsets import Offering
 from minihermes.llm import ToolView
 from minihermes.runtime import ManualClock, Node
 from minihermes.tools import ToolFailure
+from minihermes.work.time_tools import GOALS_TOOLSET
 
 from ..llm.support import StubServer
 from .conftest import ACME, ACME_USER
@@ -264,7 +266,8 @@ def _catalogue() -> Catalogue:
         return ToolView(name=name, description=description or name, input_schema={"type": "object"})
 
     views = (view("calculator"), view("goal_set"), view("kanban_create"), view("weather", "Weather. Today."))
-    return Catalogue("", views, ("compute", "goals", "kanban", "acme_weather"))
+    offering = Offering.of_toolsets(TOOLSETS)  # the purposes the app's toolsets declare
+    return Catalogue("", views, ("compute", "goals", "kanban", "acme_weather"), offering)
 
 
 def test_a_query_narrows_the_list_and_adds_nothing() -> None:
@@ -281,7 +284,7 @@ def test_the_schema_lists_only_what_is_not_offered_and_none_when_nothing_is_left
     assert spec is not None
     assert spec["description"].splitlines()[1:] == [
         "- acme_weather: Weather",
-        "- goals: " + finder.PURPOSES["goals"],
+        "- goals: " + GOALS_TOOLSET.purpose,
     ]
     assert finder.view(cat, frozenset({"compute", "kanban", "goals", "acme_weather"})) is None
     assert finder.view(cat, None) is None  # every tool is offered

@@ -18,7 +18,7 @@ from minihermes.agent.tool_executor import ToolExecutor
 from minihermes.app import TOOLSETS, build_agent_node, default_config
 from minihermes.context import prompt
 from minihermes.context.recall import fell_short, for_prompt
-from minihermes.context.toolsets import CORE, selection, wanted_by
+from minihermes.context.toolsets import Offering, selection
 from minihermes.runtime import ActorSpec, ConfigError, InvalidArgument
 from minihermes.work.kanban import Kanban
 from tests.context import doubles
@@ -165,6 +165,11 @@ async def test_an_unknown_toolset_is_refused(make_node, tmp_path):
     assert bad_tenant.value.field == "agent.args.tenant_toolsets.acme"
 
 
+OFFERING = Offering.of_toolsets(TOOLSETS)
+"""What the app's toolsets declare about being offered."""
+wanted_by = OFFERING.wanted_by
+
+
 def test_the_intent_selector():
     assert wanted_by("what is my favourite colour") == frozenset()
     assert wanted_by("Add a kanban task: write the report") == {"kanban"}
@@ -176,8 +181,9 @@ def test_the_intent_selector():
     assert wanted_by("create a tool that converts miles to km") == {"skills"}
     assert wanted_by("call the weather tool on my MCP server") == {"mcp"}
     assert wanted_by("my keyboard is broken") == frozenset()  # words, not substrings
-    assert selection(["core"], "hello") == frozenset(CORE)
-    assert selection(["all"], "hello") is None
+    core = {"compute", "memory", "web", "files", "terminal", "session_search", "skills.skill_view"}
+    assert selection(["core"], "hello", offering=OFFERING) == core
+    assert selection(["all"], "hello", offering=OFFERING) is None
 
 
 async def test_a_stated_fact_outranks_episodes_and_a_failed_episode_is_not_recalled(

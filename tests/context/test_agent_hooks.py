@@ -14,8 +14,8 @@ from minihermes.agent.memory import Memory
 from minihermes.agent.tool_executor import ToolExecutor
 from minihermes.app import TOOLSETS
 from minihermes.context import ContextCompressor
-from minihermes.context.assembly import turn_info
-from minihermes.runtime import ActorSpec, GenServer, InvalidArgument, call
+from minihermes.runtime import ActorSpec, InvalidArgument, call
+from minihermes.tools import READ, TRUSTED, Tool, ToolEnv, Toolset, TurnInfo
 
 from . import doubles
 from .conftest import ACME
@@ -27,17 +27,29 @@ def _clean():
     doubles.reset()
 
 
-SEEN: list[dict[str, Any]] = []
+SEEN: list[TurnInfo] = []
 
 
-class Probe(GenServer):
-    """Reads the turn info the way a tool would."""
+async def _turn_probe(args: dict[str, Any], env: ToolEnv) -> Any:
+    """What a tool knows of the turn that calls it."""
+    SEEN.append(env.turn)
+    return {"seen": True}
 
-    @call
-    async def read(self, session_id: str) -> dict[str, Any]:
-        info = await turn_info(self.host, session_id)
-        SEEN.append(info)
-        return info
+
+PROBE = Toolset(
+    "probe",
+    [
+        Tool(
+            "turn_probe",
+            "Report the turn.",
+            {"type": "object"},
+            READ,
+            TRUSTED,
+            handler=_turn_probe,
+            permission="read",
+        )
+    ],
+)
 
 
 def specs(tmp_path: Path, compressor: bool = False, **agent_args: Any) -> list[ActorSpec]:
@@ -48,9 +60,8 @@ def specs(tmp_path: Path, compressor: bool = False, **agent_args: Any) -> list[A
             "tool_executor",
             ToolExecutor,
             per_tenant=True,
-            args={"workspace_root": str(tmp_path / "ws"), "toolsets": TOOLSETS},
+            args={"workspace_root": str(tmp_path / "ws"), "toolsets": [*TOOLSETS, PROBE]},
         ),
-        ActorSpec("probe", Probe, per_tenant=True),
     ]
     if compressor:
         out.append(ActorSpec("context_compressor", ContextCompressor, per_tenant=True))
@@ -105,17 +116,20 @@ async def test_delegation_depth_and_cron_job_are_on_the_turn(make_node, tmp_path
 
     def answer(req: dict[str, Any]) -> dict[str, Any]:
         seen.append({"cron_job": req["cron_job"]})
-        return end("ok")
+        # the probe tool once (a plain turn offers it: its toolset is core), then the answer
+        return end("ok") if req["messages"][-1]["role"] == "tool" else tool_use(("turn_probe", {}))
 
+    SEEN.clear()
     ANSWER["fn"] = answer
     node = await make_node(specs(tmp_path))
     await chat(node, "nightly report", delegation_depth=2, cron_job="job-7")
-    assert seen == [{"cron_job": "job-7"}]
-    info = await node.ask("probe", "read", {"session_id": "s1"}, ctx=ACME)
-    assert info["delegation_depth"] == 2 and info["cron_job"] == "job-7"
+    assert seen == [{"cron_job": "job-7"}] * 2
+    info = SEEN[-1]
+    assert info.delegation_depth == 2 and info.cron_job == "job-7" and info.caller and info.turn_id
     await chat(node, "plain turn")
-    info = await node.ask("probe", "read", {"session_id": "s1"}, ctx=ACME)
-    assert info == {"delegation_depth": 0, "cron_job": "", "allowed_tools": None}
+    assert len(SEEN) == 2
+    info = SEEN[-1]
+    assert (info.delegation_depth, info.cron_job, info.allowed_tools) == (0, "", None)
     with pytest.raises(InvalidArgument):
         await chat(node, "too deep", delegation_depth=99)
 
@@ -161,8 +175,8 @@ async def test_secrets_are_redacted_before_the_history_stores_them(make_node, tm
 async def test_the_turns_start_up_writes_are_done_before_its_first_tool_call_runs(
     make_node, tmp_path, monkeypatch
 ):
-    """The start of a turn is saved and its start-up writes (resume marker, session owner, turn meta) run
-    beside the first LLM call; the first tool call waits for all of them."""
+    """The start of a turn is saved and its start-up writes (resume marker, session owner) run beside the
+    first LLM call; the first tool call waits for all of them, and gets the turn's facts with it."""
     from minihermes.context import forget
     from minihermes.runtime import Node
 
@@ -185,8 +199,11 @@ async def test_the_turns_start_up_writes_are_done_before_its_first_tool_call_run
     execute = ToolExecutor._handlers["execute"]
     real_execute = execute.fn
 
+    turns: list[dict[str, Any]] = []
+
     def run(self: ToolExecutor, **kw: Any) -> Any:
         order.append(f"tool {kw['name']}")
+        turns.append(kw.get("turn") or {})
         return real_execute(self, **kw)
 
     monkeypatch.setattr(execute, "fn", run)
@@ -198,8 +215,7 @@ async def test_the_turns_start_up_writes_are_done_before_its_first_tool_call_run
     assert reply["status"] == "ok" and reply["tool_calls"] == 1
     assert sorted(order[:2]) == ["marked True", "owner"] and order[2] == "tool calculator"
     assert order[3:] == ["marked False"]  # the end: unmarked before the reply
-    info = await node.ask("probe", "read", {"session_id": "s1"}, ctx=ACME)
-    assert info["delegation_depth"] == 1  # the turn meta was written in the start-up writes too
+    assert turns[0]["delegation_depth"] == 1  # sent with the call: nothing of the turn is written for it
     order.clear()
     await chat(node, "again")  # not the session's first turn: no owner write
     assert order[0] == "marked True"
