@@ -286,7 +286,7 @@ _derived_lock = threading.Lock()
 
 def _derive(passphrase: str, salt: bytes) -> bytes:
     """SQLCipher 4's key for ``passphrase`` on a file salted with ``salt``; computed once per process (a
-    rotation or a reopen reuses it), under a lock so that connections opening at once do not each run it."""
+    reopen of the file reuses it), under a lock so that connections opening at once do not each run it."""
     with _derived_lock:
         key = _derived.get((passphrase, salt))
         if key is None:
