@@ -52,11 +52,16 @@ class WebhookAdapter(Adapter):
         self.port = port
         self._secret = conn.secret.get_secret_value()
         self._client = httpx.AsyncClient(timeout=15.0)
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        # Bound before the connection reports "running": a sender may post as soon as it does.
+        self._server = await asyncio.start_server(self._connection, self.host, self.port)
 
     async def receive_forever(self) -> None:
-        server = await asyncio.start_server(self._connection, self.host, self.port)
-        async with server:
-            await server.serve_forever()
+        assert self._server is not None
+        async with self._server:
+            await self._server.serve_forever()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = h11.Connection(h11.SERVER)
@@ -124,6 +129,8 @@ class WebhookAdapter(Adapter):
         response.raise_for_status()
 
     async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
         await self._client.aclose()
 
 
