@@ -174,6 +174,9 @@ BEFORE: dict[tuple[str, str], str] = {
     ("task_queue", "forget_subject"): "write",
     ("api_records", "forget_subject"): "write",  # the HTTP layer's records; get/put/cas/delete: admin
     ("orchestrator", "forget"): "write",  # the run's own caller's or an admin's (checked in the op)
+    # issue 28: viewers may see connected platforms and their counters (never a credential's value)
+    ("platform_gateway", "list_platforms"): "observe",
+    ("platform_gateway", "get_platform"): "observe",
 }
 """``minihermes.permissions.DEFAULT_TABLE`` before change 5 (every op not in it was admin-only)."""
 
