@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextvars
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ._errors import InvalidArgument
@@ -50,6 +50,19 @@ class RequestContext:
     def scope(self) -> tuple[str, str]:
         return (self.tenant, self.namespace)
 
+    def stamped(self, provenance: str, untrusted: bool) -> RequestContext:
+        """This context with ``provenance`` and ``untrusted`` set: ``self`` when it has them already, else
+        ``replace``'s copy, the last one remembered (an agent stamps the same context for every tool call of
+        a turn, and a copy checks its names again)."""
+        if self.provenance == provenance and self.untrusted == untrusted:
+            return self
+        base, stamp, out = _last_stamp[0]  # one tuple, read and replaced whole: no torn entry
+        if base is self and stamp == (provenance, untrusted):
+            return out
+        out = replace(self, provenance=provenance, untrusted=untrusted)
+        _last_stamp[0] = (self, (provenance, untrusted), out)
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "tenant": self.tenant,
@@ -73,6 +86,12 @@ class RequestContext:
             untrusted=bool(data.get("untrusted", False)),
         )
 
+
+_last_stamp: list[tuple[RequestContext | None, tuple[str, bool], RequestContext]] = [
+    (None, ("", False), RequestContext())
+]
+"""``RequestContext.stamped``'s last (context, (provenance, untrusted), copy); the context is held, so ``is``
+cannot match another object at its address."""
 
 SYSTEM_CONTEXT = RequestContext(tenant=SYSTEM_TENANT, principal="system", roles=frozenset({"system"}))
 
