@@ -182,6 +182,8 @@ class LLMGateway(GenServer):
     _prices: dict[str, dict[str, dict[str, float]]]
     _paused: set[str]
     """Cron jobs asked to pause in this period (``job@label``): asked once, not at every refused call."""
+    _last_counted: tuple[Caller, int, list[str]] | None
+    """Without caps: the last caller, the minute and the buckets its calls count into (``_spending``)."""
 
     async def on_init(self, actor_id: str, args: dict[str, Any]) -> None:
         self._settings = policy.GatewaySettings.from_args(args, extra=_NOT_SETTINGS)
@@ -190,6 +192,7 @@ class LLMGateway(GenServer):
         except ValueError as e:
             raise ConfigError("llm_gateway.args.prices", str(e)) from None
         self._paused = set()
+        self._last_counted = None
         self._ollama_url = local.ollama_url(args.get("ollama_url"))
         try:
             self._egress = egress.EgressPolicy.parse(args.get("allowed_egress"), EGRESS_SETTING)
@@ -287,7 +290,6 @@ class LLMGateway(GenServer):
         progress: policy.StreamProgress | None,
     ) -> CompletionReply:
         spending = self._spending(caller)
-        self._ledger.prefetch_names(spending.counted)
         failures: list[Failure] = []
         for name, model in route:
             outcome = await self._try_provider(name, model, request, spending, progress)
@@ -468,8 +470,14 @@ class LLMGateway(GenServer):
         self.counters[counter] = self.counters.get(counter, 0) + 1
 
     def _spending(self, caller: Caller) -> _Spending:
-        """The caps over a call of ``caller`` and the buckets it counts into, at the clock's now."""
+        """The caps over a call of ``caller`` and the buckets it counts into, at the clock's now, their loads
+        begun. Without caps, the buckets depend only on the caller and the minute (a UTC day starts on one):
+        the same caller's next calls in that minute (the rest of its turn) reuse them, loaded or loading."""
         now = self.host.now()
+        minute = int(now // 60)
+        last = self._last_counted
+        if not self.budgets and last is not None and last[1] == minute and last[0] == caller:
+            return _Spending(caller, now, [], last[2])
         caps: list[tuple[Cap, str]] = []
         counted: list[str] = []
         for scope, key in [("tenant", ""), *caller.keys()]:
@@ -479,6 +487,8 @@ class LLMGateway(GenServer):
             caps += [
                 (cap, f"{scope}/{key}{spend.bucket_suffix(cap.period, cap.time_zone, now)}") for cap in mine
             ]
+        self._ledger.prefetch_names(counted)
+        self._last_counted = None if self.budgets else (caller, minute, counted)
         return _Spending(caller, now, caps, counted)
 
     def _amounts(self, cap: Cap, bucket_name: str, bucket: dict[str, Any]) -> dict[str, Any]:
