@@ -10,8 +10,7 @@ import pytest
 from minihermes.runtime import ActorError, ManualClock, Node
 
 from .support import StubServer
-from .test_spend import MIDNIGHT, answer, gateway
-from .test_spend import app, clock  # noqa: F401 (fixtures)
+from .test_spend import MIDNIGHT, answer, app, clock, gateway  # noqa: F401 (fixtures)
 
 MESSAGES = [{"role": "user", "content": "hello"}]
 
