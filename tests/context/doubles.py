@@ -133,6 +133,12 @@ class FakeSkills(GenServer):
             )
         )
 
+    async def _consider_for_learning(self, **turn: Any) -> None:
+        """The store's own learning step (``turn_completed`` calls it in place of the cast it once sent):
+        recorded as ``evaluate_for_learning``, what the tests read."""
+        fields = ("session_id", "user_intent", "user_id", "tool_calls")
+        CASTS.append(("skill_store", "evaluate_for_learning", {k: turn[k] for k in fields}))
+
     @cast
     def forget(self, session_id: str = "", user_id: str = "") -> None:
         CASTS.append(("skill_store", "forget", {"session_id": session_id, "user_id": user_id}))
