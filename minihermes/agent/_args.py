@@ -26,7 +26,8 @@ class AgentArgs(ActorArgs):
     """``max_iterations`` (8), ``llm_timeout``, ``tool_timeout``, ``system_prompt`` (replaces SOUL.md),
     ``soul_path`` (a data-dir SOUL.md), ``workspace_root`` (session workspaces: a workspace SOUL.md,
     ``.hermes.md`` / ``AGENTS.md``), ``token_budget`` (history compression), ``skills_limit``,
-    ``skills_tokens``, ``memory_top_k``, ``memory_min_score``, ``episodic`` (write a memory per turn),
+    ``skills_tokens``, ``memory_top_k``, ``memory_min_score``, ``context_tokens`` (the prompt contributors'
+    parts: the lowest priority left out first beyond it), ``episodic`` (write a memory per turn),
     ``index_sessions`` (feed session search), ``semantic`` (``"auto"``: embed indexed turns for session
     search when the semantic extra is installed; ``"on"``: the same, warning when it is not; ``"off"``),
     ``embedder`` (a model object, tests), ``toolsets`` (the toolsets offered to the model, default
@@ -44,6 +45,7 @@ class AgentArgs(ActorArgs):
     skills_tokens: int = 1_500
     memory_top_k: int = 5
     memory_min_score: float = 0.3
+    context_tokens: int = 8_000
     episodic: bool = True
     index_sessions: bool = True
     semantic: Literal["auto", "on", "off"] = "auto"

@@ -27,7 +27,7 @@ from minihermes.audit import fire_audit, sees_own_only
 from minihermes.context import find_tools as finder
 from minihermes.context import forget as forgetting
 from minihermes.context import prompt, search_tool
-from minihermes.context.assembly import TurnSettings, catalogue, gather_turn
+from minihermes.context.assembly import TurnSettings, catalogue, contributors, gather_turn
 from minihermes.context.redact import redact_text
 from minihermes.context.session_indexer import SessionIndexer
 from minihermes.context.toolsets import DEFAULT as DEFAULT_TOOLSETS
@@ -138,6 +138,7 @@ class Agent(GenServer):
             skills_tokens=int(args.get("skills_tokens", 1_500)),
             memory_top_k=int(args.get("memory_top_k", 5)),
             memory_min_score=float(args.get("memory_min_score", 0.3)),
+            context_tokens=int(args.get("context_tokens", 8_000)),
         )
         self._args = args
         preloaded = self.preloaded
@@ -150,6 +151,8 @@ class Agent(GenServer):
         self._views = HistoryViews()
         """The history's views for the model and their token count, kept up to date (``_llm_history``)."""
         self._compression = Compression()
+        self._contributors = contributors(self.host)
+        """The prompt contributors (``context.assembly``): the actor types on this node that take ``turn_context``."""
         self._listeners = listeners(self.host)
         """The turn listeners (``turn_event``): the actor types on this node that take ``turn_completed``."""
         self._stop = TurnStop()
@@ -264,7 +267,7 @@ class Agent(GenServer):
             "section": ctx.section,
             "instructions": instructions,
             "door": door,
-            "skill_ids": ctx.skill_ids,
+            "skill_ids": ctx.ids.get("skills", []),  # the skills the prompt gives (their part's ids)
             "context": {**caller.to_dict(), "channel": channel},
         }
         self.history.append({"role": "user", "content": message})
@@ -701,6 +704,7 @@ class Agent(GenServer):
             kept_tools=previous_tools(self.history, len(self.history)),
             instructions=instructions,
             door=door,
+            sources=self._contributors,
         )
         ctx.tools = self._offer.gathered(ctx.catalogue, ctx.toolsets, ctx.tools)
         return ctx

@@ -73,11 +73,13 @@ from pydantic import field_validator
 
 from minihermes.agent.audit_event import fire_audit, is_restricted
 from minihermes.context import forget as forgetting
-from minihermes.context import query_terms, search_query_terms, search_stem, search_terms, snippet
+from minihermes.context import prompt, query_terms, search_query_terms, search_stem, search_terms, snippet
+from minihermes.context.assembly import context_part
 from minihermes.context.recall import (
     DEFAULT_HALF_LIFE_DAYS,
     expired,
     final_score,
+    for_prompt,
     fuse,
     is_fact,
     lexical,
@@ -128,6 +130,10 @@ MAX_SEARCH_WINDOW = 500
 ANALYSIS = 2
 """The index analysis of a record (``analysis`` in its meta): 2 is ``index_terms``; none, ``analyze``."""
 CORE_SNAPSHOT_CHARS = 4_000
+CORE_PRIORITY = 100
+"""The core facts' place among the stable prefix's parts (``turn_context``): the only one there now."""
+MEMORIES_PRIORITY = 200
+"""The recalled memories' place in the per-turn section: after the skills (300), before the goals (100)."""
 
 Scope = Literal["global", "agent", "session"]
 ScopeFilter = Literal["", "global", "agent", "session"]
@@ -1282,6 +1288,56 @@ class Memory(GenServer):
             used += size
             chosen.append({"key": record["key"], "value": record["value"], "scope": record["scope"]})
         return {"status": "ok", "memories": chosen, "count": len(chosen), "truncated": truncated}
+
+    @call(access="read")
+    async def turn_context(
+        self, message: str, session_id: str = "", user_id: str = "", limits: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Memory's part of a turn's prompt (``minihermes.context.assembly``): the core facts of the turn's user
+        (the stable prefix: tenant-shared ones and that user's own, never another user's), and the memories
+        recalled for its message (``memory_top_k`` at or above ``memory_min_score``, core facts not repeated).
+        Stated facts are searched on their own, undecayed (a fact the user stated stays true until they
+        change it, and a crowd of fresh episodes must not push it out), then everything, episodes included;
+        ``recall.for_prompt`` puts the facts first. Reply: ``parts`` (``ContextPart``)."""
+        lim = limits or {}
+        core = (await self.core_snapshot(user_id=user_id, max_chars=int(lim.get("core_chars", 4_000))))[
+            "memories"
+        ]
+        parts = [
+            context_part("core_memory", prompt.core_section(core), priority=CORE_PRIORITY, place="prefix")
+        ]
+        top_k = int(lim.get("memory_top_k", 5))
+        if top_k > 0:
+            query, floor = message[:1000], float(lim.get("memory_min_score", 0.3))
+            facts = await self.search_memories(
+                query,
+                top_k,
+                session_id=session_id,
+                kind="semantic",
+                user_id=user_id,
+                min_score=floor,
+                decay=False,
+            )
+            found = await self.search_memories(
+                query,
+                min(100, top_k * 3),
+                session_id=session_id,
+                user_id=user_id,
+                min_score=floor,
+                include_episodes=True,
+            )
+            core_keys = {m["key"] for m in core}
+            candidates = (
+                m for m in [*facts["memories"], *found["memories"]] if m.get("key") not in core_keys
+            )
+            recalled = for_prompt(candidates, top_k)
+            text = prompt.memories_section(recalled)
+            parts.append(
+                context_part(
+                    "memories", text, priority=MEMORIES_PRIORITY, ids=[str(m.get("key")) for m in recalled]
+                )
+            )
+        return {"status": "ok", "parts": [p for p in parts if p["text"]]}
 
     @call(access="write")  # a user forgets what is theirs (checked below); an admin any user or the tenant
     async def forget(

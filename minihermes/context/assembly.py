@@ -1,11 +1,15 @@
-"""Gathering a turn's context from the services on the node, concurrently (one round of hops, not five).
+"""Gathering a turn's context from the services on the node, concurrently (one round of hops).
 
-``gather_turn`` asks, at the same time and only where the actor exists: ``tool_executor.list_tools``,
-``memory.core_snapshot`` (stable prefix), ``skill_store.match_skills``, ``memory.search_memories`` and
-``goals.list_goals`` (per-turn section, after the instructions the turn's door gave, if any). Memories are
-asked for as the turn's user sees them (the tenant-shared ones and that user's own), stated facts on their
-own and everything, and ranked facts first (``recall.for_prompt``). A collaborator that fails or times out
-leaves its part empty: the turn goes on without skills or goals rather than failing.
+``gather_turn`` asks, at the same time, ``tool_executor.list_tools`` and every *prompt contributor*: each actor
+type on the node that takes ``turn_context`` (``contributors``, as ``turn_event.listeners`` finds the turn
+listeners), with the turn's message, session, user and ``limits`` (the agent's settings). Each answers with
+its parts (``ContextPart``: text, token estimate, priority, place, ids): memory its core facts (stable prefix)
+and the memories recalled for the message, the skill store the matched skills, goals the session's active
+goals. Assembly orders the parts by priority, keeps those that fit the budget (``trim``), and builds the
+stable prefix (the identity, then the prefix parts) and the per-turn section (the door's instructions, then
+the turn parts). A contributor that fails or times out leaves its part out: the turn goes on without skills
+or goals rather than failing. A new contributor is an actor with that op in the node's config; neither the
+agent nor this module names it.
 
 The tools offered are the turn's toolset selection (``minihermes.context.toolsets``) of the catalogue: views
 made once per catalogue (its ``digest``) and filtered once per (catalogue, selection).
@@ -15,14 +19,15 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Awaitable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, TypedDict
 
 from minihermes.llm import ToolView
 from minihermes.runtime import ActorError, ActorNotFound, Host
 
-from . import prompt, recall
+from . import prompt
+from .tokens import count_tokens
 from .toolsets import NO_OFFERING, Offering, ToolChoice, offers
 
 
@@ -35,7 +40,19 @@ class TurnSettings:
     memory_top_k: int = 5
     memory_min_score: float = 0.3
     core_chars: int = 4_000
+    context_tokens: int = 8_000
+    """The contributed parts' budget (identity and the door's instructions are not counted)."""
     timeout: float = 10.0
+
+    def limits(self) -> TurnLimits:
+        """What the contributors are told of these settings (``turn_context``'s ``limits``)."""
+        return {
+            "skills_limit": self.skills_limit,
+            "skills_tokens": self.skills_tokens,
+            "memory_top_k": self.memory_top_k,
+            "memory_min_score": self.memory_min_score,
+            "core_chars": self.core_chars,
+        }
 
 
 @dataclass
@@ -48,9 +65,8 @@ class TurnContext:
     """Every tool listed to the turn's caller."""
     toolsets: frozenset[str] | None = None
     """The toolsets offered (None: all)."""
-    skill_ids: list[str] = field(default_factory=list)
-    memory_keys: list[str] = field(default_factory=list)
-    goal_ids: list[str] = field(default_factory=list)
+    ids: dict[str, list[str]] = field(default_factory=dict)
+    """What each part shows, by the part's name (``skills``: the skill ids the prompt gives)."""
 
 
 async def _optional(host: Host, target: str, op: str, payload: dict[str, Any], timeout: float) -> Any:
@@ -149,6 +165,84 @@ async def list_tools(
     return offered(await catalogue(host, timeout), selection)
 
 
+TURN_CONTEXT: Final = "turn_context"
+"""The op a prompt contributor takes: an actor type that declares it gives a part of every turn's prompt."""
+
+
+class TurnLimits(TypedDict, total=False):
+    """The agent's settings that bound the parts (each contributor reads its own)."""
+
+    skills_limit: int
+    skills_tokens: int
+    memory_top_k: int
+    memory_min_score: float
+    core_chars: int
+
+
+class ContextPart(TypedDict):
+    """One contributor's part of a turn's prompt (``turn_context``'s reply holds a list of them)."""
+
+    name: str
+    """What the part is (``skills``, ``memories``, ``core_memory``, ``goals``): its ``ids`` are kept under it."""
+    text: str
+    """Markdown, starting with its own ``## `` heading."""
+    tokens: int
+    priority: int
+    """Higher first within its place; the lowest go first when the parts exceed the budget."""
+    place: str
+    """``prefix`` (the stable prefix, after the identity: only what stays the same across a session's
+    turns) or ``turn`` (the per-turn section, after the door's instructions)."""
+    ids: list[str]
+    """What the part shows (skill ids, memory keys, goal ids)."""
+
+
+def context_part(
+    name: str, text: str, *, priority: int, place: str = "turn", ids: Iterable[str] = ()
+) -> ContextPart:
+    """A part of ``text`` (its token estimate counted here)."""
+    return {
+        "name": name,
+        "text": text,
+        "tokens": count_tokens(text),
+        "priority": priority,
+        "place": place,
+        "ids": list(ids),
+    }
+
+
+def contributors(host: Host) -> tuple[str, ...]:
+    """The prompt contributors on this node: the actor types that take ``turn_context``, in name order."""
+    return tuple(host.actors_taking(TURN_CONTEXT))
+
+
+def _parts(replies: Iterable[Any]) -> list[ContextPart]:
+    """The well-formed parts of the contributors' replies, highest priority first (ties in contributor
+    order)."""
+    parts: list[ContextPart] = []
+    for reply in replies:
+        given = reply.get("parts") if isinstance(reply, dict) else None
+        for part in given if isinstance(given, list) else ():
+            if isinstance(part, dict) and isinstance(part.get("text"), str) and part["text"].strip():
+                parts.append(part)  # type: ignore[arg-type]
+    parts.sort(key=lambda p: -int(p.get("priority") or 0))
+    return parts
+
+
+def trim(parts: list[ContextPart], budget: int, log: Any = None) -> list[ContextPart]:
+    """The parts that fit ``budget`` tokens, taken in priority order (a part that does not fit is left
+    out, and a smaller one after it may still fit)."""
+    kept, used = [], 0
+    for part in parts:
+        tokens = int(part.get("tokens") or 0)
+        if used + tokens > budget:
+            if log is not None:
+                log.info("turn context: %s left out (%d tokens over the budget)", part.get("name"), tokens)
+            continue
+        used += tokens
+        kept.append(part)
+    return kept
+
+
 async def gather_turn(
     host: Host,
     *,
@@ -162,84 +256,37 @@ async def gather_turn(
     kept_tools: Iterable[str] = (),
     instructions: str = "",
     door: str = "",
+    sources: Iterable[str] | None = None,
 ) -> TurnContext:
     """The turn's context. ``tool_choice`` decides the toolsets offered (None: every tool listed);
     ``kept_tools``: the tools the session's previous turn called (their toolsets stay offered);
     ``instructions``: what ``door`` (the kanban worker, a cron run ...) asks of this turn, first in the
-    per-turn section."""
+    per-turn section; ``sources``: the prompt contributors to ask (None: ``contributors(host)``)."""
     s = settings
     t = s.timeout
-    search = {
-        "query": message[:1000],
-        "session_id": session_id,
-        "user_id": user_id,
-        "min_score": s.memory_min_score,
-    }
-    calls: list[Awaitable[Any]] = [
-        catalogue(host, t),
-        # The turn's user's view: tenant-shared core facts and that user's own (never another user's).
-        _optional(host, "memory", "core_snapshot", {"max_chars": s.core_chars, "user_id": user_id}, t),
-        _optional(
-            host,
-            "skill_store",
-            "match_skills",
-            {"query": message, "limit": s.skills_limit, "user_id": user_id, "session_id": session_id},
-            t,
-        )
-        if s.skills_limit > 0
-        else _none(),
-        # Stated facts on their own, undecayed (a fact the user stated stays true until they change it, and a
-        # crowd of fresh episodes must not push it out), then everything, episodes included (search leaves
-        # them out unless asked); ``recall.for_prompt`` puts the facts first.
-        _optional(
-            host,
-            "memory",
-            "search_memories",
-            {**search, "limit": s.memory_top_k, "kind": "semantic", "decay": False},
-            t,
-        )
-        if s.memory_top_k > 0
-        else _none(),
-        _optional(
-            host,
-            "memory",
-            "search_memories",
-            {**search, "limit": min(100, s.memory_top_k * 3), "include_episodes": True},
-            t,
-        )
-        if s.memory_top_k > 0
-        else _none(),
-        _optional(host, "goals", "list_goals", {"session_id": session_id, "status": "active"}, t),
-    ]
-    cat, core, skills, facts, memories, goals = await asyncio.gather(*calls)
+    ask = {"message": message, "session_id": session_id, "user_id": user_id, "limits": s.limits()}
+    names = contributors(host) if sources is None else tuple(sources)
+    cat, *replies = await asyncio.gather(
+        catalogue(host, t), *(_optional(host, name, TURN_CONTEXT, ask, t) for name in names)
+    )
     selection = (
         None if tool_choice is None else tool_choice.select(message, cat.toolset_of(kept_tools), cat.offering)
     )
-    core_list = list((core or {}).get("memories") or [])
-    prefix = prompt.stable_prefix(soul, project, core_list)
-    core_keys = {m["key"] for m in core_list}
-    skill_text, skill_ids = prompt.skills_section(list((skills or {}).get("skills") or []), s.skills_tokens)
-    # Core facts are in the prefix already; do not repeat them.
-    candidates = [*((facts or {}).get("memories") or []), *((memories or {}).get("memories") or [])]
-    found = recall.for_prompt((m for m in candidates if m.get("key") not in core_keys), s.memory_top_k)
-    goal_list = list((goals or {}).get("goals") or [])
+    parts = trim(_parts(replies), s.context_tokens, host.log)
+    head = prompt.stable_prefix(soul, project, [])
+    prefix = "\n\n".join([head, *(p["text"] for p in parts if p.get("place") == "prefix")])
     section = prompt.turn_section(
         prompt.instructions_section(instructions, door),
-        skill_text,
-        prompt.memories_section(found),
-        prompt.goals_section(goal_list),
+        *(p["text"] for p in parts if p.get("place") != "prefix"),
     )
+    ids: dict[str, list[str]] = {}
+    for p in parts:
+        ids.setdefault(str(p.get("name") or ""), []).extend(str(i) for i in p.get("ids") or ())
     return TurnContext(
         prefix=prefix,
         section=section,
         tools=offered(cat, selection),
         catalogue=cat,
         toolsets=selection,
-        skill_ids=skill_ids,
-        memory_keys=[str(m.get("key")) for m in found],
-        goal_ids=[str(g.get("goal_id", "")) for g in goal_list],
+        ids=ids,
     )
-
-
-async def _none() -> None:
-    return None

@@ -22,6 +22,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from minihermes.context import prompt
+from minihermes.context.assembly import context_part
 from minihermes.context.embeddings import fuse
 from minihermes.context.forget import may_forget, subject
 from minihermes.runtime import (
@@ -53,6 +55,8 @@ _LEARNED_CACHE = 4096
 """Learned-request markers kept in memory (the rest are read from KV when a request repeats)."""
 CORRECTED = "corrected by the user"
 """The reason a skill learned from a turn the user corrected is archived (``turn_completed``)."""
+SKILLS_PRIORITY = 300
+"""The matched skills' place in a turn's per-turn section (``turn_context``): first, before memories (200)."""
 _RETRACTED = "retracted:"
 """KV: ``retracted:<workflow key>`` marks a turn the user corrected; a proposal from it is refused."""
 MIN_MATCH_COVERAGE = 0.3
@@ -292,6 +296,23 @@ class SkillStore(SkillQuarantineOps):
             )
         self.host.incr_counter("skill_matches_total", float(len(skills)))
         return {"status": "ok", "skills": skills}
+
+    @call(access="read")
+    async def turn_context(
+        self, message: str, session_id: str = "", user_id: str = "", limits: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The skill store's part of a turn's prompt (``minihermes.context.assembly``): the skills matching
+        the message (``match_skills``, at most ``skills_limit``), as ``## Relevant Skills`` within
+        ``skills_tokens``; its ``ids`` are the skills given, which the turn's record names (``skill_ids``).
+        Reply: ``parts``."""
+        lim = limits or {}
+        limit = int(lim.get("skills_limit", 3))
+        if limit <= 0:
+            return {"status": "ok", "parts": []}
+        found = await self.match_skills(message, min(limit, 20), user_id=user_id, session_id=session_id)
+        text, ids = prompt.skills_section(found["skills"], int(lim.get("skills_tokens", 1_500)))
+        part = context_part("skills", text, priority=SKILLS_PRIORITY, ids=ids)
+        return {"status": "ok", "parts": [part] if text else []}
 
     @call(access="read")
     async def search_skills(self, query: str, limit: int = 10) -> dict[str, Any]:

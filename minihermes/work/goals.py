@@ -36,6 +36,8 @@ from typing import Any, Literal
 from urllib.parse import quote, unquote
 
 from minihermes.audit import fire_audit
+from minihermes.context import prompt
+from minihermes.context.assembly import context_part
 from minihermes.context.forget import session_owner, subject
 from minihermes.runtime import (
     MAX_KEY_CHARS,
@@ -58,6 +60,8 @@ MAX_GOAL_CHARS = 2_000
 MAX_GOALS_PER_SESSION = 20
 DEFAULT_MAX_TURNS = 20
 DONE_MARKER = "[GOAL DONE]"
+GOALS_PRIORITY = 100
+"""The active goals' place in a turn's per-turn section (``turn_context``): last, after memories (200)."""
 _MARK = "goal_active:"
 """KV prefix of the sessions that may have an active goal (a superset: a marker may outlive its goals)."""
 _MARKS_BUILT = "goal_active_index:v1"
@@ -228,6 +232,21 @@ class Goals(GenServer):
         _check_session_id("list_goals", session_id)
         goals = await self._mine(await self._goals(session_id, status))
         return {"status": "ok", "goals": [_view(g) for g in goals], "count": len(goals)}
+
+    @call(access="read")
+    async def turn_context(
+        self, message: str = "", session_id: str = "", user_id: str = "", limits: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Goals' part of a turn's prompt (``minihermes.context.assembly``): the session's active goals
+        (``list_goals``), as ``## Active goals``, last in the per-turn section. Reply: ``parts``."""
+        if not session_id:
+            return {"status": "ok", "parts": []}
+        goals = (await self.list_goals(session_id, "active"))["goals"]
+        text = prompt.goals_section(goals)
+        part = context_part(
+            "goals", text, priority=GOALS_PRIORITY, ids=[str(g.get("goal_id", "")) for g in goals]
+        )
+        return {"status": "ok", "parts": [part] if text else []}
 
     @call(access="write")
     async def complete_goal(self, goal_id: str, session_id: str = "", reason: str = "") -> dict[str, Any]:

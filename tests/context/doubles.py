@@ -9,6 +9,7 @@ from typing import Any
 from minihermes.runtime import ActorError, GenServer, call, cast
 from minihermes.skills import procedure_tools
 from minihermes.skills.skill_store import SkillStore
+from minihermes.work.goals import Goals
 
 REQUESTS: list[dict[str, Any]] = []
 CASTS: list[tuple[str, str, dict[str, Any]]] = []
@@ -91,6 +92,8 @@ class FakeSkills(GenServer):
         await _barrier("skill_store")
         return {"status": "ok", "skills": SKILLS[:limit]}
 
+    turn_context = SkillStore.turn_context
+    """The skill store's own prompt part: its ``match_skills`` (this one) as ``## Relevant Skills``."""
     turn_completed = SkillStore.turn_completed
     """The skill store's own turn listener: the turn becomes ``record_usage`` and ``evaluate_for_learning``."""
     _turn_step = SkillStore._turn_step
@@ -153,6 +156,9 @@ class FakeGoals(GenServer):
     async def list_goals(self, session_id: str = "", status: str = "active") -> dict[str, Any]:
         await _barrier("goals")
         return {"status": "ok", "goals": [g for g in GOALS if g.get("session_id", session_id) == session_id]}
+
+    turn_context = Goals.turn_context
+    """Goals' own prompt part: its ``list_goals`` (this one) as ``## Active goals``."""
 
     @cast
     def turn_completed(
