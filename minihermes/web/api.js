@@ -102,7 +102,19 @@ async function download(path) {
 export const api = {
   whoami: () => request("GET", "/api/v1/whoami"),
   // The process and its store: {status: "ok"} or {status: "degraded", reason, store} (GET /healthz).
-  health: () => request("GET", "/healthz"),
+  // A side probe: it never moves the "cannot reach the server" banner, which the API's own requests drive
+  // (a /healthz that answers while the API does not must not hide it).
+  health: async () => {
+    let response;
+    try {
+      response = await fetch("/healthz", { method: "GET", headers: headers() });
+    } catch {
+      throw new UnreachableError();
+    }
+    const { text, data } = await readBody(response);
+    if (!response.ok) throw new ApiError(response.status, data, text);
+    return data;
+  },
   actors: () => request("GET", "/api/v1/actors"),
   metrics: () => request("GET", "/api/v1/metrics"),
   call: (actor, op, args = {}) =>
