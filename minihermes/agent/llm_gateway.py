@@ -409,7 +409,7 @@ class LLMGateway(GenServer):
     ) -> CompletionReply:
         usage = completion.usage
         price = spend.price_of(self._prices, name, entry, model)
-        if price is None and completion.model:
+        if price is None and completion.model and completion.model != model:  # the reply's name, if another
             price = spend.price_of(self._prices, name, entry, completion.model)
         cost = policy.cost_of(usage, price) if price is not None else None
         slow = elapsed > (entry["slow_call_seconds"] or self._settings.slow_call_seconds)
