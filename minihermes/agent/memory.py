@@ -374,8 +374,46 @@ def _reader(ctx: RequestContext, user_id: str, *, prompt: bool = False) -> _Read
     return _Reader(False, "")
 
 
+def _holder_for(op: str, ctx: RequestContext, user_id: str, private: bool | None) -> str:
+    """Whose private fact a write is ("": tenant-shared). A user's facts are theirs (for nobody else, and
+    never shared); an admin's are shared unless ``private`` (then ``user_id``'s, default the admin's)."""
+    if _privileged(ctx):
+        return (user_id or ctx.principal) if private else ""
+    if user_id and user_id != ctx.principal:
+        raise PermissionDenied(f"{op}: users store memories for themselves only", op=op, field="user_id")
+    if private is False or not ctx.principal:
+        raise PermissionDenied(f"{op}: tenant-shared memories are written by admins", op=op, field="private")
+    return ctx.principal
+
+
 def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+@dataclass(frozen=True, slots=True)
+class _Shown:
+    """What a search shows: what its reader sees, within its filters (empty: any)."""
+
+    reader: _Reader
+    sessions: Mapping[str, str | None]
+    agent_id: str
+    session_id: str
+    scope: str
+    tier: str
+    kind: str
+    episodes: bool
+
+    def admits(self, probe: Mapping[str, Any], now: float) -> bool:
+        """Whether the candidate (its index entry, or its record) is shown."""
+        if not probe.get("scope") or not _visible(probe, self.agent_id, self.session_id):
+            return False
+        if expired(probe, now) or not self.reader.sees(probe, self.sessions):
+            return False
+        if (self.scope and probe["scope"] != self.scope) or (self.tier and probe.get("tier") != self.tier):
+            return False
+        if self.kind and probe.get("kind", "semantic") != self.kind:
+            return False
+        return self.episodes or probe.get("kind") != "episodic"
 
 
 def _visible(record: Mapping[str, Any], agent_id: str, session_id: str) -> bool:
@@ -628,69 +666,11 @@ class Memory(GenServer):
         _check_ttl(op, "ttl_seconds", ttl_seconds, default_allowed=True)  # before anything is read
         ctx = current_context()
         prov, untrusted = origin if origin is not None else stamped_provenance(ctx)
-        if _privileged(ctx):
-            holder = (user_id or ctx.principal) if private else ""
-        else:
-            if user_id and user_id != ctx.principal:
-                raise PermissionDenied(
-                    f"{op}: users store memories for themselves only", op=op, field="user_id"
-                )
-            if private is False or not ctx.principal:
-                raise PermissionDenied(
-                    f"{op}: tenant-shared memories are written by admins", op=op, field="private"
-                )
-            holder = ctx.principal
-        _check_text(op, "key", key, MAX_KEY_CHARS)
-        if value is None:
-            raise InvalidArgument(f"{op}: value must not be empty", op=op, field="value")
-        key = redact_text(key)
-        text = redact_text(_as_text(value))
-        _check_text(op, "value", text, self.max_value_chars[tier])
-        owner = _owner(op, scope, agent_id, session_id)
-        rkey = _record_key(scope, owner, key, holder)
-        if len(rkey) > MAX_RECORD_KEY:
-            raise InvalidArgument(
-                f"{op}: key, {scope} id and user id are too long together (fewer characters, or ASCII)",
-                op=op,
-                field="key",
-            )
+        holder = _holder_for(op, ctx, user_id, private)
+        key, text, owner, rkey = self._checked(op, key, value, scope, tier, agent_id, session_id, holder)
         now = self.host.now()
         ttl = ttl_seconds or self.ttl_defaults.get(kind, NEVER)
         expires_at = None if ttl == NEVER else now + ttl
-        if untrusted and not confirmed_by:
-            # Held apart, whole, until its owner or an admin confirms it: not recalled, searched, listed,
-            # put in core or in a prompt meanwhile, and the live fact under the key (if any) stays as it was.
-            pending = {
-                "key": key,
-                "value": text,
-                "scope": scope,
-                "owner": owner,
-                "holder": holder,
-                "tier": tier,
-                "kind": kind,
-                "pinned": pinned,
-                "private": bool(holder),
-                "source_session": source_session or session_id,
-                "user_id": user_id or ctx.principal,
-                "created_at": now,
-                "updated_at": now,
-                "expires_at": expires_at,
-                "provenance": prov,
-                "derived_from_untrusted": True,
-                "quarantined": True,
-            }
-            return await self._quarantine(rkey, pending, session_id)
-        existing = await self.host.kv.get(rkey)
-        previous: dict[str, Any] | None = existing if isinstance(existing, dict) else None
-        # The holder's own record from before ownership (at the shared key) is replaced by this one.
-        old = await self.host.kv.get(_record_key(scope, owner, key)) if holder and previous is None else None
-        replaced = old if isinstance(old, dict) and "holder" not in old and _holder(old) == holder else None
-        if previous is None and replaced is None and self.memory_count >= self.max_memories:
-            raise Conflict(
-                f"{op}: this tenant has {self.max_memories} memories already", code="quota_exceeded"
-            )
-        # A fact that expired but is not removed yet is gone to every reader: storing it again creates it.
-        earlier = next((r for r in (previous, replaced) if r is not None and not expired(r, now)), None)
         record = {
             "key": key,
             "value": text,
@@ -703,54 +683,33 @@ class Memory(GenServer):
             "private": bool(holder),
             "source_session": source_session or session_id,
             "user_id": user_id or ctx.principal,
-            "created_at": earlier["created_at"] if earlier else now,
+            "created_at": now,
             "updated_at": now,
             "expires_at": expires_at,
             "provenance": prov,
             "derived_from_untrusted": untrusted,
         }
+        if untrusted and not confirmed_by:
+            # Held apart, whole, until its owner or an admin confirms it: not recalled, searched, listed,
+            # put in core or in a prompt meanwhile, and the live fact under the key (if any) stays as it was.
+            return await self._quarantine(rkey, {**record, "quarantined": True}, session_id)
+        existing = await self.host.kv.get(rkey)
+        previous: dict[str, Any] | None = existing if isinstance(existing, dict) else None
+        # The holder's own record from before ownership (at the shared key) is replaced by this one.
+        old = await self.host.kv.get(_record_key(scope, owner, key)) if holder and previous is None else None
+        replaced = old if isinstance(old, dict) and "holder" not in old and _holder(old) == holder else None
+        if previous is None and replaced is None and self.memory_count >= self.max_memories:
+            raise Conflict(
+                f"{op}: this tenant has {self.max_memories} memories already", code="quota_exceeded"
+            )
+        # A fact that expired but is not removed yet is gone to every reader: storing it again creates it.
+        earlier = next((r for r in (previous, replaced) if r is not None and not expired(r, now)), None)
+        if earlier:
+            record["created_at"] = earlier["created_at"]
         if confirmed_by:
             record["confirmed_by"] = confirmed_by
             record["confirmed_at"] = now
-        analysed = " ".join(index_terms(f"{key} {text}"))
-        meta = {
-            "key": key,
-            "scope": scope,
-            "owner": owner,
-            "holder": holder,
-            "tier": tier,
-            "kind": kind,
-            "pinned": pinned,
-            "private": bool(holder),
-            "user_id": record["user_id"],
-            "source_session": record["source_session"],
-            "updated_at": now,
-            "expires_at": expires_at,  # search leaves an expired fact out without reading its record
-            "analysis": ANALYSIS,
-            # Distinct words for query coverage (bounded: deep values can be long).
-            "terms": " ".join(list(dict.fromkeys(analysed.split()))[:400]),
-        }
-        vector: list[float] | None = None
-        if self._embedder is not None:
-            # The model runs in a thread: tens of milliseconds of CPU must not stall the event loop.
-            vector = (await asyncio.to_thread(self._embedder.embed, [f"{key}: {text[:2000]}"]))[0]
-        # Every part of the fact in one transaction: a failure leaves none of them. The tuple is rewritten
-        # even when the tier is unchanged (one statement more in the same commit): a record an older release
-        # left without its tuple is listed again.
-        writes: list[Write] = [
-            KVPut(rkey, record),
-            TextUpsert(INDEX, rkey, {"terms": analysed or key.lower()}, meta),
-            TupleTakeAll(_tuple(scope, owner, key, None, holder)),
-            TupleWrite(_tuple(scope, owner, key, tier, holder)),
-        ]
-        if vector is not None:
-            writes.append(KVPut(_VEC + rkey, vector))
-        if replaced is not None:  # the holder's record from before ownership goes in the same commit
-            writes += _removal(scope, owner, key, "")
-        await self.host.write_batch(writes)
-        if vector is not None and self._vectors is not None:
-            self._vectors[rkey] = vector
-            self._matrix = None
+        await self._write_fact(rkey, record, replaced)
         if previous is None:
             self.memory_count += 1
         if replaced is not None:
@@ -774,6 +733,80 @@ class Memory(GenServer):
             "provenance": prov,
             "quarantined": False,
         }
+
+    def _checked(
+        self,
+        op: str,
+        key: str,
+        value: Any,
+        scope: Scope,
+        tier: Tier,
+        agent_id: str,
+        session_id: str,
+        holder: str,
+    ) -> tuple[str, str, str, str]:
+        """A fact's key and value checked and redacted, its owner (the scope's id) and its record key."""
+        _check_text(op, "key", key, MAX_KEY_CHARS)
+        if value is None:
+            raise InvalidArgument(f"{op}: value must not be empty", op=op, field="value")
+        key = redact_text(key)
+        text = redact_text(_as_text(value))
+        _check_text(op, "value", text, self.max_value_chars[tier])
+        owner = _owner(op, scope, agent_id, session_id)
+        rkey = _record_key(scope, owner, key, holder)
+        if len(rkey) > MAX_RECORD_KEY:
+            raise InvalidArgument(
+                f"{op}: key, {scope} id and user id are too long together (fewer characters, or ASCII)",
+                op=op,
+                field="key",
+            )
+        return key, text, owner, rkey
+
+    async def _write_fact(self, rkey: str, record: dict[str, Any], replaced: dict[str, Any] | None) -> None:
+        """The fact's record, its search entry, its tier tuple and its vector in one transaction (a failure
+        leaves none of them), with the holder's record from before ownership (``replaced``) removed."""
+        key, scope, owner, holder = record["key"], record["scope"], record["owner"], record["holder"]
+        analysed = " ".join(index_terms(f"{key} {record['value']}"))
+        meta = {
+            "key": key,
+            "scope": scope,
+            "owner": owner,
+            "holder": holder,
+            "tier": record["tier"],
+            "kind": record["kind"],
+            "pinned": record["pinned"],
+            "private": record["private"],
+            "user_id": record["user_id"],
+            "source_session": record["source_session"],
+            "updated_at": record["updated_at"],
+            "expires_at": record[
+                "expires_at"
+            ],  # search leaves an expired fact out without reading its record
+            "analysis": ANALYSIS,
+            # Distinct words for query coverage (bounded: deep values can be long).
+            "terms": " ".join(list(dict.fromkeys(analysed.split()))[:400]),
+        }
+        vector: list[float] | None = None
+        if self._embedder is not None:
+            # The model runs in a thread: tens of milliseconds of CPU must not stall the event loop.
+            text = f"{key}: {record['value'][:2000]}"
+            vector = (await asyncio.to_thread(self._embedder.embed, [text]))[0]
+        # The tuple is rewritten even when the tier is unchanged (one statement more in the same commit): a
+        # record an older release left without its tuple is listed again.
+        writes: list[Write] = [
+            KVPut(rkey, record),
+            TextUpsert(INDEX, rkey, {"terms": analysed or key.lower()}, meta),
+            TupleTakeAll(_tuple(scope, owner, key, None, holder)),
+            TupleWrite(_tuple(scope, owner, key, record["tier"], holder)),
+        ]
+        if vector is not None:
+            writes.append(KVPut(_VEC + rkey, vector))
+        if replaced is not None:  # the holder's record from before ownership goes in the same commit
+            writes += _removal(scope, owner, key, "")
+        await self.host.write_batch(writes)
+        if vector is not None and self._vectors is not None:
+            self._vectors[rkey] = vector
+            self._matrix = None
 
     async def _quarantine(self, rkey: str, pending: dict[str, Any], session_id: str) -> dict[str, Any]:
         """Hold a write derived from untrusted content (``pending``, the record it would be) under
@@ -1166,54 +1199,25 @@ class Memory(GenServer):
             )
         if not 0 <= min_score <= 1:
             raise InvalidArgument(f"{op}: min_score must be within 0..1", op=op, field="min_score")
-        episodes = _shows_episodes(kind, include_episodes)
         reader = _reader(current_context(), user_id)
         words = search_query_terms(query)
         legacy = query_terms(query)  # the words of records indexed before ANALYSIS (light stemmer)
         # Candidates come from the index; decay and filters reorder them, so fetch more than asked for.
         fetch = min(max((offset + limit) * 5, 50), MAX_SEARCH_WINDOW)
-        hits = await self.host.text.search(INDEX, " ".join(dict.fromkeys(words + legacy)), limit=fetch)
-        best = max((h.score for h in hits), default=0.0)
-        # Candidates: rkey -> (meta, bm25 or None, cosine or None).
-        candidates: dict[str, tuple[dict[str, Any], float | None, float | None]] = {
-            h.doc_id: (h.meta if isinstance(h.meta, dict) else {}, h.score, None) for h in hits
-        }
-        if self._embedder is not None:
-            qvec = (await asyncio.to_thread(self._embedder.embed, [query]))[0]
-            for rkey, cos_sim in await self._nearest(qvec, fetch):
-                meta, lexical_score, _ = candidates.get(rkey, ({}, None, None))
-                if lexical_score is not None or cos_sim >= DENSE_MIN_COSINE:
-                    candidates[rkey] = (meta, lexical_score, cos_sim)
-            missing = [k for k, (meta, _, _) in candidates.items() if not meta]
-            for rkey, record in zip(missing, await self._raw(missing), strict=True):
-                if isinstance(record, dict):
-                    terms = " ".join(dict.fromkeys(index_terms(f"{record['key']} {record['value']}")))
-                    _, lexical_score, similarity = candidates[rkey]
-                    candidates[rkey] = (
-                        {**record, "terms": terms, "analysis": ANALYSIS},
-                        lexical_score,
-                        similarity,
-                    )
+        candidates, best = await self._search_candidates(query, words + legacy, fetch)
         now = self.host.now()
         probes = {
             rkey: {"scope": meta.get("scope", ""), "owner": meta.get("owner", ""), **meta}
             for rkey, (meta, _, _) in candidates.items()
         }
         sessions = await self._session_owners(reader, probes.values())
+        shown = _Shown(
+            reader, sessions, agent_id, session_id, scope, tier, kind, _shows_episodes(kind, include_episodes)
+        )
         ranked: list[tuple[float, float, str, bool]] = []
         for rkey, (meta, bm25, cos) in candidates.items():
             probe = probes[rkey]
-            if not probe.get("scope") or not _visible(probe, agent_id, session_id):
-                continue
-            if expired(probe, now):
-                continue
-            if not reader.sees(probe, sessions):
-                continue
-            if (scope and probe["scope"] != scope) or (tier and probe.get("tier") != tier):
-                continue
-            if kind and probe.get("kind", "semantic") != kind:
-                continue
-            if not episodes and probe.get("kind") == "episodic":
+            if not shown.admits(probe, now):
                 continue
             asked = words if meta.get("analysis") == ANALYSIS else legacy
             relevance = lexical(asked, set(str(meta.get("terms", "")).split()), bm25 or 0.0, best)
@@ -1223,25 +1227,7 @@ class Memory(GenServer):
             if score >= min_score and score > 0:
                 ranked.append((score, relevance, rkey, is_fact(probe)))
         ranked.sort(key=lambda r: (not r[3], -r[0]))  # stated facts first, then episodes; each best first
-        records = await self._raw([r[2] for r in ranked[: offset + limit * 2]])
-        found: list[dict[str, Any]] = []
-        gone = 0
-        for (score, relevance, _key, _fact), record in zip(ranked, records, strict=False):
-            if not isinstance(record, dict) or not reader.sees(record, sessions) or expired(record, now):
-                gone += 1
-                continue  # an index entry whose record is gone (see the module docstring)
-            found.append(
-                {
-                    **_view(record),
-                    "score": round(score, 6),
-                    "relevance": round(relevance, 6),
-                    "snippet": snippet(
-                        f"{record['key']}: {record['value'][:4000]}", words, stemmer=search_stem
-                    ),
-                }
-            )
-            if len(found) == offset + limit:
-                break
+        found, gone = await self._search_page(ranked, offset + limit, limit, reader, sessions, words, now)
         page = found[offset:]
         total = len(ranked) - gone
         more = offset + len(page) < total
@@ -1256,6 +1242,65 @@ class Memory(GenServer):
             "offset": offset,
             "next_offset": offset + len(page) if more else None,
         }
+
+    async def _search_candidates(
+        self, query: str, terms: list[str], fetch: int
+    ) -> tuple[dict[str, tuple[dict[str, Any], float | None, float | None]], float]:
+        """A search's candidates, ``rkey -> (meta, bm25 or None, cosine or None)``, from the text index and,
+        with the semantic extra, the nearest vectors; and the best BM25 score (what relevance is scaled by)."""
+        hits = await self.host.text.search(INDEX, " ".join(dict.fromkeys(terms)), limit=fetch)
+        best = max((h.score for h in hits), default=0.0)
+        candidates: dict[str, tuple[dict[str, Any], float | None, float | None]] = {
+            h.doc_id: (h.meta if isinstance(h.meta, dict) else {}, h.score, None) for h in hits
+        }
+        if self._embedder is None:
+            return candidates, best
+        qvec = (await asyncio.to_thread(self._embedder.embed, [query]))[0]
+        for rkey, cos_sim in await self._nearest(qvec, fetch):
+            meta, lexical_score, _ = candidates.get(rkey, ({}, None, None))
+            if lexical_score is not None or cos_sim >= DENSE_MIN_COSINE:
+                candidates[rkey] = (meta, lexical_score, cos_sim)
+        missing = [k for k, (meta, _, _) in candidates.items() if not meta]
+        for rkey, record in zip(missing, await self._raw(missing), strict=True):
+            if isinstance(record, dict):
+                terms_of = " ".join(dict.fromkeys(index_terms(f"{record['key']} {record['value']}")))
+                _, lexical_score, similarity = candidates[rkey]
+                meta = {**record, "terms": terms_of, "analysis": ANALYSIS}
+                candidates[rkey] = (meta, lexical_score, similarity)
+        return candidates, best
+
+    async def _search_page(
+        self,
+        ranked: list[tuple[float, float, str, bool]],
+        wanted: int,
+        spare: int,
+        reader: _Reader,
+        sessions: dict[str, str | None],
+        words: list[str],
+        now: float,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """The first ``wanted`` ranked memories whose records still stand (read with ``spare`` more, for
+        those whose record is gone), as the search shows them, and how many index entries were found
+        without a record (see the module docstring)."""
+        records = await self._raw([r[2] for r in ranked[: wanted + spare]])
+        found: list[dict[str, Any]] = []
+        gone = 0
+        for (score, relevance, _key, _fact), record in zip(ranked, records, strict=False):
+            if not isinstance(record, dict) or not reader.sees(record, sessions) or expired(record, now):
+                gone += 1
+                continue
+            text = f"{record['key']}: {record['value'][:4000]}"
+            found.append(
+                {
+                    **_view(record),
+                    "score": round(score, 6),
+                    "relevance": round(relevance, 6),
+                    "snippet": snippet(text, words, stemmer=search_stem),
+                }
+            )
+            if len(found) == wanted:
+                break
+        return found, gone
 
     @call(access="read")
     async def core_snapshot(
