@@ -151,10 +151,13 @@ async function render(root, ctx) {
   // Stop the session's running or paused turn; a streaming turn then ends with its "cancelled" reply.
   async function stopTurn() {
     const id = sessionId;
+    // Whether this page streams the turn when asked: its stream then shows how it ended (the final event
+    // usually arrives before the stop's reply, and reloading the history then would wipe it).
+    const wasStreaming = streaming;
     stop.textContent = "Stopping…";
     try {
       const reply = await ctx.api.call("agent", "cancel_turn", { session_id: id });
-      if (!streaming && id === sessionId) await loadHistory(); // a paused turn: show how it ended
+      if (!wasStreaming && id === sessionId) await loadHistory(); // a paused turn: show how it ended
       if (!reply.cancelled) toast("No turn was running.");
     } finally {
       stop.textContent = "Stop";
