@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import replace
 from typing import Any
 
 from minihermes.context.redact import redact, redact_text
@@ -87,8 +86,8 @@ def stamped(turn: dict[str, Any]) -> RequestContext:
     or the first untrusted tool's once the turn saw outside content."""
     sources = turn.get("untrusted_from") or []
     if turn["untrusted_seen"]:
-        return replace(current_context(), provenance=sources[0] if sources else "tool", untrusted=True)
-    return replace(current_context(), provenance="agent", untrusted=False)
+        return current_context().stamped(sources[0] if sources else "tool", True)
+    return current_context().stamped("agent", False)
 
 
 async def check(host: Host, call: dict[str, Any], session_id: str, turn: dict[str, Any]) -> dict[str, Any]:
