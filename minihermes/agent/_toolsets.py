@@ -15,8 +15,8 @@ from typing import Any
 
 from minihermes.context import find_tools as finder
 from minihermes.context.assembly import Catalogue, catalogue, offered
-from minihermes.context.toolsets import ToolChoice
-from minihermes.runtime import Host, current_context
+from minihermes.context.toolsets import ToolChoice, check_names
+from minihermes.runtime import Host, InvalidArgument, current_context
 
 
 def previous_tools(history: list[dict[str, Any]], end: int) -> list[str]:
@@ -87,6 +87,15 @@ class ToolOffer:
         kept = cat.toolset_of(previous_tools(history, start))
         chosen = self.choice(session).select(str(turn.get("message", "")), kept, cat.offering)
         return finder.widen(chosen, turn.get("found"))
+
+    async def known(self, host: Host, timeout: float, toolsets: list[str]) -> tuple[str, ...]:
+        """``toolsets`` checked against the catalogue's (``set_toolsets``): an unknown name is an
+        ``invalid_argument``."""
+        cat = await catalogue(host, timeout)
+        try:
+            return check_names(toolsets, cat.toolset_names())
+        except ValueError as e:
+            raise InvalidArgument(f"set_toolsets: {e}", op="set_toolsets", field="toolsets") from None
 
     def allowed(self, tools: list[dict[str, Any]], allowed: list[str] | None) -> list[dict[str, Any]]:
         """The turn's offered ``tools``, or with an explicit allow-list exactly the allowed tools of the

@@ -9,10 +9,17 @@ turn that found nothing or says it could not do the request).
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from minihermes.context.consistency import ToolOutcome, contradiction, fell_short, is_correction
+from minihermes.runtime import InvalidArgument, RequestContext
 from minihermes.turn_event import TurnCompleted
+
+MAX_MESSAGE_CHARS = 100_000
+MAX_INSTRUCTIONS_CHARS = 4_000
+MAX_DELEGATION_DEPTH = 16
 
 
 def no_usage() -> dict[str, Any]:
@@ -119,3 +126,100 @@ def turn_completed(
         "untrusted": bool(turn["untrusted_seen"]),
         "untrusted_sources": list(turn.get("untrusted_from") or []),
     }
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """What a ``chat`` asked of its turn besides the message (see ``Agent.chat``)."""
+
+    user_id: str = ""
+    max_iterations: int = 0
+    allowed_tools: list[str] | None = None
+    delegation_depth: int = 0
+    cron_job: str = ""
+    channel: str = ""
+    instructions: str = ""
+    kanban_card: str = ""
+
+    def check(self, message: str) -> None:
+        """The chat's arguments within their bounds, else ``InvalidArgument`` naming the field."""
+        if not message.strip():
+            raise InvalidArgument("chat: message must not be empty", op="chat", field="message")
+        if len(message) > MAX_MESSAGE_CHARS:
+            raise InvalidArgument(
+                f"chat: message longer than {MAX_MESSAGE_CHARS} characters", field="message"
+            )
+        if self.max_iterations < 0:
+            raise InvalidArgument("chat: max_iterations must be >= 0", field="max_iterations")
+        if len(self.instructions) > MAX_INSTRUCTIONS_CHARS:
+            raise InvalidArgument(
+                f"chat: instructions longer than {MAX_INSTRUCTIONS_CHARS} characters",
+                op="chat",
+                field="instructions",
+            )
+        if not 0 <= self.delegation_depth <= MAX_DELEGATION_DEPTH:
+            raise InvalidArgument(
+                f"chat: delegation_depth must be within 0..{MAX_DELEGATION_DEPTH}", field="delegation_depth"
+            )
+
+
+def new_turn(
+    asked: Asked,
+    *,
+    message: str,
+    user: str,
+    door: str,
+    instructions: str,
+    start: int,
+    cap: int,
+    prompt: tuple[str, str],
+    skill_ids: list[str],
+    caller: RequestContext,
+) -> dict[str, Any]:
+    """A new turn as the session keeps it (durable: a resumed turn has all of it). ``cap``: the agent's
+    ``max_iterations``; ``prompt``: the turn's stable prefix and per-turn section."""
+    allowed = asked.allowed_tools
+    return {
+        "turn_id": uuid.uuid4().hex,
+        "user_id": user,
+        "message": message,
+        "start": start,
+        "iterations": 0,
+        "tool_calls": 0,
+        # A turn started by one that saw untrusted content (a delegated task) carries it on.
+        "untrusted_seen": caller.untrusted,
+        "untrusted_from": [caller.provenance] if caller.untrusted and caller.provenance else [],
+        "paused": None,
+        "max_iterations": min(asked.max_iterations or cap, cap),
+        "allowed_tools": None if allowed is None else sorted(set(allowed)),
+        "delegation_depth": asked.delegation_depth,
+        "cron_job": asked.cron_job,
+        "kanban_card": asked.kanban_card,
+        "prefix": prompt[0],
+        "section": prompt[1],
+        "instructions": instructions,
+        "door": door,
+        "skill_ids": skill_ids,
+        "context": {**caller.to_dict(), "channel": asked.channel},
+    }
+
+
+def completion_request(
+    turn: dict[str, Any], messages: list[Any], tools: list[dict[str, Any]], session_id: str, stream: str
+) -> dict[str, Any]:
+    """The turn's ``llm_gateway.completion`` request (``stream``: the live topic, "" when no one watches)."""
+    request: dict[str, Any] = {
+        "messages": messages,
+        "tools": tools,
+        "session_id": session_id,
+        "user_id": turn["user_id"],
+        # The first message (with the tools) is the stable prefix prompt caches key on.
+        "cache_prefix_messages": 1,
+    }
+    if turn.get("cron_job"):
+        request["cron_job"] = turn["cron_job"]
+    if turn.get("kanban_card"):
+        request["kanban_worker"] = "kanban_worker"
+    if stream:
+        request["stream_topic"] = stream
+    return request

@@ -19,19 +19,15 @@ recognisable secrets first.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from minihermes.audit import fire_audit, sees_own_only
 from minihermes.context import find_tools as finder
 from minihermes.context import forget as forgetting
-from minihermes.context import prompt, search_tool
-from minihermes.context.assembly import TurnSettings, catalogue, contributors, gather_turn
+from minihermes.context import search_tool
 from minihermes.context.redact import redact_text
 from minihermes.context.session_indexer import SessionIndexer
-from minihermes.context.toolsets import DEFAULT as DEFAULT_TOOLSETS
-from minihermes.context.toolsets import check_names
 from minihermes.runtime import (
     ActorError,
     ActorNotFound,
@@ -52,41 +48,17 @@ from minihermes.turn_event import listeners, publish
 from . import _caller, _tool_calls, _turn_record
 from ._args import DEFAULT_TOKEN_BUDGET, AgentArgs, identity_reader
 from ._cancel import STOPPED_CALL, STOPPED_NOTE, TurnStop, stop_reply, stop_tools, withdraw_approvals
-from ._compressing import Compression
 from ._history import HistoryViews
-from ._toolsets import ToolOffer, previous_tools
+from ._inputs import TurnInputs
+from ._turn_record import MAX_INSTRUCTIONS_CHARS, MAX_MESSAGE_CHARS
 
 __all__ = ["MAX_INSTRUCTIONS_CHARS", "MAX_MESSAGE_CHARS", "STOPPED_NOTE", "Agent", "session_topic"]
-
-MAX_MESSAGE_CHARS = 100_000
-MAX_INSTRUCTIONS_CHARS = 4_000
-MAX_DELEGATION_DEPTH = 16
 
 
 def session_topic(session_id: str) -> str:
     """The live-progress topic of a session: ``turn_started``, ``text_delta`` (from the gateway),
     ``tool_call_start``, ``tool_call_end`` and ``final`` (with the reply) events."""
     return f"session:{session_id}"
-
-
-def _check_chat(message: str, max_iterations: int, instructions: str, delegation_depth: int) -> None:
-    """``chat``'s arguments within their bounds, else ``InvalidArgument`` naming the field."""
-    if not message.strip():
-        raise InvalidArgument("chat: message must not be empty", op="chat", field="message")
-    if len(message) > MAX_MESSAGE_CHARS:
-        raise InvalidArgument(f"chat: message longer than {MAX_MESSAGE_CHARS} characters", field="message")
-    if max_iterations < 0:
-        raise InvalidArgument("chat: max_iterations must be >= 0", field="max_iterations")
-    if len(instructions) > MAX_INSTRUCTIONS_CHARS:
-        raise InvalidArgument(
-            f"chat: instructions longer than {MAX_INSTRUCTIONS_CHARS} characters",
-            op="chat",
-            field="instructions",
-        )
-    if not 0 <= delegation_depth <= MAX_DELEGATION_DEPTH:
-        raise InvalidArgument(
-            f"chat: delegation_depth must be within 0..{MAX_DELEGATION_DEPTH}", field="delegation_depth"
-        )
 
 
 class Agent(GenServer):
@@ -133,26 +105,10 @@ class Agent(GenServer):
         LLM call; every step with effects (a tool call, the turn's end) waits for them (``_started``)."""
         self._start_task: asyncio.Task[Any] | None = None
         """The running turn's start-up writes, kept until the next turn (a stopped turn waits for them)."""
-        self.settings = TurnSettings(
-            skills_limit=int(args.get("skills_limit", 3)),
-            skills_tokens=int(args.get("skills_tokens", 1_500)),
-            memory_top_k=int(args.get("memory_top_k", 5)),
-            memory_min_score=float(args.get("memory_min_score", 0.3)),
-            context_tokens=int(args.get("context_tokens", 8_000)),
-        )
-        self._args = args
-        preloaded = self.preloaded
-        self._identity: tuple[str, str] | None = preloaded if isinstance(preloaded, tuple) else None
-        self._offer = ToolOffer(
-            args.get("toolsets") or DEFAULT_TOOLSETS,
-            dict(args.get("tenant_toolsets") or {}),
-            bool(args.get("auto_toolsets", True)),
-        )
+        self._inputs = TurnInputs(self.host, self.session_id, args, self.preloaded)
+        self._offer = self._inputs.offer
         self._views = HistoryViews()
         """The history's views for the model and their token count, kept up to date (``_llm_history``)."""
-        self._compression = Compression()
-        self._contributors = contributors(self.host)
-        """The prompt contributors (``context.assembly``): the actor types on this node that take ``turn_context``."""
         self._listeners = listeners(self.host)
         """The turn listeners (``turn_event``): the actor types on this node that take ``turn_completed``."""
         self._stop = TurnStop()
@@ -200,7 +156,17 @@ class Agent(GenServer):
         ``kanban_card``: the turn works on that card, and its usage counts for the ``kanban_worker`` budget
         too; taken only when this session holds the card's claim (the kanban worker's session) or from an
         admin, so a session merely named ``kanban:...`` is not charged to the worker."""
-        _check_chat(message, max_iterations, instructions, delegation_depth)
+        asked = _turn_record.Asked(
+            user_id,
+            max_iterations,
+            allowed_tools,
+            delegation_depth,
+            cron_job,
+            channel,
+            instructions,
+            kanban_card,
+        )
+        asked.check(message)
         if cron_job:
             await _caller.check_cron_job(self.host, cron_job)
         if kanban_card:
@@ -213,63 +179,33 @@ class Agent(GenServer):
             )
         self._stop.preparing = True
         try:
-            return await self._start_turn(
-                message,
-                user_id,
-                max_iterations,
-                allowed_tools,
-                delegation_depth,
-                cron_job,
-                channel,
-                instructions,
-                kanban_card=kanban_card,
-            )
+            return await self._start_turn(message, asked)
         finally:
             self._stop.ready_done()
 
-    async def _start_turn(
-        self,
-        message: str,
-        user_id: str,
-        max_iterations: int,
-        allowed_tools: list[str] | None,
-        delegation_depth: int,
-        cron_job: str,
-        channel: str,
-        instructions: str,
-        kanban_card: str = "",
-    ) -> dict[str, Any]:
+    async def _start_turn(self, message: str, asked: _turn_record.Asked) -> dict[str, Any]:
         caller = current_context()
-        user = user_id or caller.principal
+        user = asked.user_id or caller.principal
         message = redact_text(message)
-        instructions = redact_text(instructions.strip())
-        door = _caller.door(self.session_id, channel, cron_job) if instructions else ""
-        ctx = await self._gather(message, user, instructions, door)
-        tools = self._offer.allowed(ctx.tools, allowed_tools)  # with find_tools (``_gather``)
+        instructions = redact_text(asked.instructions.strip())
+        door = _caller.door(self.session_id, asked.channel, asked.cron_job) if instructions else ""
+        ctx = await self._inputs.gather(
+            self.host, message, user, self.history, self.session_toolsets, instructions, door
+        )
+        tools = self._offer.allowed(ctx.tools, asked.allowed_tools)  # with find_tools (``gather``)
         await self._compress_if_needed((ctx.prefix, ctx.section, tools), user)
-        self.turn = {
-            "turn_id": uuid.uuid4().hex,
-            "user_id": user,
-            "message": message,
-            "start": len(self.history),
-            "iterations": 0,
-            "tool_calls": 0,
-            # A turn started by one that saw untrusted content (a delegated task) carries it on.
-            "untrusted_seen": caller.untrusted,
-            "untrusted_from": [caller.provenance] if caller.untrusted and caller.provenance else [],
-            "paused": None,
-            "max_iterations": min(max_iterations or self.max_iterations, self.max_iterations),
-            "allowed_tools": None if allowed_tools is None else sorted(set(allowed_tools)),
-            "delegation_depth": delegation_depth,
-            "cron_job": cron_job,
-            "kanban_card": kanban_card,
-            "prefix": ctx.prefix,
-            "section": ctx.section,
-            "instructions": instructions,
-            "door": door,
-            "skill_ids": ctx.ids.get("skills", []),  # the skills the prompt gives (their part's ids)
-            "context": {**caller.to_dict(), "channel": channel},
-        }
+        self.turn = _turn_record.new_turn(
+            asked,
+            message=message,
+            user=user,
+            door=door,
+            start=len(self.history),
+            cap=self.max_iterations,
+            instructions=instructions,
+            prompt=(ctx.prefix, ctx.section),
+            skill_ids=ctx.ids.get("skills", []),  # the skills the prompt gives (their part's ids)
+            caller=caller,
+        )
         self.history.append({"role": "user", "content": message})
         new_owner = "" if self.owner else user
         self.owner = self.owner or user
@@ -281,7 +217,7 @@ class Agent(GenServer):
         self._fsm("processing")
         self._audit("turn_started", f"turn={self.turn['turn_id']}")
         if self.host.has_actor("session_manager"):  # the session's entry (owner, channel, title, activity)
-            hint = {"session_id": self.session_id, "channel": channel, "title_hint": message[:1000]}
+            hint = {"session_id": self.session_id, "channel": asked.channel, "title_hint": message[:1000]}
             self._send("session_manager", "record_turn", hint)
         self._publish({"type": "turn_started", "turn_id": self.turn["turn_id"]})
         return await self._in_task(self._steps())
@@ -435,11 +371,7 @@ class Agent(GenServer):
         tool executor's toolsets, ``core`` or ``all``; ``[]`` drops them), from its next turn on. Reply:
         ``toolsets`` (the session's) and ``configured`` (agent, tenant and session). An unknown name is an
         ``invalid_argument``. Offering is not permission: a tool's call is authorized as always."""
-        cat = await catalogue(self.host, self.tool_timeout)
-        try:
-            names = check_names(toolsets, cat.toolset_names())
-        except ValueError as e:
-            raise InvalidArgument(f"set_toolsets: {e}", op="set_toolsets", field="toolsets") from None
+        names = await self._offer.known(self.host, self.tool_timeout, toolsets)
         self.session_toolsets = list(names)
         configured = self._offer.choice(self.session_toolsets).configured
         return {
@@ -651,25 +583,13 @@ class Agent(GenServer):
     async def _complete(self, tools: list[dict[str, Any]]) -> dict[str, Any]:
         turn = self.turn
         assert turn is not None
-        prefix = turn.get("prefix") or await self._fallback_prefix()
+        prefix = turn.get("prefix") or await self._inputs.fallback_prefix()
         messages: list[dict[str, Any]] = [self._views.system(prefix)]
         if turn.get("section"):
             messages.append(self._views.system(turn["section"]))
         messages.extend(self._llm_history())
-        request: dict[str, Any] = {
-            "messages": messages,
-            "tools": tools,
-            "session_id": self.session_id,
-            "user_id": turn["user_id"],
-            # The first message (with the tools) is the stable prefix prompt caches key on.
-            "cache_prefix_messages": 1,
-        }
-        if turn.get("cron_job"):
-            request["cron_job"] = turn["cron_job"]
-        if turn.get("kanban_card"):
-            request["kanban_worker"] = "kanban_worker"
-        if self.host.has_subscribers(self.stream_topic):
-            request["stream_topic"] = self.stream_topic
+        stream = self.stream_topic if self.host.has_subscribers(self.stream_topic) else ""
+        request = _turn_record.completion_request(turn, messages, tools, self.session_id, stream)
         reply = await self.host.ask("llm_gateway", "completion", request, timeout=self.llm_timeout)
         _turn_record.add_usage(turn, reply)  # the turn's tokens and cost, for its reply
         response: dict[str, Any] = reply["response"]
@@ -682,40 +602,9 @@ class Agent(GenServer):
 
     # -- context ------------------------------------------------------------------------------------------
 
-    async def _identity_texts(self) -> tuple[str, str]:
-        """(SOUL, project context), read once per activation (``preload``, in the trip that reads the
-        session's state)."""
-        if self._identity is None:
-            read = identity_reader(self.session_id, self._args)
-            self._identity = await asyncio.to_thread(read)
-        return self._identity
-
-    async def _gather(self, message: str, user: str, instructions: str = "", door: str = "") -> Any:
-        soul, project = await self._identity_texts()
-        ctx = await gather_turn(
-            self.host,
-            message=message,
-            session_id=self.session_id,
-            user_id=user,
-            soul=soul,
-            project=project,
-            settings=self.settings,
-            tool_choice=self._offer.choice(self.session_toolsets),
-            kept_tools=previous_tools(self.history, len(self.history)),
-            instructions=instructions,
-            door=door,
-            sources=self._contributors,
-        )
-        ctx.tools = self._offer.gathered(ctx.catalogue, ctx.toolsets, ctx.tools)
-        return ctx
-
-    async def _fallback_prefix(self) -> str:
-        soul, project = await self._identity_texts()
-        return prompt.stable_prefix(soul, project, [])
-
     async def _compress_if_needed(self, fixed: tuple[str, str, list[dict[str, Any]]], user: str) -> None:
         """The history compressed when it nears the budget left by the prompt and tools (``_compressing``)."""
-        reply = await self._compression.check(
+        reply = await self._inputs.compression.check(
             self.host,
             self._views,
             self.history,
