@@ -17,7 +17,7 @@ from minihermes.context.assembly import TurnContext, TurnSettings, contributors,
 from minihermes.context.toolsets import DEFAULT as DEFAULT_TOOLSETS
 from minihermes.runtime import Host
 
-from ._args import identity_reader
+from ._args import DEFAULT_TOKEN_BUDGET, identity_reader
 from ._compressing import Compression
 from ._toolsets import ToolOffer, previous_tools
 
@@ -48,7 +48,8 @@ class TurnInputs:
             dict(args.get("tenant_toolsets") or {}),
             bool(args.get("auto_toolsets", True)),
         )
-        self.compression = Compression()
+        budget = int(args.get("token_budget", DEFAULT_TOKEN_BUDGET))
+        self.compression = Compression(session_id, budget, float(args.get("llm_timeout", 120)))
         self.contributors = contributors(host)
         """The actor types on this node that take ``turn_context``."""
 

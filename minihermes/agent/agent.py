@@ -46,7 +46,7 @@ from minihermes.tools import ToolFailure
 from minihermes.turn_event import listeners, publish
 
 from . import _caller, _tool_calls, _turn_record
-from ._args import DEFAULT_TOKEN_BUDGET, AgentArgs, identity_reader
+from ._args import AgentArgs, identity_reader
 from ._cancel import STOPPED_CALL, STOPPED_NOTE, TurnStop, stop_reply, stop_tools, withdraw_approvals
 from ._history import HistoryViews
 from ._inputs import TurnInputs
@@ -93,7 +93,6 @@ class Agent(GenServer):
         self.max_iterations = int(args.get("max_iterations", 8))
         self.llm_timeout = float(args.get("llm_timeout", 120))
         self.tool_timeout = float(args.get("tool_timeout", 120))
-        self.token_budget = int(args.get("token_budget", DEFAULT_TOKEN_BUDGET))
         self.episodic = bool(args.get("episodic", True))
         self.index_sessions = bool(args.get("index_sessions", True))
         semantic, embedder = str(args.get("semantic", "auto")), args.get("embedder")
@@ -108,7 +107,7 @@ class Agent(GenServer):
         self._inputs = TurnInputs(self.host, self.session_id, args, self.preloaded)
         self._offer = self._inputs.offer
         self._views = HistoryViews()
-        """The history's views for the model and their token count, kept up to date (``_llm_history``)."""
+        """The history's views for the model and their token count, kept up to date (``_complete``)."""
         self._listeners = listeners(self.host)
         """The turn listeners (``turn_event``): the actor types on this node that take ``turn_completed``."""
         self._stop = TurnStop()
@@ -351,7 +350,7 @@ class Agent(GenServer):
             raise InvalidArgument("session_search: query must be 1..1000 characters", field="query")
         if not 1 <= limit <= search_tool.MAX_LIMIT:
             raise InvalidArgument(f"session_search: limit must be 1..{search_tool.MAX_LIMIT}", field="limit")
-        if user_id and sees_own_only(current_context()) and user_id != self.host_principal():
+        if user_id and sees_own_only(current_context()) and user_id != current_context().principal:
             raise PermissionDenied("session_search: another user's sessions", field="user_id")
         await self._indexer.wait()  # this session's own last turn is searchable by meaning
         found = await search_tool.search_visible(
@@ -436,7 +435,10 @@ class Agent(GenServer):
                 if turn["iterations"] >= turn.get("max_iterations", self.max_iterations):
                     return await self._finish("max_iterations", _turn_record.last_text(self.history))
                 # Asked each round: a find_tools call of the last one may have added toolsets.
-                tools = self._offer.allowed(await self._tools(), turn.get("allowed_tools"))
+                offer = await self._offer.offer(
+                    self.host, self.tool_timeout, turn, self.history, self.session_toolsets
+                )
+                tools = self._offer.allowed(offer, turn.get("allowed_tools"))
                 response = await self._complete(tools)
                 turn["iterations"] += 1
                 calls = _tool_calls.requested(response)
@@ -587,7 +589,9 @@ class Agent(GenServer):
         messages: list[dict[str, Any]] = [self._views.system(prefix)]
         if turn.get("section"):
             messages.append(self._views.system(turn["section"]))
-        messages.extend(self._llm_history())
+        # One read-only view per message, made once and reused at every later step (the gateway validates
+        # each view once).
+        messages.extend(self._views.views(self.history))
         stream = self.stream_topic if self.host.has_subscribers(self.stream_topic) else ""
         request = _turn_record.completion_request(turn, messages, tools, self.session_id, stream)
         reply = await self.host.ask("llm_gateway", "completion", request, timeout=self.llm_timeout)
@@ -595,37 +599,15 @@ class Agent(GenServer):
         response: dict[str, Any] = reply["response"]
         return response
 
-    def _llm_history(self) -> list[dict[str, Any]]:
-        """The history as the model sees it: one read-only view per message, made once and reused at every
-        later step (the gateway validates each view once)."""
-        return self._views.views(self.history)  # type: ignore[return-value]
-
     # -- context ------------------------------------------------------------------------------------------
 
     async def _compress_if_needed(self, fixed: tuple[str, str, list[dict[str, Any]]], user: str) -> None:
         """The history compressed when it nears the budget left by the prompt and tools (``_compressing``)."""
-        reply = await self._inputs.compression.check(
-            self.host,
-            self._views,
-            self.history,
-            fixed=fixed,
-            budget=self.token_budget,
-            session_id=self.session_id,
-            user=user,
-            timeout=self.llm_timeout,
-        )
+        reply = await self._inputs.compression.check(self.host, self._views, self.history, fixed, user)
         if reply is not None:
             self.history = list(reply["messages"])
-            self._audit(
-                "history_compressed", f"before={reply.get('tokens_before')} after={reply.get('tokens_after')}"
-            )
-
-    async def _tools(self) -> list[dict[str, Any]]:
-        """The running turn's offered tools (``ToolOffer.offer``)."""
-        turn = self.turn or {}
-        return await self._offer.offer(
-            self.host, self.tool_timeout, turn, self.history, self.session_toolsets
-        )
+            sizes = f"before={reply.get('tokens_before')} after={reply.get('tokens_after')}"
+            self._audit("history_compressed", sizes)
 
     # -- the turn's end -----------------------------------------------------------------------------------
 
@@ -716,6 +698,3 @@ class Agent(GenServer):
             self.host.send(target, op, payload)
         except (ActorNotFound, ActorError) as e:
             self.host.log.debug("hook %s.%s not delivered: %s", target, op, e.message)
-
-    def host_principal(self) -> str:
-        return current_context().principal
