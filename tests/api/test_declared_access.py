@@ -68,6 +68,10 @@ BEFORE: dict[tuple[str, str], str] = {
     ("memory", "search_memories"): "read",
     ("memory", "delete_memory"): "write",
     ("memory", "core_snapshot"): "read",
+    # issue 26: the prompt contributors' part of a turn, read as the turn's caller
+    ("memory", "turn_context"): "read",
+    ("skill_store", "turn_context"): "read",
+    ("goals", "turn_context"): "read",
     ("memory", "get_stats"): "read",
     ("memory", "clear_memories"): "write",
     # issue 25: a quarantined write is listed to, confirmed or discarded by its owner (or an admin)
