@@ -110,6 +110,30 @@ def create_app(
     app.state.minihermes = state
     state.extras[EXTRAS_KEY] = Idempotency(node, idempotency_window)
     install_shedding(app, state, shedding)
+    _add_error_handlers(app)
+    _add_health_routes(app, state)
+    _add_discovery_routes(app, state)
+    add_session_routes(app, state)
+    add_skill_upload_routes(app, state)
+    add_api_key_routes(app, state)
+    add_metrics_routes(app, state)
+    add_notification_routes(app, state)
+    add_openai_routes(app, state)
+    if dashboard:
+        add_dashboard_routes(app)
+    _add_op_routes(app, state)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = _openapi(app, state)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """FastAPI's own errors (no route, a malformed request) in the API's error shape."""
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -120,6 +144,10 @@ def create_app(
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> Response:
         return error_response(invalid("invalid request"), "")
+
+
+def _add_health_routes(app: FastAPI, state: ApiState) -> None:
+    """``/healthz`` (the process is up; its store degraded or not) and ``/readyz`` (started, store answers)."""
 
     @app.get("/healthz", tags=["health"], summary="The process is up, and whether its store is degraded")
     async def healthz() -> Response:
@@ -138,6 +166,10 @@ def create_app(
             return json_response({"status": "not_ready", "reason": reason}, 503)
         return json_response({"status": "ready"})
 
+
+def _add_discovery_routes(app: FastAPI, state: ApiState) -> None:
+    """Who the caller is, and the actor catalog as the caller may use it."""
+
     @app.get(f"{API_PREFIX}/whoami", tags=["discovery"], summary="The caller's tenant, principal and roles")
     async def whoami(request: Request) -> Response:
         return await guarded(state, request, _whoami)
@@ -150,14 +182,9 @@ def create_app(
     async def describe_actor(request: Request, actor: str) -> Response:
         return await guarded(state, request, _describe_actor, actor)
 
-    add_session_routes(app, state)
-    add_skill_upload_routes(app, state)
-    add_api_key_routes(app, state)
-    add_metrics_routes(app, state)
-    add_notification_routes(app, state)
-    add_openai_routes(app, state)
-    if dashboard:
-        add_dashboard_routes(app)
+
+def _add_op_routes(app: FastAPI, state: ApiState) -> None:
+    """``POST /api/v1/actors/{actor}/{op}`` (and the op in the body), after every other route."""
 
     @app.post(f"{API_PREFIX}/actors/{{actor}}/{{op}}", include_in_schema=False)
     async def call_op(request: Request, actor: str, op: str) -> Response:
@@ -166,14 +193,6 @@ def create_app(
     @app.post(f"{API_PREFIX}/actors/{{actor}}", include_in_schema=False)
     async def call_op_in_body(request: Request, actor: str) -> Response:
         return await guarded(state, request, _call, actor, None)
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            app.openapi_schema = _openapi(app, state)
-        return app.openapi_schema
-
-    app.openapi = openapi  # type: ignore[method-assign]
-    return app
 
 
 def _openapi(app: FastAPI, state: ApiState) -> dict[str, Any]:

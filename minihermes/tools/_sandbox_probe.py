@@ -8,6 +8,7 @@ whose setup code it reuses (loaded by path: ``-I -S`` leaves the package off ``s
 from __future__ import annotations
 
 import errno
+import functools
 import importlib.util
 import json
 import os
@@ -60,108 +61,117 @@ def _attempt(check: Callable[[], str]) -> dict[str, Any]:
     return result
 
 
+def _in_ns(run: launcher.Launch, flags: int) -> None:
+    launcher.enter_namespaces(run, flags)
+
+
+def _userns(run: launcher.Launch) -> str:
+    if run.is_root:
+        _linux.unshare(_linux.CLONE_NEWUSER)
+        return "available (not needed: running as root)"
+    launcher.enter_namespaces(run, _linux.CLONE_NEWUSER)
+    return "unprivileged user namespace"
+
+
+def _user_drop(run: launcher.Launch) -> str:
+    if not run.is_root:
+        raise PermissionError("server is not root: the sandbox shares its uid")
+    os.setgroups([])
+    os.setresgid(run.gid, run.gid, run.gid)
+    os.setresuid(run.uid, run.uid, run.uid)
+    return f"uid {run.uid} gid {run.gid}"
+
+
+def _net(run: launcher.Launch) -> str:
+    _in_ns(run, _linux.CLONE_NEWNET)
+    with socket.socket() as s:
+        try:
+            s.connect(("127.0.0.1", 9))
+        except OSError as e:
+            return f"no interfaces up ({e.strerror})"
+    raise RuntimeError("loopback reachable inside the new namespace")
+
+
+def _mount_ns(run: launcher.Launch) -> str:
+    _in_ns(run, _linux.CLONE_NEWNS)
+    launcher.build_root(run, with_proc=False)
+    try:
+        os.mkdir("/.probe")  # EROFS even for root if the new root is really read-only
+    except OSError as e:
+        expected = {"tmp", "dev", "proc"} | {p.split("/")[1] for p in run.ro_paths}
+        if e.errno == errno.EROFS and set(os.listdir("/")) <= expected:
+            return "minimal read-only root, private /tmp"
+    raise RuntimeError(f"root not confined: {sorted(os.listdir('/'))}")
+
+
+def _pid_ns(run: launcher.Launch) -> str:
+    _in_ns(run, _linux.CLONE_NEWPID | _linux.CLONE_NEWNS)
+    child = os.fork()
+    if child == 0:
+        ok = os.getpid() == 1
+        try:
+            _linux.mount(None, "/", None, _linux.MS_REC | _linux.MS_PRIVATE)
+            _linux.mount(
+                "proc",
+                "/proc",
+                "proc",
+                _linux.MS_NOSUID | _linux.MS_NODEV | _linux.MS_NOEXEC,
+            )
+        except OSError:
+            os._exit(2 if ok else 1)
+        os._exit(0 if ok else 1)
+    code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+    if code == 1:
+        raise RuntimeError("child is not pid 1")
+    return "private pids, private /proc" if code == 0 else "private pids, no /proc mount"
+
+
+def _ipc(run: launcher.Launch) -> str:
+    _in_ns(run, _linux.CLONE_NEWIPC | _linux.CLONE_NEWUTS)
+    _linux.sethostname("sandbox")
+    return "private launcher.IPC and hostname"
+
+
+def _landlock(run: launcher.Launch) -> str:
+    abi = _linux.landlock_abi()
+    _linux.set_no_new_privs()
+    features = _linux.landlock_restrict([("/usr", _linux.LL_READ)], abi=abi)
+    try:
+        os.listdir("/etc")
+    except PermissionError:
+        return f"ABI {abi}: " + ", ".join(features)
+    raise RuntimeError("restriction not enforced")
+
+
+def _seccomp(run: launcher.Launch) -> str:
+    _linux.set_no_new_privs()
+    _linux.install_seccomp_filter()
+    try:
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
+    except PermissionError:
+        return f"deny-list filter ({_linux.ARCH})"
+    raise RuntimeError("filter not enforced")
+
+
+def _rlimits(run: launcher.Launch) -> str:
+    launcher.apply_rlimits(run.limits)
+    return "cpu, address space, processes, file size, open files, core"
+
+
 def probe(run: launcher.Launch) -> dict[str, dict[str, Any]]:
     """Try every layer for real, each in its own child, and say what works on this machine."""
-    abi = _linux.landlock_abi()
-
-    def in_ns(flags: int) -> None:
-        launcher.enter_namespaces(run, flags)
-
-    def userns() -> str:
-        if run.is_root:
-            _linux.unshare(_linux.CLONE_NEWUSER)
-            return "available (not needed: running as root)"
-        launcher.enter_namespaces(run, _linux.CLONE_NEWUSER)
-        return "unprivileged user namespace"
-
-    def user_drop() -> str:
-        if not run.is_root:
-            raise PermissionError("server is not root: the sandbox shares its uid")
-        os.setgroups([])
-        os.setresgid(run.gid, run.gid, run.gid)
-        os.setresuid(run.uid, run.uid, run.uid)
-        return f"uid {run.uid} gid {run.gid}"
-
-    def net() -> str:
-        in_ns(_linux.CLONE_NEWNET)
-        with socket.socket() as s:
-            try:
-                s.connect(("127.0.0.1", 9))
-            except OSError as e:
-                return f"no interfaces up ({e.strerror})"
-        raise RuntimeError("loopback reachable inside the new namespace")
-
-    def mount_ns() -> str:
-        in_ns(_linux.CLONE_NEWNS)
-        launcher.build_root(run, with_proc=False)
-        try:
-            os.mkdir("/.probe")  # EROFS even for root if the new root is really read-only
-        except OSError as e:
-            expected = {"tmp", "dev", "proc"} | {p.split("/")[1] for p in run.ro_paths}
-            if e.errno == errno.EROFS and set(os.listdir("/")) <= expected:
-                return "minimal read-only root, private /tmp"
-        raise RuntimeError(f"root not confined: {sorted(os.listdir('/'))}")
-
-    def pid_ns() -> str:
-        in_ns(_linux.CLONE_NEWPID | _linux.CLONE_NEWNS)
-        child = os.fork()
-        if child == 0:
-            ok = os.getpid() == 1
-            try:
-                _linux.mount(None, "/", None, _linux.MS_REC | _linux.MS_PRIVATE)
-                _linux.mount(
-                    "proc",
-                    "/proc",
-                    "proc",
-                    _linux.MS_NOSUID | _linux.MS_NODEV | _linux.MS_NOEXEC,
-                )
-            except OSError:
-                os._exit(2 if ok else 1)
-            os._exit(0 if ok else 1)
-        code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
-        if code == 1:
-            raise RuntimeError("child is not pid 1")
-        return "private pids, private /proc" if code == 0 else "private pids, no /proc mount"
-
-    def ipc() -> str:
-        in_ns(_linux.CLONE_NEWIPC | _linux.CLONE_NEWUTS)
-        _linux.sethostname("sandbox")
-        return "private launcher.IPC and hostname"
-
-    def landlock() -> str:
-        _linux.set_no_new_privs()
-        features = _linux.landlock_restrict([("/usr", _linux.LL_READ)], abi=abi)
-        try:
-            os.listdir("/etc")
-        except PermissionError:
-            return f"ABI {abi}: " + ", ".join(features)
-        raise RuntimeError("restriction not enforced")
-
-    def seccomp() -> str:
-        _linux.set_no_new_privs()
-        _linux.install_seccomp_filter()
-        try:
-            socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
-        except PermissionError:
-            return f"deny-list filter ({_linux.ARCH})"
-        raise RuntimeError("filter not enforced")
-
-    def rlimits() -> str:
-        launcher.apply_rlimits(run.limits)
-        return "cpu, address space, processes, file size, open files, core"
-
-    checks: dict[str, Callable[[], str]] = {
-        launcher.RLIMITS: rlimits,
-        launcher.USER_DROP: user_drop,
-        launcher.USERNS: userns,
-        launcher.NET: net,
-        launcher.MOUNT: mount_ns,
-        launcher.PID: pid_ns,
-        launcher.IPC: ipc,
-        launcher.LANDLOCK: landlock,
-        launcher.SECCOMP: seccomp,
+    checks: dict[str, Callable[[launcher.Launch], str]] = {
+        launcher.RLIMITS: _rlimits,
+        launcher.USER_DROP: _user_drop,
+        launcher.USERNS: _userns,
+        launcher.NET: _net,
+        launcher.MOUNT: _mount_ns,
+        launcher.PID: _pid_ns,
+        launcher.IPC: _ipc,
+        launcher.LANDLOCK: _landlock,
+        launcher.SECCOMP: _seccomp,
     }
-    return {name: _attempt(check) for name, check in checks.items()}
+    return {name: _attempt(functools.partial(check, run)) for name, check in checks.items()}
 
 
 def main(argv: list[str]) -> int:
