@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
@@ -40,13 +39,10 @@ from ._core import (
     ApiState,
     actor_error_body,
     actor_error_response,
-    authenticate,
-    error_response,
+    guarded,
     json_response,
-    observe,
-    request_id_of,
 )
-from ._errors import ApiError, invalid
+from ._errors import invalid
 from ._idempotency import Ticket, idempotency_key, idempotency_of, outcome_of, request_digest
 from ._schemas import message_body_schema
 
@@ -73,7 +69,7 @@ def add_session_routes(app: FastAPI, state: ApiState) -> None:
         openapi_extra={"requestBody": {"required": True, "content": message_body_schema()}},
     )
     async def post_message(request: Request, session_id: str) -> Response:
-        return await _post_message(state, request, session_id)
+        return await guarded(state, request, _post_message, session_id)
 
     @app.post(
         f"{API_PREFIX}/sessions/{{session_id}}/cancel",
@@ -82,68 +78,37 @@ def add_session_routes(app: FastAPI, state: ApiState) -> None:
         operation_id="cancel_session_turn",
     )
     async def cancel_turn(request: Request, session_id: str) -> Response:
-        return await _cancel_turn(state, request, session_id)
+        return await guarded(state, request, _cancel_turn, session_id)
 
 
-async def _cancel_turn(state: ApiState, request: Request, session_id: str) -> Response:
+async def _cancel_turn(state: ApiState, request: Request, ctx: RequestContext, session_id: str) -> Response:
     """``agent.cancel_turn`` as the caller: a user reaches only their own sessions (404 for another's)."""
-    request_id = request_id_of(request)
-    started = time.perf_counter()
-    ctx: RequestContext | None = None
-    try:
-        ctx = await authenticate(state, request, request_id)
-        info = find_actor(state, AGENT)
-        authorize(state, ctx, find_op(state, info, "cancel_turn"))
-        check_key_value("session_id", session_id)
-        payload: dict[str, Any] = {"session_id": session_id}
-        if restricted(ctx):
-            opinfo = find_op(state, info, "cancel_turn")
-            await enforce_ownership(state, ctx, info, opinfo, payload, state.default_timeout)
-        timeout = timeout_of(state, request)
-        response = json_response(await state.node.ask(AGENT, "cancel_turn", payload, timeout, ctx=ctx))
-    except ApiError as e:
-        response = error_response(e, request_id)
-    except ActorError as e:
-        response = actor_error_response(e, request_id)
-    except Exception:
-        log.exception("request %s failed", request_id)
-        response = error_response(
-            ApiError(500, "internal", "internal server error", request_id=request_id), request_id
-        )
-    response.headers["x-request-id"] = request_id
-    observe(state, request, response.status_code, started, request_id, ctx)
-    return response
+    info = find_actor(state, AGENT)
+    opinfo = find_op(state, info, "cancel_turn")
+    authorize(state, ctx, opinfo)
+    check_key_value("session_id", session_id)
+    payload: dict[str, Any] = {"session_id": session_id}
+    if restricted(ctx):
+        await enforce_ownership(state, ctx, info, opinfo, payload, state.default_timeout)
+    timeout = timeout_of(state, request)
+    return json_response(await state.node.ask(AGENT, "cancel_turn", payload, timeout, ctx=ctx))
 
 
-async def _post_message(state: ApiState, request: Request, session_id: str) -> Response:
-    request_id = request_id_of(request)
-    started = time.perf_counter()
-    ctx: RequestContext | None = None
-    try:
-        ctx = await authenticate(state, request, request_id)
-        key = idempotency_key(request)
-        payload = await _prepare(state, request, ctx, session_id)
-        content, stream = payload.pop("__stream__")
-        timeout = timeout_of(state, request, default=state.max_timeout)
-        args = {**payload, "message": content}
-        if key is not None:
-            response = await _idempotent(state, ctx, key, args, stream, timeout, request_id)
-        elif stream:
-            response = await _open_stream(state.node, ctx, args, timeout, request_id)
-        else:
-            response = json_response(await state.node.ask(AGENT, "chat", args, timeout, ctx=ctx))
-    except ApiError as e:
-        response = error_response(e, request_id)
-    except ActorError as e:
-        response = actor_error_response(e, request_id)
-    except Exception:
-        log.exception("request %s failed", request_id)
-        response = error_response(
-            ApiError(500, "internal", "internal server error", request_id=request_id), request_id
-        )
-    response.headers["x-request-id"] = request_id
-    observe(state, request, response.status_code, started, request_id, ctx)
-    return response
+async def _post_message(state: ApiState, request: Request, ctx: RequestContext, session_id: str) -> Response:
+    """``agent.chat`` as the caller: the reply as JSON, or the turn streamed (``_open_stream``); with an
+    ``Idempotency-Key``, a retry gets the first reply (``_idempotent``). Run by ``guarded``, as every route:
+    a failure before the stream opens is a structured error, never a traceback."""
+    request_id = ctx.request_id
+    key = idempotency_key(request)
+    payload = await _prepare(state, request, ctx, session_id)
+    content, stream = payload.pop("__stream__")
+    timeout = timeout_of(state, request, default=state.max_timeout)
+    args = {**payload, "message": content}
+    if key is not None:
+        return await _idempotent(state, ctx, key, args, stream, timeout, request_id)
+    if stream:
+        return await _open_stream(state.node, ctx, args, timeout, request_id)
+    return json_response(await state.node.ask(AGENT, "chat", args, timeout, ctx=ctx))
 
 
 async def _prepare(state: ApiState, request: Request, ctx: RequestContext, session_id: str) -> dict[str, Any]:
