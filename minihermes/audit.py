@@ -36,6 +36,8 @@ import re
 from typing import Any
 
 from minihermes.context.redact import redact_text
+from minihermes.permissions import restricted as is_restricted
+from minihermes.permissions import sees_own_only
 from minihermes.runtime import (
     ActorNotFound,
     Host,
@@ -92,19 +94,6 @@ def scrub_secrets(value: Any, _depth: int = 0) -> Any:
     if value is None or isinstance(value, (bool, int, float)):
         return value
     return scrub_secrets(str(value), _depth + 1)
-
-
-def is_restricted(ctx: RequestContext) -> bool:
-    """True for end users (role ``user`` without ``admin``): they see only what they own."""
-    return "user" in ctx.roles and not ctx.roles & {"admin", "system"}
-
-
-def sees_own_only(ctx: RequestContext) -> bool:
-    """True for every caller who is neither an admin nor the runtime (users and viewers): of other
-    principals' sessions, transcripts and private data they see nothing. Viewers own nothing, so they see
-    only what is shared in the tenant (and the operator views their access class grants, such as the audit
-    trail and pending approvals)."""
-    return not ctx.roles & {"admin", "system"}
 
 
 _SHOWN_DATA = frozenset(

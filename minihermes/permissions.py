@@ -153,6 +153,14 @@ def restricted(ctx: RequestContext) -> bool:
     return "user" in ctx.roles and not is_admin(ctx)
 
 
+def sees_own_only(ctx: RequestContext) -> bool:
+    """Every caller who is neither an admin nor the runtime (users and viewers): of other principals'
+    sessions, transcripts and private data they see nothing. Viewers own nothing, so they see only what is
+    shared in the tenant (and the operator views their access class grants, such as the audit trail and
+    pending approvals). With ``restricted`` (users only), the two rules every ownership check uses."""
+    return ctx.roles.isdisjoint(ADMIN_ROLES)
+
+
 def may_access(ctx: RequestContext, access: str) -> bool:
     """Whether ``ctx`` holds a role of the access class ``access`` (``system`` holds every class)."""
     if SYSTEM_ROLE in ctx.roles:
@@ -210,4 +218,5 @@ __all__ = [
     "provenance",
     "require",
     "restricted",
+    "sees_own_only",
 ]

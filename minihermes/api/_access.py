@@ -81,11 +81,6 @@ def audit_refusal(
         log.warning("audit of %s not recorded: %s", event_type, e.message)
 
 
-def restricted(ctx: RequestContext) -> bool:
-    """Users and viewers (anyone without admin): they act only as themselves and in their own sessions."""
-    return "admin" not in ctx.roles
-
-
 async def enforce_ownership(
     state: ApiState,
     ctx: RequestContext,

@@ -12,7 +12,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from minihermes.permissions import DEFAULT_PERMISSIONS, PermissionTable
+from minihermes.permissions import DEFAULT_PERMISSIONS, PermissionTable, sees_own_only
 from minihermes.runtime import Node, RequestContext
 
 from ._access import (
@@ -22,7 +22,6 @@ from ._access import (
     find_actor,
     find_op,
     read_body,
-    restricted,
     timeout_of,
 )
 from ._auth import AuthConfig, Authenticator
@@ -249,7 +248,7 @@ async def _call(
             raise invalid(f"the body names op {named!r} but the URL names {op!r}", field="op")
     check_key(info, payload)
     timeout = timeout_of(state, request)
-    if restricted(ctx):
+    if sees_own_only(ctx):
         await enforce_ownership(state, ctx, info, opinfo, payload, timeout)
     reply = await state.node.ask(actor, op, payload, timeout, ctx=ctx)
     if opinfo.kind == "cast":

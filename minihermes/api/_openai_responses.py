@@ -20,9 +20,10 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
+from minihermes.permissions import sees_own_only
 from minihermes.runtime import RequestContext
 
-from ._access import authorize, find_actor, find_op, read_body, restricted, timeout_of
+from ._access import authorize, find_actor, find_op, read_body, timeout_of
 from ._core import ApiState, json_response
 from ._errors import ApiError
 from ._idempotency import Outcome, idempotency_key, principal_part, records_of, request_digest
@@ -94,7 +95,7 @@ async def _stored(state: ApiState, ctx: RequestContext, response_id: str) -> dic
     found = None
     if response_id.startswith("resp_") and len(response_id) <= 64:
         found = await records_of(state.node, ctx).get(f"resp:{response_id}")
-    if not isinstance(found, dict) or (restricted(ctx) and found.get("owner") != principal_part(ctx)):
+    if not isinstance(found, dict) or (sees_own_only(ctx) and found.get("owner") != principal_part(ctx)):
         raise ApiError(
             404, "response_not_found", f"no response '{response_id}' of yours", field="response_id"
         )

@@ -22,6 +22,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
+from minihermes.permissions import sees_own_only
 from minihermes.runtime import ActorError, Node, RequestContext, Subscription
 
 from ._access import (
@@ -31,7 +32,6 @@ from ._access import (
     find_actor,
     find_op,
     read_body,
-    restricted,
     timeout_of,
 )
 from ._core import (
@@ -88,7 +88,7 @@ async def _cancel_turn(state: ApiState, request: Request, ctx: RequestContext, s
     authorize(state, ctx, opinfo)
     check_key_value("session_id", session_id)
     payload: dict[str, Any] = {"session_id": session_id}
-    if restricted(ctx):
+    if sees_own_only(ctx):
         await enforce_ownership(state, ctx, info, opinfo, payload, state.default_timeout)
     timeout = timeout_of(state, request)
     return json_response(await state.node.ask(AGENT, "cancel_turn", payload, timeout, ctx=ctx))
@@ -132,7 +132,7 @@ async def _prepare(state: ApiState, request: Request, ctx: RequestContext, sessi
     if not isinstance(stream, bool):
         raise invalid("stream must be true or false", field="stream")
     payload: dict[str, Any] = {"session_id": session_id}
-    if restricted(ctx):
+    if sees_own_only(ctx):
         await enforce_ownership(state, ctx, info, opinfo, payload, state.default_timeout)
     payload["__stream__"] = (content, stream)
     return payload
