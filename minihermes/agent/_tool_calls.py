@@ -125,3 +125,20 @@ async def request_approval(
         "tool_call": call,
         "self_approve": bool(approval.get("self_approve")),
     }
+
+
+def execute_request(call: dict[str, Any], session_id: str, turn: dict[str, Any]) -> dict[str, Any]:
+    """``tool_executor.execute`` for the call, with what the tool may know of its turn (``env.turn``)."""
+    return {"name": call["name"], "input": call["input"], "session_id": session_id, "turn": turn_facts(turn)}
+
+
+def turn_facts(turn: dict[str, Any]) -> dict[str, Any]:
+    """What a tool may know about the turn that calls it (``tools.TurnInfo``), sent with each call."""
+    return {
+        "turn_id": turn["turn_id"],
+        "caller": turn["user_id"],
+        "door": turn.get("door") or "",
+        "delegation_depth": turn["delegation_depth"],
+        "cron_job": turn["cron_job"],
+        "allowed_tools": turn["allowed_tools"],
+    }

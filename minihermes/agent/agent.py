@@ -533,12 +533,8 @@ class Agent(GenServer):
         # What the call writes is stamped with where its content comes from (``RequestContext.provenance``).
         token = set_context(_tool_calls.stamped(turn))
         try:
-            result = await self.host.ask(
-                "tool_executor",
-                "execute",
-                {"name": call_["name"], "input": call_["input"], "session_id": self.session_id},
-                timeout=self.tool_timeout,
-            )
+            request = _tool_calls.execute_request(call_, self.session_id, turn)
+            result = await self.host.ask("tool_executor", "execute", request, timeout=self.tool_timeout)
         except ActorError as e:
             result = {"status": "error", "error": {"code": e.code, "message": e.message}}
         finally:

@@ -76,7 +76,9 @@ class SmallTools(GenServer):
         }
 
     @call
-    async def execute(self, name: str, input: dict[str, Any], session_id: str = "") -> dict[str, Any]:
+    async def execute(
+        self, name: str, input: dict[str, Any], session_id: str = "", turn: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         EXECUTED.append((name, input))
         if name == "wait":
             GATE["entered"].set()

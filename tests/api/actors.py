@@ -191,7 +191,9 @@ class StubTools(GenServer):
         return {"status": "ok"}
 
     @call(access="admin")
-    def execute(self, name: str, input: dict[str, Any], session_id: str = "") -> dict[str, Any]:
+    def execute(
+        self, name: str, input: dict[str, Any], session_id: str = "", turn: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         CALLS.append(("tool_executor", "execute"))
         return {"status": "ok"}
 
