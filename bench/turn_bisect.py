@@ -1,7 +1,7 @@
 """Instructions per turn along a range of commits (``bench/turn_instructions.py``'s measure, one tree at a time),
 split into the event loop's thread and the store's threads: which commit a per-turn cost came in with.
 
-    .venv/bin/python bench/turn_bisect.py 5f5e9cb 604b246 d27b00a            # loop mode, one run each
+    .venv/bin/python bench/turn_bisect.py 5f5e9cb 604b246 6d2a541            # loop mode, one run each
     .venv/bin/python bench/turn_bisect.py --modes loop,full --runs 2 A B C
 
 Each commit is checked out with ``git worktree add`` under ``--dir`` (default ``/tmp/turn_bisect``; kept for the
