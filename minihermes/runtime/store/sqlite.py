@@ -247,12 +247,14 @@ class SqliteStore:
     async def close(self) -> None:
         """Run and commit every queued write, then stop the threads. Later calls raise StoreClosedError."""
         self._checkpoints.flush_pending()
-        await self._engine.stop()
+        # The open-time check first: its read snapshot would keep the writer's closing checkpoint from
+        # moving the WAL into the database (the file would then hold last writes only in its -wal).
         if self._integrity is not None:
             if (checking := self._checking) is not None:
                 checking.interrupt()  # a long check on a big file does not hold the stop up
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await self._integrity
+        await self._engine.stop()
 
     async def __aenter__(self) -> SqliteStore:
         await self.open()
