@@ -1427,20 +1427,23 @@ class Memory(GenServer):
                 raise PermissionDenied(f"{op}: forgetting a tenant needs the admin role", op=op)
         else:
             raise InvalidArgument(f"{op}: give key, session_id, user_id or tenant", op=op, field="key")
+
+        def taken(scope: Any, holder_of: Any, probe: Mapping[str, Any]) -> bool:
+            """Whether this forget takes a fact (``probe``: its record, index meta or held write) of ``scope``
+            owned by ``holder_of`` (its session or agent id)."""
+            if mode == "session":
+                named = (scope == "session" and holder_of == session_id) or probe.get(
+                    "source_session"
+                ) == session_id
+                return named and (admin or owner == ctx.principal or _owns(probe, ctx.principal))
+            if mode == "user":
+                return _owns(probe, user_id) or (admin and probe.get("user_id") == user_id)
+            return True
+
         deleted = 0
         fragments: list[tuple[str, str, str, str]] = []
         for part in await self._parts():
-            probe = part.probe
-            if mode == "session":
-                hit = (part.scope == "session" and part.owner == session_id) or probe.get(
-                    "source_session"
-                ) == session_id
-                hit = hit and (admin or owner == ctx.principal or _owns(probe, ctx.principal))
-            elif mode == "user":
-                hit = _owns(probe, user_id) or (admin and probe.get("user_id") == user_id)
-            else:
-                hit = True
-            if not hit:
+            if not taken(part.scope, part.owner, part.probe):
                 continue
             if part.record is None:
                 fragments.append(part.ids)
@@ -1449,17 +1452,10 @@ class Memory(GenServer):
         partial = await self._purge(fragments)
         held = 0
         for qkey, pending in await self.host.kv.list(_QUAR):
-            if not isinstance(pending, dict):
-                hit = mode == "tenant"
-            elif mode == "session":
-                hit = (
-                    (pending.get("scope") == "session" and pending.get("owner") == session_id)
-                    or pending.get("source_session") == session_id
-                ) and (admin or owner == ctx.principal or _owns(pending, ctx.principal))
-            elif mode == "user":
-                hit = _owns(pending, user_id) or (admin and pending.get("user_id") == user_id)
+            if isinstance(pending, dict):
+                hit = taken(pending.get("scope"), pending.get("owner"), pending)
             else:
-                hit = True
+                hit = mode == "tenant"
             if hit and await self.host.kv.delete(qkey):
                 held += 1
         if session_id:
