@@ -903,28 +903,24 @@ class Memory(GenServer):
             raise NotFound(f"{op}: the quarantined memory '{id[:200]}' has expired", op=op, field="id")
         scope = str(record["scope"])
         holder = _holder(record)
-        # Stored as its writer would have stored it: a user's own record, or (admin) a shared or named one.
-        writer = ctx if _privileged(ctx) else replace(ctx, principal=holder)
-        token = set_context(writer)
-        try:
-            reply = await self._store(
-                key=str(record["key"]),
-                value=record["value"],
-                scope=scope,  # type: ignore[arg-type]
-                tier=record["tier"],
-                agent_id=str(record["owner"]) if scope == "agent" else "",
-                session_id=str(record["owner"]) if scope == "session" else "",
-                user_id=holder or str(record.get("user_id") or ""),
-                kind=record.get("kind", "semantic"),
-                pinned=bool(record.get("pinned")),
-                private=bool(holder),
-                source_session=str(record.get("source_session") or ""),
-                ttl_seconds=NEVER if at is None else max(1, math.ceil(float(at) - now)),
-                origin=(str(record.get("provenance") or "tool"), True),
-                confirmed_by=ctx.principal,
-            )
-        finally:
-            reset_context(token)
+        # Stored as its writer would have stored it: a user's own record (``_held`` let only its holder
+        # through), or (admin) a shared or named one.
+        reply = await self._store(
+            key=str(record["key"]),
+            value=record["value"],
+            scope=scope,  # type: ignore[arg-type]
+            tier=record["tier"],
+            agent_id=str(record["owner"]) if scope == "agent" else "",
+            session_id=str(record["owner"]) if scope == "session" else "",
+            user_id=holder or str(record.get("user_id") or ""),
+            kind=record.get("kind", "semantic"),
+            pinned=bool(record.get("pinned")),
+            private=bool(holder),
+            source_session=str(record.get("source_session") or ""),
+            ttl_seconds=NEVER if at is None else max(1, math.ceil(float(at) - now)),
+            origin=(str(record.get("provenance") or "tool"), True),
+            confirmed_by=ctx.principal,
+        )
         await self.host.kv.delete(_QUAR + id)
         self._audit("memory_confirmed", f"key={record['key']} by={ctx.principal}", "", record)
         return {**reply, "id": id, "confirmed": True}
