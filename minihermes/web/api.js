@@ -45,16 +45,17 @@ function reached(ok) {
   connection.dispatchEvent(new CustomEvent("change", { detail: { ok } }));
 }
 
-async function send(path, init) {
+// `probe`: a side request (the store's health) that reports its own result and never moves the banner.
+async function send(path, init, { probe = false } = {}) {
   let response;
   try {
     response = await fetch(path, init);
   } catch (err) {
     if (init.signal?.aborted) throw err;
-    reached(false);
+    if (!probe) reached(false);
     throw new UnreachableError();
   }
-  reached(true);
+  if (!probe) reached(true);
   return response;
 }
 
@@ -65,10 +66,10 @@ function headers(extra = {}) {
   return out;
 }
 
-async function request(method, path, body, contentType = "application/json") {
+async function request(method, path, body, contentType = "application/json", options = {}) {
   const init = { method, headers: headers(body === undefined ? {} : { "content-type": contentType }) };
   if (body !== undefined) init.body = contentType === "application/json" ? JSON.stringify(body) : body;
-  const response = await send(path, init);
+  const response = await send(path, init, options);
   const { text, data } = await readBody(response);
   if (!response.ok) throw new ApiError(response.status, data, text);
   return data;
@@ -104,17 +105,7 @@ export const api = {
   // The process and its store: {status: "ok"} or {status: "degraded", reason, store} (GET /healthz).
   // A side probe: it never moves the "cannot reach the server" banner, which the API's own requests drive
   // (a /healthz that answers while the API does not must not hide it).
-  health: async () => {
-    let response;
-    try {
-      response = await fetch("/healthz", { method: "GET", headers: headers() });
-    } catch {
-      throw new UnreachableError();
-    }
-    const { text, data } = await readBody(response);
-    if (!response.ok) throw new ApiError(response.status, data, text);
-    return data;
-  },
+  health: () => request("GET", "/healthz", undefined, undefined, { probe: true }),
   actors: () => request("GET", "/api/v1/actors"),
   metrics: () => request("GET", "/api/v1/metrics"),
   call: (actor, op, args = {}) =>
