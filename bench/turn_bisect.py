@@ -19,17 +19,14 @@ where nearly every change to the turn's own Python code lands, moves much less w
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE / "bench"))
 
-from turn_instructions import CHILD  # noqa: E402
+from turn_instructions import callgrind  # noqa: E402
 
 
 def tree_for(spec: str, root: Path, fills: list[tuple[str, str]]) -> Path:
@@ -51,39 +48,9 @@ def tree_for(spec: str, root: Path, fills: list[tuple[str, str]]) -> Path:
 
 def instructions(tree: Path, n: int, mode: str, python: str) -> tuple[int, int]:
     """(loop thread, other threads) instructions of one child process running ``n`` turns from ``tree``."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "cg.out")
-        env = {**os.environ, "PYTHONPATH": str(tree), "MINIHERMES_EVENT_LOOP": "uvloop"}
-        env.pop("MINIHERMES_CHECK_APPEND_ONLY", None)
-        subprocess.run(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                f"--callgrind-out-file={out}",
-                "--separate-threads=yes",
-                python,
-                "-c",
-                CHILD,
-                str(tree / "bench"),
-                str(n),
-                mode,
-            ],
-            check=True,
-            env=env,
-            cwd=tree,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        main = other = 0
-        for file in Path(tmp).glob("cg.out*"):
-            found = re.search(r"^(?:summary|totals):\s+(\d+)", file.read_text(errors="replace"), re.M)
-            if found is None:
-                continue
-            if file.name.endswith("-01"):  # callgrind names each thread's file <out>-<thread id>; 1 is main
-                main += int(found.group(1))
-            else:
-                other += int(found.group(1))
-    return main, other
+    totals = callgrind(tree, n, mode, python, separate_threads=True)
+    main = sum(v for name, v in totals.items() if name.endswith("-01"))  # thread 1 is the event loop's
+    return main, sum(totals.values()) - main
 
 
 def per_turn(tree: Path, mode: str, low: int, high: int, python: str) -> tuple[float, float]:

@@ -51,8 +51,11 @@ asyncio.run(main(int(sys.argv[2]), sys.argv[3] == "loop"))
 """
 
 
-def instructions(tree: Path, n: int, mode: str, python: str) -> int:
-    """Total instructions (every thread) of one child process running ``n`` turns from ``tree``."""
+def callgrind(
+    tree: Path, n: int, mode: str, python: str, *, separate_threads: bool = False
+) -> dict[str, int]:
+    """Instructions of one child process running ``n`` turns from ``tree``, by callgrind's output file: one
+    file (``cg.out``), or with ``separate_threads`` one per thread (``cg.out-<thread id>``, 01 the main one)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "cg.out")
         env = {**os.environ, "PYTHONPATH": str(tree), "MINIHERMES_EVENT_LOOP": "uvloop"}
@@ -62,7 +65,7 @@ def instructions(tree: Path, n: int, mode: str, python: str) -> int:
                 "valgrind",
                 "--tool=callgrind",
                 f"--callgrind-out-file={out}",
-                "--separate-threads=no",
+                f"--separate-threads={'yes' if separate_threads else 'no'}",
                 python,
                 "-c",
                 CHILD,
@@ -76,11 +79,19 @@ def instructions(tree: Path, n: int, mode: str, python: str) -> int:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        text = Path(out).read_text(errors="replace")
-    found = re.search(r"^(?:summary|totals):\s+(\d+)", text, re.M)
-    if found is None:
+        totals: dict[str, int] = {}
+        for file in Path(tmp).glob("cg.out*"):
+            found = re.search(r"^(?:summary|totals):\s+(\d+)", file.read_text(errors="replace"), re.M)
+            if found is not None:
+                totals[file.name] = int(found.group(1))
+    if not totals:
         raise RuntimeError("callgrind wrote no totals")
-    return int(found.group(1))
+    return totals
+
+
+def instructions(tree: Path, n: int, mode: str, python: str) -> int:
+    """Total instructions (every thread) of one child process running ``n`` turns from ``tree``."""
+    return sum(callgrind(tree, n, mode, python).values())
 
 
 def per_turn(tree: Path, mode: str, low: int, high: int, python: str) -> float:
